@@ -1,0 +1,327 @@
+"""Lines of one source -> step records and events, driven by `Format` data.
+
+One `SourceParser` per followed file (or rotated chain). It is stateful because logs are: the global
+step is computed across epochs, a MindFormers step line waits for its progress line, multi-line
+tracebacks are grouped, and a step that goes backwards opens a new run segment.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+from .schema import RESERVED, Format, Rule
+
+Record = Dict[str, Any]
+
+#: A line that matched no rule but looks like it carries a metric ("loss: 2.3", "loss is nan"): counted, so
+#: `mstail parse` can tell a user that their format misses lines.
+_METRIC_LOOKING = re.compile(r"loss[\w ]*(?:[:=]| is)\s*\[?\s*[-+]?(?:\d|nan|inf)", re.IGNORECASE)
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+_NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+#: Bounds for a grouped multi-line event (a traceback): enough for any real one, bounded for garbage.
+MAX_EVENT_LINES = 400
+MAX_EVENT_CHARS = 64 * 1024
+
+
+class Item(NamedTuple):
+    """One parser output: kind "record" (a step) or "event" (its data has a "kind" key)."""
+
+    kind: str
+    data: Record
+
+
+class _Match(NamedTuple):
+    fmt: Format
+    rule: Optional[Rule]
+    groups: Dict[str, Optional[str]]
+    time: Optional[float]
+    level: Optional[str]
+    prefixed: bool
+    message: str
+    obj: Optional[Dict[str, Any]] = None  # a JSONL line's object
+
+
+class SourceParser:
+    """Parse the lines of one source in order.
+
+    Args:
+        formats: candidates in detection order; the first whose record rule matches a line is locked in.
+        forced: use this format from the first line (`--format NAME`), no detection.
+        grace_s: how long a record waiting for its attach lines (or a multi-line event) is held before it is
+            emitted anyway. Default 0.5 s; the wait normally ends at the next line.
+    """
+
+    def __init__(self, formats: Sequence[Format], forced: Optional[Format] = None, grace_s: float = 0.5) -> None:
+        self.candidates = [forced] if forced else list(formats)
+        self.format: Optional[Format] = forced
+        self.grace_s = grace_s
+        self.meta: Dict[str, Any] = {}
+        self.counts = {"lines": 0, "records": 0, "events": 0, "field_errors": 0, "unmatched_metric_lines": 0}
+        self._pending: Optional[Tuple[Record, set, float]] = None  # record, attach rules still expected, since
+        self._open_event: Optional[Tuple[Record, List[str], float]] = None
+        self._last: Optional[Record] = None  # the last record emitted (a late attach line joins its step)
+        self._segment = 0
+        self._spe_learned = 0  # steps per epoch inferred from step_in_epoch when the log does not print it
+        self._epoch_max: Dict[int, int] = {}
+        self._counted_step = 0
+
+    # -- public ---------------------------------------------------------------------------------------------
+    def feed(self, text: str, line_no: int, now: float) -> List[Item]:
+        """Parse one complete line (without its newline); `now` is the read time, used when the line has no
+        timestamp and to age held records."""
+        self.counts["lines"] += 1
+        if "\x1b" in text:
+            text = _ANSI.sub("", text)
+        out: List[Item] = []
+        match = self._match(text)
+        if match is None:
+            return self.flush(now)
+        if match.obj is None and match.rule is None and not match.prefixed and self._open_event is not None:
+            self._continue_event(match.message)
+            return out
+        self._close_event(out)
+        if match.obj is not None:
+            self._feed_json(match.obj, line_no, now, out)
+            return out
+        when = match.time if match.time is not None else now
+        rule = match.rule
+        if rule is None:
+            if _METRIC_LOOKING.search(match.message):
+                self.counts["unmatched_metric_lines"] += 1
+            if match.prefixed and match.level in match.fmt.error_levels:
+                self._open_event = ({"kind": "error", "time": when, "line": line_no, "level": match.level}, [match.message], now)
+            out += self.flush(now)
+            return out
+        if rule.kind == "record":
+            self._emit_pending(out)
+            record = self._start_record(rule, match.groups, when, line_no)
+            if record is not None:
+                waiting = set(rule.wait_for)
+                if waiting:
+                    self._pending = (record, waiting, now)
+                else:
+                    self._emit(record, out)
+        elif rule.kind == "attach":
+            self._attach(rule, match.groups, when, line_no, out)
+        else:
+            event = {"kind": rule.event, "time": when, "line": line_no}
+            event.update(self._values(rule, match.groups))
+            if rule.multiline:
+                self._open_event = (event, [match.message], now)
+            else:
+                event["message"] = match.message
+                self._emit_event(event, out)
+        out += self.flush(now)
+        return out
+
+    def flush(self, now: float, force: bool = False) -> List[Item]:
+        """Emit what has waited `grace_s` (or everything, with force=True: end of input)."""
+        out: List[Item] = []
+        if self._pending is not None and (force or now - self._pending[2] >= self.grace_s):
+            self._emit_pending(out)
+        if self._open_event is not None and (force or now - self._open_event[2] >= self.grace_s):
+            self._close_event(out)
+        return out
+
+    @property
+    def holding(self) -> bool:
+        """True while a record or event waits for more lines (the caller should call flush() later)."""
+        return self._pending is not None or self._open_event is not None
+
+    # -- matching -------------------------------------------------------------------------------------------
+    def _match(self, text: str) -> Optional[_Match]:
+        if self.format is not None:
+            return _match_format(self.format, text)
+        # Not locked yet: the first candidate whose *record* rule matches wins the file; events seen before
+        # that come from the first candidate that recognises the line at all.
+        first: Optional[_Match] = None
+        for fmt in self.candidates:
+            match = _match_format(fmt, text)
+            if match is None:
+                continue
+            if _starts_record(match):
+                self.format = fmt
+                return match
+            if first is None and (match.rule is not None or match.prefixed or match.obj is not None):
+                first = match
+        return first
+
+    def _start_record(self, rule: Rule, groups: Dict[str, Optional[str]], when: float, line_no: int) -> Optional[Record]:
+        step = self._global_step(groups)
+        if step is None:
+            return None
+        record: Record = {"step": step}
+        if groups.get("epoch") is not None:
+            record["epoch"] = int(groups["epoch"])  # type: ignore[arg-type]
+        record["time"] = when
+        record["line"] = line_no
+        record.update(self._values(rule, groups))
+        return record
+
+    def _global_step(self, groups: Dict[str, Optional[str]]) -> Optional[int]:
+        try:
+            if groups.get("total_steps") is not None:
+                self.meta["total_steps"] = int(groups["total_steps"])  # type: ignore[arg-type]
+            if groups.get("step") is not None:
+                return int(groups["step"])  # type: ignore[arg-type]
+            if groups.get("step_in_epoch") is None:
+                # A --pattern without a step group: the step counts the matching lines.
+                self._counted_step += 1
+                return self._counted_step
+            in_epoch = int(groups["step_in_epoch"])  # type: ignore[arg-type]
+            epoch = int(groups.get("epoch") or 1)
+            per_epoch = groups.get("steps_per_epoch")
+            if per_epoch is not None:
+                spe = int(per_epoch)
+                if groups.get("epochs") is not None:
+                    self.meta["total_steps"] = spe * int(groups["epochs"])  # type: ignore[arg-type]
+            else:
+                # MindSpore's LossMonitor prints the step within the epoch only: learn the epoch length
+                # from the largest step seen in an earlier epoch.
+                self._epoch_max[epoch] = max(self._epoch_max.get(epoch, 0), in_epoch)
+                earlier = [m for e, m in self._epoch_max.items() if e < epoch]
+                spe = max(earlier) if earlier else self._spe_learned
+                self._spe_learned = spe
+            return (epoch - 1) * spe + in_epoch
+        except ValueError:
+            self.counts["field_errors"] += 1
+            return None
+
+    def _values(self, rule: Rule, groups: Dict[str, Optional[str]]) -> Record:
+        values: Record = {}
+        for field in rule.fields:
+            text = groups.get(field.group)
+            if text is None:
+                continue  # an optional part of the line that is not there
+            try:
+                values[field.name] = field.value(text)
+            except ValueError:
+                self.counts["field_errors"] += 1
+        return values
+
+    def _feed_json(self, obj: Dict[str, Any], line_no: int, now: float, out: List[Item]) -> None:
+        values = jsonl_values(obj)
+        for key in ("seq", "source", "segment", "line"):
+            values.pop(key, None)  # ours to assign, whatever the writer put there
+        if not isinstance(values.get("time"), (int, float)):
+            values["time"] = now
+        values["line"] = line_no
+        if isinstance(values.get("kind"), str):
+            self._emit_event(values, out)
+        elif isinstance(values.get("step"), int):
+            self._emit_pending(out)
+            self._emit({"step": values.pop("step"), **values}, out)
+
+    # -- state transitions ----------------------------------------------------------------------------------
+    def _attach(self, rule: Rule, groups: Dict[str, Optional[str]], when: float, line_no: int, out: List[Item]) -> None:
+        values = self._values(rule, groups)
+        if self._pending is not None:
+            record, waiting, _ = self._pending
+            for key, value in values.items():
+                record.setdefault(key, value)
+            waiting.discard(rule.name)
+            if not waiting:
+                self._emit_pending(out)
+        elif self._last is not None and values:
+            # The record already left (grace expired): the late fields become a record of the same step.
+            late: Record = {"step": self._last["step"]}
+            if "epoch" in self._last:
+                late["epoch"] = self._last["epoch"]
+            late.update(time=when, line=line_no)
+            late.update(values)
+            self._emit(late, out)
+
+    def _emit_pending(self, out: List[Item]) -> None:
+        if self._pending is not None:
+            record = self._pending[0]
+            self._pending = None
+            self._emit(record, out)
+
+    def _emit(self, record: Record, out: List[Item]) -> None:
+        if self._last is not None and record["step"] < self._last["step"]:
+            self._segment += 1  # resume from a checkpoint or a relaunch: a new run segment, never a zig-zag
+        record["segment"] = self._segment
+        self._last = record
+        self.counts["records"] += 1
+        out.append(Item("record", record))
+
+    def _emit_event(self, event: Record, out: List[Item]) -> None:
+        last = self._pending[0] if self._pending is not None else self._last
+        if "step" not in event and last is not None:
+            event["step"] = last["step"]
+        self.counts["events"] += 1
+        out.append(Item("event", event))
+
+    def _continue_event(self, text: str) -> None:
+        event, lines, since = self._open_event  # type: ignore[misc]
+        if len(lines) < MAX_EVENT_LINES:
+            lines.append(text[:MAX_EVENT_CHARS])
+
+    def _close_event(self, out: List[Item]) -> None:
+        if self._open_event is not None:
+            event, lines, _ = self._open_event
+            self._open_event = None
+            event["message"] = "\n".join(lines)[:MAX_EVENT_CHARS]
+            self._emit_event(event, out)
+
+
+def _starts_record(match: _Match) -> bool:
+    if match.obj is not None:
+        return "kind" not in match.obj and "step" in match.obj
+    return match.rule is not None and match.rule.kind == "record"
+
+
+def _match_format(fmt: Format, text: str) -> Optional[_Match]:
+    """Strip the first matching prefix, then try the rules on the message (stateless)."""
+    if fmt.jsonl:
+        return _match_jsonl(fmt, text)
+    message, when, level, prefixed = text, None, None, False
+    for prefix in fmt.prefixes:
+        found = prefix.regex.match(text)
+        if found is None:
+            continue
+        parts = found.groupdict()
+        message, level, prefixed = parts["message"], parts.get("level"), True
+        if prefix.parse_time is not None and parts.get("time"):
+            try:
+                when = prefix.parse_time(parts["time"])
+            except ValueError:
+                when = None
+        break
+    for rule in fmt.rules:
+        found = rule.regex.search(message)
+        if found is not None:
+            return _Match(fmt, rule, found.groupdict(), when, level, prefixed, message)
+    if prefixed:
+        return _Match(fmt, None, {}, when, level, True, message)
+    return _Match(fmt, None, {}, None, None, False, message)
+
+
+def _match_jsonl(fmt: Format, text: str) -> Optional[_Match]:
+    """A JSON object per line in DESIGN.md's record shape (what tailer.callback writes)."""
+    stripped = text.strip()
+    if not stripped.startswith("{"):
+        return _Match(fmt, None, {}, None, None, False, text)
+    try:
+        obj = json.loads(stripped)
+    except ValueError:
+        return _Match(fmt, None, {}, None, None, False, text)
+    if not isinstance(obj, dict):
+        return None
+    return _Match(fmt, None, {}, None, None, False, text, obj)
+
+
+def jsonl_values(obj: Dict[str, Any]) -> Record:
+    """Numbers of a JSONL record, with "NaN"/"Infinity" strings back to floats; reserved keys are kept."""
+    out: Record = {}
+    for key, value in obj.items():
+        if isinstance(value, bool):
+            out[key] = int(value)
+        elif isinstance(value, (int, float)) or value is None:
+            out[key] = value
+        elif isinstance(value, str) and (value in _NON_FINITE or key in RESERVED):
+            out[key] = _NON_FINITE.get(value, value)
+    return out

@@ -1,0 +1,128 @@
+"""Value converters for captured regex groups: the `type` of a field in a format file.
+
+Every converter takes the captured text and returns a Python value, or raises ValueError. Numbers
+are forgiving about the renderings real logs use: `[1.4372426]` (a shape-(1,) array), `  nan`
+(padded), `1.e-05` / `0.` (numpy's array2string), `None` / `N/A` (no value -> None).
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+import re
+import time
+from typing import Callable, Dict, Optional, Union
+
+Value = Union[int, float, str, None]
+
+#: Words that mean "no value here" in MindFormers/MindSpore logs; they convert to None (JSON null).
+NULL_WORDS = frozenset({"none", "n/a", "null", "unavailable", ""})
+
+_BOOL_WORDS = {"true": 1, "false": 0, "1": 1, "0": 0, "yes": 1, "no": 0, "[ true]": 1, "[false]": 0}
+
+
+def _bare(text: str, unit: str) -> str:
+    """Strip whitespace, enclosing brackets and a trailing unit: ' [1.5] ' -> '1.5', '512ms' -> '512'."""
+    text = text.strip()
+    if unit and text.endswith(unit):
+        text = text[: -len(unit)].rstrip()
+    if text.startswith("[") and text.endswith("]"):
+        text = text[1:-1].strip()
+    return text
+
+
+def to_float(text: str, unit: str = "") -> Optional[float]:
+    """'1.e-05' -> 1e-05, '[nan]' -> nan, 'inf' -> inf, 'None' -> None."""
+    bare = _bare(text, unit)
+    if bare.lower() in NULL_WORDS:
+        return None
+    return float(bare)  # float() accepts nan/inf/Infinity/1.e-05/0. in any case
+
+
+def to_int(text: str, unit: str = "") -> Optional[int]:
+    """'  42' -> 42; '42.0' -> 42 (a float rendering of a whole number); 'None' -> None."""
+    bare = _bare(text, unit)
+    if bare.lower() in NULL_WORDS:
+        return None
+    try:
+        return int(bare)
+    except ValueError:
+        number = float(bare)
+        if not number.is_integer():
+            raise
+        return int(number)
+
+
+def to_bool(text: str, unit: str = "") -> Optional[int]:
+    """'True' -> 1, 'False' -> 0 (numbers, so a bool can be charted); 'None' -> None."""
+    bare = text.strip().lower()
+    if bare in NULL_WORDS:
+        return None
+    if bare not in _BOOL_WORDS:
+        raise ValueError(f"not a boolean: {text!r}")
+    return _BOOL_WORDS[bare]
+
+
+def to_str(text: str, unit: str = "") -> Optional[str]:
+    return text.strip()
+
+
+_DURATION = re.compile(r"^(?:(\d+) days?, )?(\d+):(\d\d):(\d\d)(?:\.\d+)?$")
+
+
+def to_duration_s(text: str, unit: str = "") -> Optional[float]:
+    """`datetime.timedelta` renderings ('0:28:22', '1 day, 2:03:04') -> seconds."""
+    match = _DURATION.match(text.strip())
+    if not match:
+        raise ValueError(f"not a duration: {text!r}")
+    days, hours, minutes, seconds = (int(g or 0) for g in match.groups())
+    return float(((days * 24 + hours) * 60 + minutes) * 60 + seconds)
+
+
+def parse_local_time(text: str, fmt: str) -> float:
+    """A log timestamp (local time, no zone, as Python's logging writes it) -> unix seconds."""
+    parsed = datetime.datetime.strptime(text.strip(), fmt)
+    return time.mktime(parsed.timetuple()) + parsed.microsecond / 1e6
+
+
+_MINDSPORE_CLOCK = re.compile(r"^(\d{4}-\d\d-\d\d-\d\d:\d\d:\d\d)\.(\d{1,3})\.(\d{0,3})$")
+
+
+def parse_mindspore_time(text: str) -> float:
+    """MindSpore's logger clock `2026-01-20-03:15:44.908.089` -> unix seconds.
+
+    MindSpore prints `str(round(msecs * 1000))` split after three digits, without zero padding, so 43.152 ms
+    prints as `.431.52`: the digits concatenated are the microseconds (43152), whatever their count.
+    """
+    match = _MINDSPORE_CLOCK.match(text.strip())
+    if not match:
+        raise ValueError(f"not a MindSpore timestamp: {text!r}")
+    base = datetime.datetime.strptime(match.group(1), "%Y-%m-%d-%H:%M:%S")
+    micros = int(match.group(2) + match.group(3))
+    return time.mktime(base.timetuple()) + micros / 1e6
+
+
+CONVERTERS: Dict[str, Callable[[str, str], Value]] = {
+    "float": to_float,
+    "int": to_int,
+    "bool": to_bool,
+    "str": to_str,
+    "duration": to_duration_s,
+}
+
+#: Time formats accepted by a prefix's `time_format`: any strptime string, or one of these names.
+NAMED_TIME_FORMATS: Dict[str, Callable[[str], float]] = {
+    "mindspore": parse_mindspore_time,
+    "unix": lambda text: float(text),
+}
+
+
+def time_parser(fmt: str) -> Callable[[str], float]:
+    """The function turning a captured timestamp into unix seconds for a `time_format` setting."""
+    if fmt in NAMED_TIME_FORMATS:
+        return NAMED_TIME_FORMATS[fmt]
+    return lambda text: parse_local_time(text, fmt)
+
+
+def is_finite(value: object) -> bool:
+    return not isinstance(value, float) or math.isfinite(value)

@@ -1,0 +1,250 @@
+"""Format files (TOML) -> validated `Format` objects: built-ins, user files, and `--pattern` one-liners.
+
+Every problem is a `FormatError` naming the file, the rule and the reason, raised before anything runs.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from importlib import resources
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
+
+from .kinds import CONVERTERS, NAMED_TIME_FORMATS, time_parser
+from .schema import RESERVED, RULE_KINDS, STEP_GROUPS, Field, Format, FormatError, Prefix, Rule
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.9/3.10
+    import tomli as tomllib
+
+BUILTIN_ORIGIN = "built-in"
+PATTERN_ORIGIN = "--pattern"
+_FORMAT_KEYS = {"name", "description", "priority", "prefix", "rule", "error_levels", "jsonl"}
+_RULE_KEYS = {"name", "kind", "regex", "fields", "wait_for", "event", "multiline"}
+_FIELD_KEYS = {"type", "rename", "unit", "scale"}
+
+
+def user_formats_dir() -> Path:
+    """Where a user's own format files are picked up: `$MSTAIL_FORMATS_DIR`, else
+    `$XDG_CONFIG_HOME/mstail/formats` (default `~/.config/mstail/formats`)."""
+    explicit = os.environ.get("MSTAIL_FORMATS_DIR")
+    if explicit:
+        return Path(explicit)
+    config_home = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(config_home) / "mstail" / "formats"
+
+
+def builtin_formats() -> List[Format]:
+    """The formats shipped in parsers/formats/*.toml."""
+    folder = resources.files("parsers") / "formats"
+    entries = sorted((entry for entry in folder.iterdir() if entry.name.endswith(".toml")), key=lambda e: e.name)
+    return [parse_format(entry.read_text(encoding="utf-8"), BUILTIN_ORIGIN, entry.name[: -len(".toml")]) for entry in entries]
+
+
+def load_format_file(path: "str | os.PathLike[str]") -> Format:
+    """Read and validate one format file; its name defaults to the file stem."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise FormatError(str(path), f"cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise FormatError(str(path), "not UTF-8 text") from None
+    return parse_format(text, str(path), path.stem)
+
+
+def load_formats(
+    files: Sequence["str | os.PathLike[str]"] = (),
+    patterns: Sequence[str] = (),
+    user_dir: Optional[Path] = None,
+) -> List[Format]:
+    """All formats in detection order: `--pattern`s, `--formats` files, the user folder, then built-ins.
+
+    Args:
+        files: format files given with `--formats` (each must load, else FormatError).
+        patterns: ad hoc regexes given with `--pattern`; their named groups become metrics.
+        user_dir: the per-user formats folder; None means `user_formats_dir()`.
+    """
+    found: List[Format] = [pattern_format(p, i) for i, p in enumerate(patterns)]
+    found += [load_format_file(f) for f in files]
+    folder = user_formats_dir() if user_dir is None else user_dir
+    if folder.is_dir():
+        found += [load_format_file(f) for f in sorted(folder.glob("*.toml"))]
+    builtins = sorted(builtin_formats(), key=lambda f: -f.priority)
+    taken = {f.name for f in found}
+    # A user format with a built-in's name replaces it, as a copied-and-edited file should.
+    return found + [f for f in builtins if f.name not in taken]
+
+
+def pattern_format(regex: str, index: int = 0) -> Format:
+    """A one-rule format from `--pattern REGEX`: named groups become float metrics; without a `step`
+    group the step counts the matching lines."""
+    name = "pattern" if index == 0 else f"pattern{index + 1}"
+    compiled = _compile(regex, PATTERN_ORIGIN, name)
+    if not compiled.groupindex:
+        raise FormatError(PATTERN_ORIGIN, "the regex has no named groups (write (?P<loss>...) for a metric)", name)
+    rule = Rule(name=name, kind="record", regex=compiled, fields=_fields({}, compiled, PATTERN_ORIGIN, name))
+    return Format(name=name, origin=PATTERN_ORIGIN, description=f"--pattern {regex}", priority=100, rules=(rule,))
+
+
+def parse_format(text: str, origin: str, default_name: str) -> Format:
+    """Validate TOML text as a format; `origin` names it in errors and in `mstail formats`."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise FormatError(origin, f"not valid TOML: {exc}") from None
+    _reject_unknown(data, _FORMAT_KEYS, origin, None, "top-level key")
+    name = data.get("name", default_name)
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+        raise FormatError(origin, f"name must be letters, digits, '_', '.', '-': {name!r}")
+    jsonl = _typed(data, "jsonl", bool, False, origin, None)
+    prefixes = tuple(_prefix(p, origin, i) for i, p in enumerate(_table_list(data, "prefix", origin)))
+    rules = tuple(_rule(r, origin, i) for i, r in enumerate(_table_list(data, "rule", origin)))
+    if not rules and not jsonl:
+        raise FormatError(origin, "no [[rule]] tables: a format needs at least one record rule")
+    if not jsonl and not any(r.kind == "record" for r in rules):
+        raise FormatError(origin, "no rule with kind = \"record\": nothing would become a step record")
+    names = [r.name for r in rules]
+    for rule in rules:
+        if names.count(rule.name) > 1:
+            raise FormatError(origin, "two rules share this name", rule.name)
+        for wanted in rule.wait_for:
+            if not any(r.name == wanted and r.kind == "attach" for r in rules):
+                raise FormatError(origin, f"wait_for names {wanted!r}, which is not an attach rule", rule.name)
+    levels = _typed(data, "error_levels", list, [], origin, None)
+    return Format(
+        name=name,
+        origin=origin,
+        description=_typed(data, "description", str, "", origin, None),
+        priority=_typed(data, "priority", int, 0, origin, None),
+        prefixes=prefixes,
+        rules=rules,
+        error_levels=tuple(str(level) for level in levels),
+        jsonl=jsonl,
+    )
+
+
+def _prefix(data: Mapping[str, Any], origin: str, index: int) -> Prefix:
+    name = str(data.get("name", f"prefix{index + 1}"))
+    _reject_unknown(data, {"name", "regex", "time_format"}, origin, name, "prefix key")
+    regex = _compile(_required_str(data, "regex", origin, name), origin, name)
+    if "message" not in regex.groupindex:
+        raise FormatError(origin, "a prefix regex needs a (?P<message>...) group for the text after it", name)
+    time_format = data.get("time_format")
+    if "time" in regex.groupindex and not isinstance(time_format, str):
+        raise FormatError(
+            origin, f"a (?P<time>...) group needs time_format (strptime, or one of {sorted(NAMED_TIME_FORMATS)})", name
+        )
+    return Prefix(name=name, regex=regex, parse_time=time_parser(time_format) if "time" in regex.groupindex else None)
+
+
+def _rule(data: Mapping[str, Any], origin: str, index: int) -> Rule:
+    name = str(data.get("name", f"rule{index + 1}"))
+    _reject_unknown(data, _RULE_KEYS, origin, name, "rule key")
+    kind = data.get("kind", "record")
+    if kind not in RULE_KINDS:
+        raise FormatError(origin, f"kind must be one of {', '.join(RULE_KINDS)}, not {kind!r}", name)
+    regex = _compile(_required_str(data, "regex", origin, name), origin, name)
+    fields_table = data.get("fields", {})
+    if not isinstance(fields_table, dict):
+        raise FormatError(origin, "fields must be a table", name)
+    fields = _fields(fields_table, regex, origin, name)
+    if kind == "record" and not ({"step", "step_in_epoch"} & set(regex.groupindex)):
+        raise FormatError(
+            origin, "no step source: a record rule needs a (?P<step>...) or (?P<step_in_epoch>...) group", name
+        )
+    event = data.get("event", "")
+    if kind == "event" and not (isinstance(event, str) and event):
+        raise FormatError(origin, "an event rule needs event = \"<kind>\" (checkpoint, eval, error, end, start ...)", name)
+    wait_for = data.get("wait_for", [])
+    if not isinstance(wait_for, list) or not all(isinstance(w, str) for w in wait_for):
+        raise FormatError(origin, "wait_for must be a list of attach-rule names", name)
+    return Rule(
+        name=name,
+        kind=kind,
+        regex=regex,
+        fields=fields,
+        wait_for=tuple(wait_for),
+        event=event,
+        multiline=bool(data.get("multiline", False)),
+    )
+
+
+def _fields(table: Mapping[str, Any], regex: "re.Pattern[str]", origin: str, rule: str) -> tuple:
+    """One Field per named group that is not a step group; undeclared groups are floats."""
+    for group in table:
+        if group not in regex.groupindex:
+            raise FormatError(origin, f"fields.{group} names no (?P<{group}>...) group of the regex", rule)
+    fields = []
+    for group in regex.groupindex:
+        if group in STEP_GROUPS or group.startswith("_"):
+            continue
+        spec = table.get(group, "float")
+        if isinstance(spec, str):
+            spec = {"type": spec}
+        if not isinstance(spec, dict):
+            raise FormatError(origin, f"fields.{group} must be a type name or a table", rule)
+        _reject_unknown(spec, _FIELD_KEYS, origin, rule, f"key of fields.{group}")
+        type_name = spec.get("type", "float")
+        if type_name not in CONVERTERS:
+            raise FormatError(origin, f"fields.{group}: unknown type {type_name!r} (use {', '.join(CONVERTERS)})", rule)
+        out = spec.get("rename", group)
+        if not isinstance(out, str) or not out:
+            raise FormatError(origin, f"fields.{group}: rename must be a non-empty string", rule)
+        if out in RESERVED:
+            raise FormatError(origin, f"fields.{group}: {out!r} is a reserved name and cannot be a metric", rule)
+        scale = spec.get("scale")
+        if scale is not None and not isinstance(scale, (int, float)):
+            raise FormatError(origin, f"fields.{group}: scale must be a number", rule)
+        unit = spec.get("unit", "")
+        if not isinstance(unit, str):
+            raise FormatError(origin, f"fields.{group}: unit must be a string", rule)
+        fields.append(Field(group=group, name=out, convert=CONVERTERS[type_name], unit=unit, scale=scale))
+    return tuple(fields)
+
+
+def _compile(pattern: str, origin: str, rule: Optional[str]) -> "re.Pattern[str]":
+    # PCRE-style (?<name>...) is common in lnav/fluent-bit formats people copy from; Python needs (?P<name>.
+    pattern = re.sub(r"\(\?<(?=[A-Za-z_])", "(?P<", pattern)
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise FormatError(origin, f"bad regex: {exc}", rule) from None
+
+
+def _table_list(data: Mapping[str, Any], key: str, origin: str) -> Iterable[Mapping[str, Any]]:
+    value = data.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise FormatError(origin, f"{key} must be an array of tables ([[{key}]])")
+    return value
+
+
+def _required_str(data: Mapping[str, Any], key: str, origin: str, rule: str) -> str:
+    value = data.get(key)
+    if not isinstance(value, str) or not value:
+        raise FormatError(origin, f"missing {key} (a string)", rule)
+    return value
+
+
+def _typed(data: Mapping[str, Any], key: str, kind: type, default: Any, origin: str, rule: Optional[str]) -> Any:
+    value = data.get(key, default)
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise FormatError(origin, f"{key} must be a {kind.__name__}", rule)
+    return value
+
+
+def _reject_unknown(data: Mapping[str, Any], allowed: set, origin: str, rule: Optional[str], what: str) -> None:
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        raise FormatError(origin, f"unknown {what} {unknown[0]!r} (allowed: {', '.join(sorted(allowed))})", rule)
+
+
+def format_table(formats: Sequence[Format]) -> Dict[str, Format]:
+    """Formats by name (the first of a name wins, as in detection order)."""
+    table: Dict[str, Format] = {}
+    for fmt in formats:
+        table.setdefault(fmt.name, fmt)
+    return table

@@ -1,0 +1,87 @@
+"""The compiled shape of a format file (see the README section "Formats" for the TOML schema)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional, Pattern, Tuple
+
+from .kinds import Value
+
+#: Keys every record or event carries; a format cannot produce metrics with these names.
+RESERVED = frozenset({"seq", "source", "step", "epoch", "time", "segment", "line", "kind", "message"})
+
+#: Group names the engine reads to compute the global step (they never become metrics):
+#: `step` (already global), or `epoch` + `step_in_epoch` [+ `steps_per_epoch`, else inferred]; `epochs`
+#: (total epochs) and `total_steps` tell how long the run is.
+STEP_GROUPS = frozenset({"step", "epoch", "step_in_epoch", "steps_per_epoch", "epochs", "total_steps"})
+
+RULE_KINDS = ("record", "attach", "event")
+
+
+class FormatError(ValueError):
+    """A format file is unusable; the message names the file, the rule and the reason."""
+
+    def __init__(self, origin: str, reason: str, rule: Optional[str] = None) -> None:
+        where = f"{origin}: rule '{rule}'" if rule else origin
+        super().__init__(f"{where}: {reason}")
+        self.origin, self.rule, self.reason = origin, rule, reason
+
+
+@dataclass(frozen=True)
+class Field:
+    """How one named group becomes a value: `type` converter, output `name`, `unit` suffix to strip,
+    `scale` factor for numbers."""
+
+    group: str
+    name: str
+    convert: Callable[[str, str], Value]
+    unit: str = ""
+    scale: Optional[float] = None
+
+    def value(self, text: str) -> Value:
+        result = self.convert(text, self.unit)
+        if self.scale is not None and isinstance(result, (int, float)):
+            result = result * self.scale
+        return result
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One regex tried against a line's message.
+
+    kind: `record` starts a step record, `attach` adds its fields to the record just started (the
+    MindFormers progress line), `event` emits an event of kind `event`.
+    wait_for: attach rules whose arrival completes a record; until then (or `grace` seconds) it is held.
+    multiline: following lines that carry no prefix and match no rule are appended to the event's message.
+    """
+
+    name: str
+    kind: str
+    regex: Pattern[str]
+    fields: Tuple[Field, ...]
+    wait_for: Tuple[str, ...] = ()
+    event: str = ""
+    multiline: bool = False
+
+
+@dataclass(frozen=True)
+class Prefix:
+    """A logger envelope around the message: groups `message` (required), `time`, `level`."""
+
+    name: str
+    regex: Pattern[str]
+    parse_time: Optional[Callable[[str], float]] = None
+
+
+@dataclass(frozen=True)
+class Format:
+    """A parsed and validated format file."""
+
+    name: str
+    origin: str  # "built-in", a file path, or "--pattern"
+    description: str = ""
+    priority: int = 0
+    prefixes: Tuple[Prefix, ...] = ()
+    rules: Tuple[Rule, ...] = ()
+    error_levels: Tuple[str, ...] = ()
+    jsonl: bool = False

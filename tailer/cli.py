@@ -1,0 +1,208 @@
+"""The `mstail` command: a thin layer from argv to `Config` and the functions that do the work.
+
+    mstail --log PATH [--log PATH ...]   follow logs and serve the page (same as `mstail serve`)
+    mstail parse LOG... --to jsonl|csv   legacy logs, offline
+    mstail formats                       list the formats and where each came from
+    mstail demo                          a simulated training, followed and served
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import List, Optional, Sequence
+
+from parsers import Format, FormatError, format_table, load_formats
+
+from .config import DEFAULT_PORT, Config
+
+COMMANDS = ("serve", "parse", "formats", "demo")
+
+
+class UsageError(Exception):
+    """A mistake on the command line: printed as one line, exit status 2."""
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if not args_list or args_list[0] not in COMMANDS + ("-h", "--help", "--version"):
+        args_list.insert(0, "serve")  # `mstail --log FILE` means `mstail serve --log FILE`
+    parser = _build_parser()
+    args = parser.parse_args(args_list)
+    logging.basicConfig(level=logging.WARNING, format="mstail: %(message)s")
+    try:
+        return args.run(args)
+    except (UsageError, FormatError) as exc:
+        print(f"mstail: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # `mstail parse LOG | head`: the reader left; that is not an error. Silence the final flush too.
+        sys.stdout = open(os.devnull, "w")
+        return 0
+
+
+# -- commands ---------------------------------------------------------------------------------------------
+def _serve(args: argparse.Namespace) -> int:
+    config = _config(args)
+    if not config.logs and not config.jsonl:
+        raise UsageError("nothing to follow: give --log PATH (a file or a quoted glob such as 'output/log/rank_*/info.log')")
+    return _run_server(config, _formats(args, config.format))
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from .demo import start_demo
+
+    folder = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="mstail-demo-"))
+    log_dir = folder / "output" / "log"
+    trainings = start_demo(log_dir, ranks=args.ranks, step_s=args.step_time)
+    print(f"mstail: demo training writes {log_dir}/rank_*/info.log", file=sys.stderr)
+    config = _config(args, logs=(str(log_dir / "rank_*" / "info.log"),))
+    try:
+        return _run_server(config, _formats(args, None))
+    finally:
+        for training in trainings:
+            training.stop()
+
+
+def _parse(args: argparse.Namespace) -> int:
+    from .offline import open_output, run_parse
+
+    formats = _formats(args, args.format)
+    forced = format_table(formats)[args.format] if args.format else None
+    out = open_output(args.output)
+    try:
+        summary = run_parse(args.logs, formats, forced, args.to, out, with_events=args.events)
+    except FileNotFoundError as exc:
+        raise UsageError(f"no such log file: {exc.args[0]}") from None
+    finally:
+        out.flush()
+        if out is not sys.stdout and args.output not in (None, "-"):
+            out.close()
+    detected = ", ".join(f"{source}: {fmt}" for source, fmt in summary.formats.items())
+    print(
+        f"mstail: {summary.files} file(s), {summary.records} records, {summary.events} events, "
+        f"{summary.unmatched} unmatched metric-looking lines ({detected})",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _list_formats(args: argparse.Namespace) -> int:
+    for fmt in _formats(args, None):
+        print(f"{fmt.name:<24} {fmt.origin:<12} {fmt.description}")
+    return 0
+
+
+# -- helpers ----------------------------------------------------------------------------------------------
+def _formats(args: argparse.Namespace, wanted: Optional[str]) -> List[Format]:
+    formats = load_formats(files=args.formats or (), patterns=args.pattern or ())
+    if wanted and wanted not in format_table(formats):
+        names = ", ".join(f.name for f in formats)
+        raise UsageError(f"unknown format {wanted!r} (known: {names}; see `mstail formats`)")
+    return formats
+
+
+def _config(args: argparse.Namespace, logs: Optional[tuple] = None) -> Config:
+    if args.poll is not None and args.poll <= 0:
+        raise UsageError("--poll needs a positive number of seconds")
+    return Config(
+        logs=tuple(logs if logs is not None else args.log or ()),
+        jsonl=tuple(getattr(args, "jsonl", None) or ()),
+        format=getattr(args, "format", None),
+        format_files=tuple(args.formats or ()),
+        patterns=tuple(args.pattern or ()),
+        host=args.host,
+        port=args.port,
+        open_browser=args.open,
+        poll_s=args.poll,
+    )
+
+
+def _run_server(config: Config, formats: Sequence[Format]) -> int:
+    from .discovery import expand
+    from .serve import ServeError, bind, serve, url_of
+
+    try:
+        sock = bind(config.host, config.port)
+    except ServeError as exc:
+        raise UsageError(str(exc)) from None
+    patterns = config.logs + config.jsonl
+    found = sum(1 for p in patterns for f in expand(p) if f.is_file())
+    waiting = "" if found else ", waiting for the files to appear"
+    following = f"following {found} file{'s' if found != 1 else ''}{waiting}"
+
+    def announce() -> None:
+        print(f"mstail: serving {url_of(sock)}  ({following})", flush=True)
+
+    try:
+        asyncio.run(serve(config, formats, sock, on_started=announce))
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="mstail",
+        description="Live curves from MindSpore/MindFormers training logs. "
+        "`mstail --log output/log/rank_0/info.log` follows the log and serves a dashboard.",
+        epilog="Without a command, `serve` is meant: see `mstail serve --help` for --log, --port, --poll and the rest.",
+    )
+    parser.add_argument("--version", action="version", version=f"mstail {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="{serve,parse,formats,demo}")
+
+    def format_options(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--formats", action="append", metavar="FILE.toml", help="load a format file (repeatable); "
+                       "files in ~/.config/mstail/formats/ are loaded too")
+        p.add_argument("--pattern", action="append", metavar="REGEX", help="ad hoc format: a regex whose named "
+                       "groups become metrics, e.g. 'step (?P<step>\\d+) loss (?P<loss>\\S+)' (repeatable)")
+
+    def server_options(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this machine only)")
+        p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default: {DEFAULT_PORT}; 0 = any free port)")
+        p.add_argument("--open", action="store_true", help="open the page in a browser")
+        p.add_argument("--poll", type=float, metavar="SECONDS", help="read on a timer only, ignoring file events "
+                       "(for NFS/shared storage written from other nodes)")
+        format_options(p)
+
+    serve_p = commands.add_parser("serve", help="follow logs and serve the dashboard (the default command)",
+                                  description="Follow training logs from the start (history) and then live; serve the page.")
+    serve_p.add_argument("--log", action="append", metavar="PATH", help="a log file or a quoted glob "
+                         "('output/log/rank_*/info.log'); repeatable; files may appear later")
+    serve_p.add_argument("--jsonl", action="append", metavar="PATH", help="a JSONL file written by tailer.callback (repeatable)")
+    serve_p.add_argument("--format", metavar="NAME", help="use this format for every --log file instead of detecting it")
+    server_options(serve_p)
+    serve_p.set_defaults(run=_serve)
+
+    parse_p = commands.add_parser("parse", help="parse finished logs to JSONL or CSV",
+                                  description="Parse logs offline. Rotated chains (info.log.5 ... info.log) are read "
+                                  "oldest first as one source. A summary goes to stderr.")
+    parse_p.add_argument("logs", nargs="+", metavar="LOG", help="log files or globs")
+    parse_p.add_argument("--format", metavar="NAME", help="format name (default: detect per file)")
+    parse_p.add_argument("--to", choices=("jsonl", "csv"), default="jsonl", help="output format (default: jsonl)")
+    parse_p.add_argument("-o", "--output", metavar="OUT", help="output file (default: stdout)")
+    parse_p.add_argument("--events", action="store_true", help="also write events (checkpoint, error, end ...)")
+    format_options(parse_p)
+    parse_p.set_defaults(run=_parse)
+
+    formats_p = commands.add_parser("formats", help="list the formats and where each came from")
+    format_options(formats_p)
+    formats_p.set_defaults(run=_list_formats)
+
+    demo_p = commands.add_parser("demo", help="watch a simulated training live (no training needed)",
+                                 description="A simulated MindFormers training writes real-format logs; mstail follows and serves them.")
+    demo_p.add_argument("--dir", help="where the simulated run writes output/log (default: a new temporary folder)")
+    demo_p.add_argument("--ranks", type=int, default=2, help="simulated ranks (default: 2)")
+    demo_p.add_argument("--step-time", type=float, default=0.2, metavar="SECONDS", help="seconds per step (default: 0.2)")
+    server_options(demo_p)
+    demo_p.set_defaults(run=_demo)
+    return parser

@@ -1,0 +1,88 @@
+"""`--log` paths and quoted globs -> files, source ids, and the directories to watch.
+
+A pattern may name files that do not exist yet (a run that has not started): that is not an error, the
+nearest existing ancestor directory is watched until they appear.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+from pathlib import Path
+from typing import Dict, Iterable, List, Set, Tuple
+
+_GLOB_CHARS = re.compile(r"[*?\[]")
+#: File stems that say nothing about which rank or run a file is: the id uses the directory instead.
+_GENERIC_STEMS = {"info", "error", "stdout", "stderr", "mindformer", "train", "log", "output", "metrics", "worker"}
+_ROTATED = re.compile(r"\.\d+$")
+
+
+def has_glob(pattern: str) -> bool:
+    return bool(_GLOB_CHARS.search(pattern))
+
+
+def expand(pattern: str) -> List[Path]:
+    """Existing files a pattern names now (a plain path: itself, whether it exists or not)."""
+    expanded = os.path.expanduser(pattern)
+    if not has_glob(expanded):
+        return [Path(expanded)]
+    # Rotated backups (info.log.1) are read as part of their live file's history, never as sources of their own.
+    return [Path(p) for p in sorted(glob.glob(expanded, recursive=True)) if os.path.isfile(p) and not _ROTATED.search(p)]
+
+
+def watch_roots(patterns: Iterable[str]) -> Set[Tuple[Path, bool]]:
+    """(directory, recursive) pairs to watch so every file a pattern may name is seen when it changes.
+
+    The parent directory is watched, never the file itself: an inotify watch on a file dies when the file
+    is renamed by rotation (watchfiles #127/#235). A glob in a directory part, or a directory that does not
+    exist yet, needs a recursive watch of the nearest existing ancestor.
+    """
+    roots: Set[Tuple[Path, bool]] = set()
+    for pattern in patterns:
+        parent = Path(os.path.expanduser(pattern)).parent
+        static_parts: List[str] = []
+        for part in parent.parts:
+            if has_glob(part):
+                break
+            static_parts.append(part)
+        static = Path(*static_parts) if static_parts else Path(".")
+        recursive = static != parent
+        while not static.is_dir():
+            recursive = True
+            if static.parent == static:
+                break
+            static = static.parent
+        roots.add((static.resolve(), recursive))
+    return roots
+
+
+class SourceNamer:
+    """Short, stable, unique source ids: `output/log/rank_3/info.log` -> `rank_3`, `worker_3.log` -> `worker_3`.
+
+    An id, once given, never changes; a later file whose natural id is taken gets more of its path.
+    """
+
+    def __init__(self) -> None:
+        self._by_path: Dict[Path, str] = {}
+
+    def name(self, path: Path) -> str:
+        key = path.absolute()
+        if key in self._by_path:
+            return self._by_path[key]
+        parts = list(key.parts)
+        stem = Path(parts[-1]).stem
+        words = [stem] if stem.lower() not in _GENERIC_STEMS else []
+        depth = len(parts) - 2
+        while not words or self._taken("/".join(words)):
+            if depth <= 0:
+                words = [str(key)]
+                break
+            words.insert(0, parts[depth])
+            depth -= 1
+        source = "/".join(words)
+        self._by_path[key] = source
+        return source
+
+    def _taken(self, source: str) -> bool:
+        return source in self._by_path.values()

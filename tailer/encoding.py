@@ -1,0 +1,49 @@
+"""JSON for records, events and series: non-finite numbers as the strings "NaN", "Infinity", "-Infinity".
+
+The proto3 JSON convention (DESIGN.md): bare NaN is not JSON and crashes strict encoders (sse-starlette's
+JSONServerSentEvent uses allow_nan=False), and dropping a NaN would hide the most important point.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Iterable, List
+
+_NAMES = {math.inf: "Infinity", -math.inf: "-Infinity"}
+
+
+def finite_or_name(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if value != value else _NAMES[value]
+    return value
+
+
+def jsonable(obj: Any) -> Any:
+    """A copy of obj (dicts, lists, tuples, scalars) with every non-finite float replaced by its name."""
+    if isinstance(obj, float):
+        return finite_or_name(obj)
+    if isinstance(obj, dict):
+        return {key: jsonable(value) for key, value in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(value) for value in obj]
+    return obj
+
+
+def numbers(values: Iterable[float]) -> List[Any]:
+    """A list of floats ready for JSON (the fast path for series columns)."""
+    return [v if v - v == 0 else finite_or_name(v) for v in values]
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(jsonable(obj), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+#: The order keys appear in a record's JSON (reserved keys first, then metrics as the log had them).
+RECORD_KEY_ORDER = ("seq", "source", "step", "epoch", "time", "segment", "line", "kind")
+
+
+def ordered(record: dict) -> dict:
+    out = {key: record[key] for key in RECORD_KEY_ORDER if key in record}
+    out.update((key, value) for key, value in record.items() if key not in out)
+    return out

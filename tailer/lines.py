@@ -1,0 +1,94 @@
+"""Bytes -> complete lines with byte offsets; bounded, never raises on bad input.
+
+A line is handed out only once its newline has arrived (a partial last line waits), so an offset always
+points at the start of a line. Over-long lines are cut at `max_line_bytes` (the rest up to the newline is
+skipped and counted) so a 100 MB line from a crashed dump neither stalls tailing nor grows memory.
+"""
+
+from __future__ import annotations
+
+from typing import List, NamedTuple
+
+BOM = "\ufeff"
+
+
+class Line(NamedTuple):
+    text: str  # decoded, without the newline, `\r`, BOM or NUL bytes
+    start: int  # byte offset of the line in its file
+    end: int  # byte offset just past its newline
+    number: int  # 1-based line number in its file
+
+
+class LineSplitter:
+    """Accumulates bytes read from one file and splits them into `Line`s.
+
+    Args:
+        start: byte offset of the first byte that will be fed (where reading starts); default 0.
+        max_line_bytes: longer lines are cut to this length and counted in `cut_lines`; default 1 MiB.
+    """
+
+    def __init__(self, start: int = 0, max_line_bytes: int = 1 << 20, first_number: int = 1) -> None:
+        self.max_line_bytes = max_line_bytes
+        self._buffer = bytearray()
+        self._buffer_start = start  # file offset of _buffer[0]
+        self._skipping = False  # inside the cut-off tail of an over-long line
+        self._consumed = 0  # bytes of the current line seen so far (kept or skipped)
+        self.next_number = first_number
+        self.cut_lines = 0
+        self.replaced_lines = 0  # lines with invalid UTF-8 (decoded with U+FFFD)
+
+    @property
+    def offset(self) -> int:
+        """File offset where the next complete line starts (resume point for a checkpoint)."""
+        return self._buffer_start
+
+    @property
+    def pending_bytes(self) -> int:
+        return len(self._buffer)
+
+    def feed(self, data: bytes) -> List[Line]:
+        lines: List[Line] = []
+        pos = 0
+        while pos < len(data):
+            newline = data.find(b"\n", pos)
+            chunk_end = len(data) if newline < 0 else newline
+            if not self._skipping:
+                room = self.max_line_bytes - len(self._buffer)
+                piece = data[pos:chunk_end]
+                if len(piece) > room:
+                    piece = piece[: max(room, 0)]
+                    self._skipping = True
+                    self.cut_lines += 1
+                self._buffer += piece
+            if newline < 0:
+                # An unfinished line: the cut-off part is not kept, but its length still counts toward the
+                # offset of the next line.
+                self._consumed += chunk_end - pos
+                break
+            self._consumed += chunk_end - pos
+            end = self._buffer_start + self._consumed + 1
+            lines.append(self._make_line(end))
+            pos = newline + 1
+        return lines
+
+    def _make_line(self, end: int) -> Line:
+        raw = bytes(self._buffer)
+        text = raw.decode("utf-8", errors="replace")
+        if "\ufffd" in text and b"\xef\xbf\xbd" not in raw:
+            self.replaced_lines += 1
+        if text.endswith("\r"):
+            text = text[:-1]
+        if "\r" in text:
+            # A `\r` progress bar redraws the line: what a terminal would show is the last redraw.
+            text = text.rsplit("\r", 1)[1]
+        if "\x00" in text:
+            text = text.replace("\x00", "")
+        if self._buffer_start == 0 and text.startswith(BOM):
+            text = text[1:]
+        line = Line(text, self._buffer_start, end, self.next_number)
+        self.next_number += 1
+        self._buffer.clear()
+        self._buffer_start = end
+        self._consumed = 0
+        self._skipping = False
+        return line

@@ -1,0 +1,163 @@
+"""`mstail parse`: legacy logs -> records as JSONL or CSV, offline.
+
+A rotated chain (`info.log.5` ... `info.log.1`, `info.log`) is read oldest first as one source, whether the
+backups were named on the command line or not. Lines are split exactly as when following (bounded length,
+invalid UTF-8 replaced), so a finished log parses to the same records a live run showed.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import re
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional, Sequence, TextIO
+
+from parsers import Format, Item, SourceParser
+
+from .discovery import SourceNamer, expand
+from .encoding import dumps, finite_or_name, ordered
+from .lines import LineSplitter
+
+_ROTATED = re.compile(r"^(?P<base>.+)\.(?P<n>\d+)$")
+READ_CHUNK = 1 << 20
+PROGRESS_MIN_BYTES = 8 << 20  # smaller inputs parse too fast for a progress bar to help
+
+
+@dataclass
+class Chain:
+    """One source: its files oldest first."""
+
+    source: str
+    files: List[Path]
+
+
+@dataclass
+class Summary:
+    files: int = 0
+    records: int = 0
+    events: int = 0
+    unmatched: int = 0
+    formats: Dict[str, str] = field(default_factory=dict)  # source -> detected format
+
+
+def chains(inputs: Sequence[str]) -> List[Chain]:
+    """Group the given paths/globs into rotated chains; missing inputs raise FileNotFoundError."""
+    paths: List[Path] = []
+    for pattern in inputs:
+        found = expand(pattern)
+        found = [p for p in found if p.is_file()] if found else []
+        if not found:
+            raise FileNotFoundError(pattern)
+        paths += found
+    given = {p.absolute() for p in paths}
+    namer = SourceNamer()
+    out: List[Chain] = []
+    seen: set = set()
+    for path in paths:
+        rotated = _ROTATED.match(path.name)
+        if rotated and (path.parent / rotated.group("base")).absolute() in given:
+            continue  # a backup of a live file that was given too: read as part of that chain
+        key = path.absolute()
+        if key in seen:
+            continue
+        seen.add(key)
+        files = _backups(path) + [path] if not rotated else [path]
+        out.append(Chain(source=namer.name(path), files=files))
+    return out
+
+
+def _backups(path: Path) -> List[Path]:
+    pattern = re.compile(re.escape(path.name) + r"\.(\d+)$")
+    numbered = []
+    for sibling in path.parent.iterdir() if path.parent.is_dir() else []:
+        found = pattern.match(sibling.name)
+        if found and sibling.is_file():
+            numbered.append((int(found.group(1)), sibling))
+    return [p for _, p in sorted(numbered, reverse=True)]
+
+
+def parse_chain(chain: Chain, parser: SourceParser, progress=None) -> Iterator[Item]:  # type: ignore[no-untyped-def]
+    """Items of one chain in order; `progress(n_bytes)` is called as bytes are read."""
+    now = time.time()
+    for path in chain.files:
+        splitter = LineSplitter()
+        with open(path, "rb") as handle:
+            while True:
+                data = handle.read(READ_CHUNK)
+                if not data:
+                    break
+                if progress is not None:
+                    progress(len(data))
+                for line in splitter.feed(data):
+                    yield from parser.feed(line.text, line.number, now)
+            if splitter.pending_bytes:  # a finished log may end without a newline
+                for line in splitter.feed(b"\n"):
+                    yield from parser.feed(line.text, line.number, now)
+    yield from parser.flush(now, force=True)
+
+
+def run_parse(
+    inputs: Sequence[str],
+    formats: Sequence[Format],
+    forced: Optional[Format],
+    to: str,
+    out: TextIO,
+    with_events: bool = False,
+) -> Summary:
+    """Parse every chain and write records (and events, if asked) to `out` as `to` ("jsonl" or "csv")."""
+    groups = chains(inputs)
+    summary = Summary(files=sum(len(g.files) for g in groups))
+    total_bytes = sum(os.path.getsize(f) for g in groups for f in g.files)
+    bar = _progress_bar(total_bytes)
+    rows: List[dict] = []
+    for group in groups:
+        parser = SourceParser(formats, forced=forced)
+        for item in parse_chain(group, parser, progress=bar.update if bar else None):
+            if item.kind == "event":
+                summary.events += 1
+                if not with_events:
+                    continue
+            else:
+                summary.records += 1
+            row = ordered({"source": group.source, **item.data})
+            if to == "jsonl":
+                out.write(dumps(row) + "\n")
+            else:
+                rows.append(row)
+        summary.formats[group.source] = parser.format.name if parser.format else "none"
+        summary.unmatched += parser.counts["unmatched_metric_lines"]
+    if bar:
+        bar.close()
+    if to == "csv":
+        _write_csv(rows, out)
+    return summary
+
+
+def _write_csv(rows: List[dict], out: TextIO) -> None:
+    columns: Dict[str, None] = {}
+    for row in rows:
+        columns.update((key, None) for key in row)
+    writer = csv.DictWriter(out, fieldnames=list(columns), extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({key: ("" if value is None else finite_or_name(value)) for key, value in row.items()})
+
+
+def _progress_bar(total: int):  # type: ignore[no-untyped-def]
+    if total < PROGRESS_MIN_BYTES:
+        return None
+    from tqdm import tqdm
+
+    # tqdm turns itself off when stderr is not a terminal (disable=None), so pipes and CI stay clean.
+    return tqdm(total=total, unit="B", unit_scale=True, desc="parsing", file=sys.stderr, disable=None)
+
+
+def open_output(path: Optional[str]) -> TextIO:
+    if path is None or path == "-":
+        return io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", newline="\n", write_through=False)
+    return open(path, "w", encoding="utf-8", newline="")

@@ -1,0 +1,91 @@
+"""The composition root: tailer + store + hub + web app under one uvicorn server, in one event loop.
+
+This is the only module of `tailer` that imports `web` (DESIGN.md's dependency direction).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import socket
+import webbrowser
+from typing import Callable, Optional, Sequence
+
+import uvicorn
+
+from parsers import Format
+
+from .config import Config
+from .hub import Hub
+from .sidecar import Tailer
+from .store import Store
+
+
+class ServeError(Exception):
+    """A user-facing reason serving cannot start (port in use, bad address)."""
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """Bind the listening socket before anything else, so a busy port is one clear error."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise ServeError(
+                f"port {port} on {host} is in use (another mstail?); pick another with --port N, or --port 0 for any free port"
+            ) from None
+        raise ServeError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock
+
+
+def url_of(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{port}"
+
+
+async def serve(
+    config: Config,
+    formats: Sequence[Format],
+    sock: socket.socket,
+    on_started: Optional[Callable[[], None]] = None,
+) -> None:
+    """Tail and serve until Ctrl-C / SIGTERM; exits within `config.shutdown_timeout_s` + a little."""
+    from web import create_app  # the composition root is the one place tailer may import web
+
+    store, hub = Store(), Hub()
+    tailer = Tailer(config, formats, store, hub)
+    app = create_app(store, hub, health=lambda: {"passes": tailer.passes})
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+            timeout_graceful_shutdown=config.shutdown_timeout_s,
+        )
+    )
+    stop = asyncio.Event()
+    tailing = asyncio.create_task(tailer.run(stop))
+    announce = asyncio.create_task(_when_started(server, sock, config, on_started))
+    try:
+        await server.serve(sockets=[sock])
+    finally:
+        stop.set()
+        announce.cancel()
+        await tailing
+
+
+async def _when_started(server: uvicorn.Server, sock: socket.socket, config: Config, on_started: Optional[Callable[[], None]]) -> None:
+    while not server.started:
+        await asyncio.sleep(0.02)
+    if on_started is not None:
+        on_started()
+    if config.open_browser:
+        await asyncio.to_thread(webbrowser.open, url_of(sock))

@@ -1,0 +1,176 @@
+"""The tailing loop: discover files, read them, parse lines, store records, publish batches.
+
+How it runs: one asyncio task. Each *pass* runs in a worker thread (file IO and regex work must not
+block the web server): it expands the `--log` patterns, lets every follower read up to its byte budget
+(so one flooding file cannot starve the others), feeds the lines to that source's parser and returns the
+parsed items. Back on the event loop the items enter the store (which numbers them) and go out to the
+hub as one batch. Then the loop sleeps until a watchfiles event, the safety timer, or — when a record
+is waiting for its progress line — the parser's grace period; if a follower hit its budget it goes again
+at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Set, Tuple
+
+from parsers import Format, Item, SourceParser, format_table
+
+from .config import Config
+from .discovery import SourceNamer, expand, watch_roots
+from .follower import FileFollower
+from .hub import Hub
+from .store import Store
+from .watch import watch_directories
+
+log = logging.getLogger("mstail.sidecar")
+
+
+@dataclass
+class _Source:
+    id: str
+    follower: FileFollower
+    parser: SourceParser
+
+
+class Tailer:
+    """Follows the files of a `Config` into a `Store` and a `Hub`.
+
+    Args:
+        config: the settings (patterns, polling, budgets).
+        formats: formats in detection order (from `parsers.load_formats`).
+        store: where parsed history goes.
+        hub: where each pass's new items are published.
+    """
+
+    def __init__(self, config: Config, formats: Sequence[Format], store: Store, hub: Hub) -> None:
+        self.config = config
+        self.formats = list(formats)
+        self.store = store
+        self.hub = hub
+        table = format_table(self.formats)
+        self._forced = table.get(config.format) if config.format else None
+        self._jsonl = table.get("jsonl")
+        self._patterns: List[Tuple[str, Optional[Format]]] = [(p, self._forced) for p in config.logs]
+        self._patterns += [(p, self._jsonl) for p in config.jsonl]
+        self._sources: Dict[Path, _Source] = {}
+        self._namer = SourceNamer()
+        self._wake = asyncio.Event()
+        self.passes = 0
+
+    @property
+    def source_count(self) -> int:
+        return len(self._sources)
+
+    def discover(self) -> List[_Source]:
+        """Register files the patterns name now; returns the new ones (runs in the pass thread)."""
+        new = []
+        for pattern, forced in self._patterns:
+            for path in expand(pattern):
+                key = path.absolute()
+                if key in self._sources:
+                    continue
+                source = _Source(
+                    id=self._namer.name(path),
+                    follower=FileFollower(path, self.config.max_line_bytes),
+                    parser=SourceParser(self.formats, forced=forced, grace_s=self.config.grace_s),
+                )
+                self._sources[key] = source
+                new.append(source)
+        return new
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Tail until `stop` is set."""
+        watcher: Optional[asyncio.Task] = None
+        roots: Set[Tuple[Path, bool]] = set()
+        watcher_stop = asyncio.Event()
+        try:
+            while not stop.is_set():
+                if self.config.poll_s is None:
+                    current_roots = watch_roots(p for p, _ in self._patterns)
+                    if current_roots != roots:  # a directory appeared: watch closer to the files
+                        if watcher is not None:
+                            watcher_stop.set()
+                            await watcher
+                        watcher_stop = asyncio.Event()
+                        roots = current_roots
+                        watcher = asyncio.create_task(
+                            watch_directories(roots, self._wake, watcher_stop, self.config.watch_step_ms)
+                        )
+                self._wake.clear()
+                more = await self.pass_once()
+                if more:
+                    continue
+                await self._sleep(stop)
+        finally:
+            watcher_stop.set()
+            if watcher is not None:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watcher
+            for source in self._sources.values():
+                source.follower.close()
+
+    async def pass_once(self) -> bool:
+        """One read pass; True when some file had more to read than its budget allowed."""
+        results, more = await asyncio.to_thread(self._read_pass, time.time())
+        self._deliver(results)
+        self.passes += 1
+        return more
+
+    async def _sleep(self, stop: asyncio.Event) -> None:
+        timeout = self.config.poll_s if self.config.poll_s is not None else self.config.safety_poll_s
+        if any(s.parser.holding for s in self._sources.values()):
+            timeout = min(timeout, self.config.grace_s)
+        waiters = [asyncio.ensure_future(self._wake.wait()), asyncio.ensure_future(stop.wait())]
+        try:
+            await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+
+    def _read_pass(self, now: float) -> Tuple[List[Tuple[_Source, List[Item]]], bool]:
+        self.discover()
+        results = []
+        more = False
+        budget = self.config.read_budget_bytes
+        for source in list(self._sources.values()):
+            follower, parser = source.follower, source.parser
+            before = follower.counters["bytes"]
+            items: List[Item] = []
+            for line in follower.read(budget, now):
+                items += parser.feed(line.text, line.number, now)
+            items += parser.flush(now)
+            more = more or follower.counters["bytes"] - before >= budget
+            results.append((source, items))
+        return results, more
+
+    def _deliver(self, results: List[Tuple[_Source, List[Item]]]) -> None:
+        now = time.time()
+        batch = []
+        for source, items in results:
+            info = self.store.add_source(source.id, str(source.follower.path))
+            old_state = info.state
+            info.format = source.parser.format.name if source.parser.format else None
+            info.total_steps = source.parser.meta.get("total_steps", info.total_steps)
+            info.counters = {**source.follower.counters, **source.parser.counts}
+            if items:
+                batch += self.store.add(source.id, items)
+            info.state = self._state(source, now)
+            if info.state != old_state:
+                self.hub.publish({"type": "source", "source": info.as_json()})
+        if batch:
+            self.hub.publish({"type": "items", "items": batch})
+
+    def _state(self, source: _Source, now: float) -> str:
+        follower = source.follower
+        if follower.state != "following":
+            return follower.state
+        last = follower.last_data_time
+        if last is not None and now - last >= self.config.idle_after_s:
+            return "idle"
+        return "following"

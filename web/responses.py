@@ -1,0 +1,14 @@
+"""JSON responses that carry NaN/Inf as "NaN"/"Infinity" strings instead of failing (DESIGN.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi.responses import JSONResponse
+
+from tailer.encoding import dumps
+
+
+class RecordJSONResponse(JSONResponse):
+    def render(self, content: Any) -> bytes:
+        return dumps(content).encode("utf-8")
