@@ -87,6 +87,8 @@ class FileFollower:
     def read(self, budget: int, now: float) -> List[Line]:
         """Read up to about `budget` bytes of complete lines, oldest first; never raises for IO trouble."""
         lines: List[Line] = []
+        if self.current is None and not self._open(now) and not self.draining:
+            return lines
         for old in list(self.draining):
             got = self._read_from(old, budget)
             lines += got
@@ -98,7 +100,6 @@ class FileFollower:
                 old.idle_since = now
         if self.current is None and not self._open(now):
             return lines
-        assert self.current is not None
         if self._safe(self.current.replaced_in_place, False):
             self.counters["truncations"] += 1
             self.current.restart()

@@ -1,0 +1,18 @@
+"""Hub: a subscriber that stops reading is bounded and marked lagging; the others are untouched."""
+
+from __future__ import annotations
+
+from tailer.hub import Hub
+
+
+def test_slow_subscriber_is_bounded_and_flagged() -> None:
+    hub = Hub(max_batches=8)
+    slow, fast = hub.subscribe(), hub.subscribe()
+    for i in range(100):
+        hub.publish({"type": "items", "items": [{"seq": i + 1}]})
+        if i % 5 == 0:
+            assert all(m["items"][0]["seq"] <= i + 1 for m in fast.drain())
+    assert len(slow.queue) <= 8 and slow.lagging
+    assert not fast.lagging
+    hub.unsubscribe(slow)
+    assert hub.subscriber_count == 1
