@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from .lines import Line, LineSplitter
 
@@ -83,6 +83,9 @@ class FileFollower:
         self.draining: List[_OpenFile] = []  # older files still being read to their end, oldest first
         self.counters = {"lines": 0, "bytes": 0, "rotations": 0, "truncations": 0, "cut_lines": 0, "bad_utf8_lines": 0}
         self.last_data_time: Optional[float] = None
+        # Files already opened, by (dev, inode) -> their first bytes, so a backup is never read twice but a
+        # reused inode with other content is still new.
+        self._seen: Dict[Tuple[int, int], bytes] = {}
 
     def read(self, budget: int, now: float) -> List[Line]:
         """Read up to about `budget` bytes of complete lines, oldest first; never raises for IO trouble."""
@@ -119,15 +122,19 @@ class FileFollower:
 
     def _open(self, now: float) -> bool:
         try:
-            self.current = _OpenFile(self.path, self.max_line_bytes)
+            current = _OpenFile(self.path, self.max_line_bytes)
         except OSError:
             return False
-        if self.with_backups and self.state == "waiting":
-            self.draining = self._open_backups()
+        if self.with_backups or self.state != "waiting":
+            # First open: the rotated history. After a rotation: the backups that were created and rotated
+            # away between two of our passes (rotation faster than the poll interval).
+            self.draining += self._unseen_backups(exclude=current.identity)
+        self._remember(current)
+        self.current = current
         self.state = "following"
         return True
 
-    def _open_backups(self) -> List[_OpenFile]:
+    def _unseen_backups(self, exclude: Tuple[int, int]) -> List[_OpenFile]:
         pattern = re.compile(re.escape(self.path.name) + r"\.(\d+)$")
         numbered = []
         try:
@@ -140,10 +147,24 @@ class FileFollower:
         opened = []
         for _, backup in sorted(numbered, reverse=True):  # info.log.5 is the oldest
             try:
-                opened.append(_OpenFile(backup, self.max_line_bytes))
+                handle = _OpenFile(backup, self.max_line_bytes)
             except OSError:
                 continue
+            if handle.identity == exclude or self._already_read(handle):
+                handle.close()
+                continue
+            self._remember(handle)
+            opened.append(handle)
         return opened
+
+    def _already_read(self, handle: _OpenFile) -> bool:
+        head = self._seen.get(handle.identity)
+        return head is not None and os.pread(handle.fd, len(head), 0) == head
+
+    def _remember(self, handle: _OpenFile) -> None:
+        self._seen[handle.identity] = handle.head
+        if len(self._seen) > 4096:  # bounded: only recent files can still show up as backups
+            self._seen.pop(next(iter(self._seen)))
 
     def _check_rotation(self, now: float) -> None:
         assert self.current is not None
@@ -159,6 +180,7 @@ class FileFollower:
         # The path names a new file: read the old one to its end (it may still be written through an old fd).
         self.counters["rotations"] += 1
         self.current.idle_since = now
+        self._remember(self.current)
         self.draining.append(self.current)
         self.current = None
         self._open(now)

@@ -1,0 +1,115 @@
+"""The tailing loop end to end: real writer processes, real files, parsed into the store and the hub.
+
+Run in both wake-up modes: file events (watchfiles on the parent directory, plus the safety timer) and
+polling only (what NFS gets). Lines are `line=<n>` parsed by a `--pattern` format, so every step is
+numbered and missing / duplicate / out-of-order records are exact.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, List
+
+import pytest
+
+from parsers import load_formats
+from tailer.config import Config
+from tailer.hub import Hub
+from tailer.sidecar import Tailer
+from tailer.store import Store
+
+WRITER = Path(__file__).with_name("seq_writer.py")
+PATTERN = r"^line=(?P<step>\d+) padding=(?P<_pad>x*)$"
+MODES = {"events": None, "polling": 0.1}
+
+
+def make_tailer(mode: str, *logs: str) -> Tailer:
+    config = Config(logs=logs, patterns=(PATTERN,), poll_s=MODES[mode], safety_poll_s=1.0)
+    return Tailer(config, load_formats(patterns=config.patterns, user_dir=Path("/nonexistent")), Store(), Hub())
+
+
+async def run_until(tailer: Tailer, done: Callable[[], bool], timeout_s: float = 30.0) -> None:
+    stop = asyncio.Event()
+    task = asyncio.create_task(tailer.run(stop))
+    deadline = time.monotonic() + timeout_s
+    while not done() and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    stop.set()
+    await asyncio.wait_for(task, 5)
+
+
+def steps_of(store: Store, source: str) -> List[int]:
+    return [r["step"] for r in store.records_after(0, 10**9) if r["source"] == source]
+
+
+def spawn(path: Path, count: int, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, str(WRITER), str(path), str(count), *extra], stdout=subprocess.DEVNULL)
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_history_then_live_through_rotation(tmp_path: Path, mode: str) -> None:
+    log = tmp_path / "rank_0" / "info.log"
+    log.parent.mkdir()
+    spawn(log, 200).wait(timeout=20)
+    tailer = make_tailer(mode, str(log))
+    writer = spawn(log, 3000, "--start", "201", "--interval", "0.0003", "--max-bytes", "16384", "--backups", "200")
+
+    async def scenario() -> None:
+        await run_until(tailer, lambda: writer.poll() is not None and len(steps_of(tailer.store, "rank_0")) >= 3200)
+
+    asyncio.run(scenario())
+    writer.wait(timeout=10)
+    assert steps_of(tailer.store, "rank_0") == list(range(1, 3201))
+    info = tailer.store.sources["rank_0"]
+    assert info.counters["rotations"] > 5 and info.format == "pattern"
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_glob_picks_up_directories_that_appear_later(tmp_path: Path, mode: str) -> None:
+    tailer = make_tailer(mode, str(tmp_path / "output" / "log" / "rank_*" / "info.log"))
+
+    async def scenario() -> None:
+        stop = asyncio.Event()
+        task = asyncio.create_task(tailer.run(stop))
+        await asyncio.sleep(0.3)
+        for rank in (0, 1):
+            folder = tmp_path / "output" / "log" / f"rank_{rank}"
+            folder.mkdir(parents=True)
+            spawn(folder / "info.log", 50).wait(timeout=20)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and sum(i.records for i in tailer.store.sources.values()) < 100:
+            await asyncio.sleep(0.01)
+        stop.set()
+        await asyncio.wait_for(task, 5)
+
+    asyncio.run(scenario())
+    assert sorted(tailer.store.sources) == ["rank_0", "rank_1"]
+    assert steps_of(tailer.store, "rank_0") == steps_of(tailer.store, "rank_1") == list(range(1, 51))
+
+
+def test_live_batches_reach_a_subscriber_in_order(tmp_path: Path) -> None:
+    log = tmp_path / "a.log"
+    tailer = make_tailer("events", str(log))
+
+    async def scenario() -> List[int]:
+        subscriber = tailer.hub.subscribe()
+        writer = spawn(log, 500, "--interval", "0.001")
+        got: List[int] = []
+        stop = asyncio.Event()
+        task = asyncio.create_task(tailer.run(stop))
+        deadline = time.monotonic() + 20
+        while len(got) < 500 and time.monotonic() < deadline:
+            await subscriber.wait(0.5)
+            for message in subscriber.drain():
+                if message["type"] == "items":
+                    got += [item["step"] for item in message["items"]]
+        stop.set()
+        await asyncio.wait_for(task, 5)
+        writer.wait(timeout=5)
+        return got
+
+    assert asyncio.run(scenario()) == list(range(1, 501))

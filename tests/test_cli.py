@@ -1,0 +1,98 @@
+"""The `mstail` command as a user meets it: clear one-line errors, never a traceback for a mistake."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REAL_LOGS = Path(__file__).resolve().parents[2] / "shared" / "real-logs"
+
+
+def mstail(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tailer", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def assert_clean_error(result: subprocess.CompletedProcess, *phrases: str) -> None:
+    assert result.returncode == 2, result
+    assert "Traceback" not in result.stderr
+    assert result.stderr.startswith("mstail: ") and result.stderr.count("\n") == 1, result.stderr
+    for phrase in phrases:
+        assert phrase in result.stderr
+
+
+def test_help_explains_the_default_command() -> None:
+    result = mstail("--help")
+    assert result.returncode == 0 and "serve --help" in result.stdout
+    serve = mstail("serve", "--help")
+    for option in ("--log", "--port", "--poll", "--formats", "--pattern", "--jsonl"):
+        assert option in serve.stdout
+
+
+def test_nothing_to_follow() -> None:
+    assert_clean_error(mstail(), "nothing to follow", "--log")
+
+
+def test_port_in_use(tmp_path: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        result = mstail("--log", str(tmp_path / "info.log"), "--port", str(port))
+    assert_clean_error(result, f"port {port}", "in use", "--port 0")
+
+
+def test_bad_format_file_names_file_rule_and_reason(tmp_path: Path) -> None:
+    bad = tmp_path / "mine.toml"
+    bad.write_text("[[rule]]\nname = 'step'\nregex = '(?P<step>\\d+'\n")
+    result = mstail("--log", str(tmp_path / "info.log"), "--formats", str(bad), "--port", "0")
+    assert_clean_error(result, str(bad), "rule 'step'", "bad regex")
+
+
+def test_bad_pattern_and_unknown_format(tmp_path: Path) -> None:
+    assert_clean_error(mstail("--log", "x.log", "--pattern", "loss (\\d+)", "--port", "0"), "named groups")
+    assert_clean_error(mstail("parse", str(REAL_LOGS / "mindspore-2.10_lossmonitor_timemonitor_stdout.log"), "--format", "nope"), "unknown format 'nope'")
+
+
+def test_parse_missing_file() -> None:
+    assert_clean_error(mstail("parse", "no/such/info.log"), "no such log file", "no/such/info.log")
+
+
+def test_parse_real_mindformers_log_to_jsonl(tmp_path: Path) -> None:
+    out = tmp_path / "records.jsonl"
+    result = mstail("parse", str(REAL_LOGS / "mindformers-2.0.0_graph_output_log_rank_0_info.log"), "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    assert "50 records" in result.stderr and "mindformers" in result.stderr
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["step"] for r in rows] == list(range(1, 51))
+    assert rows[0]["loss"] == 4.894795 and rows[0]["grad_norm"] == 2.0170105 and rows[0]["samples_per_s"] == 0.2359
+    assert all("seq" not in r and r["line"] > 0 for r in rows)
+
+
+def test_parse_pattern_without_step_counts_matches(tmp_path: Path) -> None:
+    log = tmp_path / "custom.log"
+    log.write_text("train loss=3.5 acc=0.1\nnoise\ntrain loss=nan acc=0.2\n")
+    result = mstail("parse", str(log), "--pattern", r"loss=(?P<loss>\S+) acc=(?P<acc>\S+)")
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [(r["step"], r["loss"], r["acc"]) for r in rows] == [(1, 3.5, 0.1), (2, "NaN", 0.2)]
+
+
+@pytest.mark.parametrize("to", ["csv", "jsonl"])
+def test_parse_rotated_chain_oldest_first(tmp_path: Path, to: str) -> None:
+    lines = [f"epoch: 1 step: {i}, loss is {1.0 / i}\n" for i in range(1, 31)]
+    (tmp_path / "train.log.2").write_text("".join(lines[:10]))
+    (tmp_path / "train.log.1").write_text("".join(lines[10:20]))
+    (tmp_path / "train.log").write_text("".join(lines[20:]))
+    result = mstail("parse", str(tmp_path / "train.log"), "--to", to)
+    assert result.returncode == 0, result.stderr
+    if to == "jsonl":
+        steps = [json.loads(line)["step"] for line in result.stdout.splitlines()]
+    else:
+        header, *rows = result.stdout.splitlines()
+        steps = [int(row.split(",")[header.split(",").index("step")]) for row in rows]
+    assert steps == list(range(1, 31))
