@@ -62,6 +62,7 @@ class SourceParser:
         self.counts = {"lines": 0, "records": 0, "events": 0, "field_errors": 0, "unmatched_metric_lines": 0}
         self._pending: Optional[Tuple[Record, set, float]] = None  # record, attach rules still expected, since
         self._open_event: Optional[Tuple[Record, List[str], float]] = None
+        self._deferred: List[Record] = []  # events that arrived while a record was held: emitted right after it
         self._last: Optional[Record] = None  # the last record emitted (a late attach line joins its step)
         self._segment = 0
         self._spe_learned = 0  # steps per epoch inferred from step_in_epoch when the log does not print it
@@ -79,7 +80,7 @@ class SourceParser:
         match = self._match(text)
         if match is None:
             return self.flush(now)
-        if match.obj is None and match.rule is None and not match.prefixed and self._open_event is not None:
+        if match.obj is None and not match.prefixed and self._continues_event(match.rule):
             self._continue_event(match.message)
             return out
         self._close_event(out)
@@ -108,6 +109,11 @@ class SourceParser:
             self._attach(rule, match.groups, when, line_no, out)
         else:
             event = {"kind": rule.event, "time": when, "line": line_no}
+            if match.groups.get("step") is not None:  # e.g. "initial step: 500": the event's own step
+                try:
+                    event["step"] = int(match.groups["step"])  # type: ignore[arg-type]
+                except ValueError:
+                    self.counts["field_errors"] += 1
             event.update(self._values(rule, match.groups))
             if rule.multiline:
                 self._open_event = (event, [match.message], now)
@@ -138,6 +144,7 @@ class SourceParser:
         # Not locked yet: the first candidate whose *record* rule matches wins the file; events seen before
         # that come from the first candidate that recognises the line at all.
         first: Optional[_Match] = None
+        plain: Optional[_Match] = None  # a line no candidate recognises (a traceback's frame) is still a line
         for fmt in self.candidates:
             match = _match_format(fmt, text)
             if match is None:
@@ -147,7 +154,9 @@ class SourceParser:
                 return match
             if first is None and (match.rule is not None or match.prefixed or match.obj is not None):
                 first = match
-        return first
+            if plain is None:
+                plain = match
+        return first if first is not None else plain
 
     def _start_record(self, rule: Rule, groups: Dict[str, Optional[str]], when: float, line_no: int) -> Optional[Record]:
         step = self._global_step(groups)
@@ -239,6 +248,9 @@ class SourceParser:
             record = self._pending[0]
             self._pending = None
             self._emit(record, out)
+            deferred, self._deferred = self._deferred, []
+            for event in deferred:
+                self._emit_event(event, out)
 
     def _emit(self, record: Record, out: List[Item]) -> None:
         if self._last is not None and record["step"] < self._last["step"]:
@@ -252,8 +264,20 @@ class SourceParser:
         last = self._pending[0] if self._pending is not None else self._last
         if "step" not in event and last is not None:
             event["step"] = last["step"]
+        if self._pending is not None:
+            self._deferred.append(event)  # keep line order: the held record (an earlier line) goes out first
+            return
         self.counts["events"] += 1
         out.append(Item("event", event))
+
+    def _continues_event(self, rule: Optional[Rule]) -> bool:
+        """Whether an unprefixed line belongs to the open multi-line event: it matches no rule, or it starts
+        another block of the same kind (a chained traceback's second "Traceback (most recent call last):")."""
+        if self._open_event is None:
+            return False
+        if rule is None:
+            return True
+        return rule.kind == "event" and rule.multiline and rule.event == self._open_event[0]["kind"]
 
     def _continue_event(self, text: str) -> None:
         event, lines, since = self._open_event  # type: ignore[misc]
@@ -264,7 +288,7 @@ class SourceParser:
         if self._open_event is not None:
             event, lines, _ = self._open_event
             self._open_event = None
-            event["message"] = "\n".join(lines)[:MAX_EVENT_CHARS]
+            event["message"] = "\n".join(lines)[:MAX_EVENT_CHARS].rstrip()  # no trailing blank lines
             self._emit_event(event, out)
 
 

@@ -8,7 +8,6 @@ are forgiving about the renderings real logs use: `[1.4372426]` (a shape-(1,) ar
 from __future__ import annotations
 
 import datetime
-import math
 import re
 import time
 from typing import Callable, Dict, Optional, Union
@@ -122,7 +121,3 @@ def time_parser(fmt: str) -> Callable[[str], float]:
     if fmt in NAMED_TIME_FORMATS:
         return NAMED_TIME_FORMATS[fmt]
     return lambda text: parse_local_time(text, fmt)
-
-
-def is_finite(value: object) -> bool:
-    return not isinstance(value, float) or math.isfinite(value)

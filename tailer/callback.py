@@ -20,7 +20,8 @@ import logging
 import math
 import os
 import time
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Callable
 
 import numpy as np
 from mindspore import Parameter, Tensor, nn
@@ -67,6 +68,8 @@ def _number(value: Any) -> int | float | str | None:
             value = value.item()
         except (TypeError, ValueError):
             value = value.asnumpy()
+    if type(value) is float and math.isfinite(value):  # the usual case (a loss, an lr): skip the checks below
+        return value
     if isinstance(value, np.ndarray):
         if value.size == 1:
             value = value.item()
@@ -83,7 +86,7 @@ def _number(value: Any) -> int | float | str | None:
     if isinstance(value, int):
         return value
     value = float(value)
-    if value != value:
+    if math.isnan(value):
         return "NaN"
     return _NON_FINITE.get(value, value)
 
@@ -101,8 +104,8 @@ def _current_rank() -> int:
 def _crossed(prev: int | None, step: int, every: int) -> bool:
     """Whether ``step`` passed a multiple of ``every`` since ``prev`` (the step seen last; None: none yet).
 
-    For consecutive steps this is ``step % every == 0``; when steps jump (sink mode) or go back (resume), it still
-    fires once per passed multiple, respectively at once.
+    For consecutive steps this is ``step % every == 0``. When steps jump (sink mode) it fires at the first step
+    past each multiple; when they go back (a resumed run), it fires at once.
     """
     if prev is None:
         prev = step - 1
@@ -326,8 +329,9 @@ class JsonlWriter:
         """Log ``message`` the first time a problem of this ``kind`` happens; later ones only count."""
         if kind not in self._reported:
             self._reported.add(kind)
-            logger.warning("mstail: %s (reported once; lost records are counted in dropped)", message,
-                           exc_info=exc_info)
+            logger.warning(
+                "mstail: %s (reported once; lost records are counted in dropped)", message, exc_info=exc_info
+            )
 
 
 class JsonlCallback(Callback):
@@ -360,6 +364,9 @@ class JsonlCallback(Callback):
             ``(loss, overflow, loss_scale, lr, grad_norm)`` (MindFormers' train cells).
         extra: callable taking MindSpore's ``cb_params`` and returning a mapping of more metrics for the record,
             or None (default). If it raises, the record is written without them and the error logged once.
+
+    Attributes:
+        writer: the JsonlWriter doing the writing; its ``written`` and ``dropped`` count records.
     """
 
     def __init__(
@@ -390,7 +397,7 @@ class JsonlCallback(Callback):
         self._lr_list: list[float] | None = None
         self._lr_device: Any = None  # Parameter or LearningRateSchedule cell
         self._lr_prev: int | None = None
-        self._manager_scale: float | None = None
+        self._loss_scale_manager: Any = None
 
     def add_metric(self, name: str, value: Any) -> None:
         """Add ``name`` to every record; see JsonlWriter.add_metric."""
@@ -416,7 +423,9 @@ class JsonlCallback(Callback):
         self.writer.close()
 
     def _begin(self, cb: Any) -> None:
-        optimizer = cb.get("optimizer") or _find_optimizer(cb.get("train_network"))
+        optimizer = cb.get("optimizer")
+        if optimizer is None:
+            optimizer = _find_optimizer(cb.get("train_network"))
         # Model.train restarts cur_step_num at every call; the optimizer's global_step keeps counting (and is
         # restored with a checkpoint). One device read per Model.train call, not per step.
         done = self._last_step
@@ -429,8 +438,7 @@ class JsonlCallback(Callback):
         self.writer.batch_size = self._batch_size
         if self._batch_size is None and cb.get("train_dataset") is not None:
             self.writer.batch_size = cb.train_dataset.get_batch_size()
-        manager = cb.get("loss_scale_mananger")  # sic: MindSpore's spelling
-        self._manager_scale = None if manager is None else float(manager.get_loss_scale())
+        self._loss_scale_manager = cb.get("loss_scale_mananger")  # sic: MindSpore's spelling
 
     def _step_end(self, cb: Any) -> None:
         step = self._offset + cb.cur_step_num
@@ -442,8 +450,9 @@ class JsonlCallback(Callback):
             lr = self._lr(step)
             if lr is not None:
                 metrics["lr"] = lr
-        if "loss_scale" not in metrics and self._manager_scale is not None:
-            metrics["loss_scale"] = self._manager_scale
+        if "loss_scale" not in metrics and self._loss_scale_manager is not None:
+            # A host-side float; Model updates it on the host when the manager drops overflowed updates.
+            metrics["loss_scale"] = self._loss_scale_manager.get_loss_scale()
         if self._extra is not None:
             try:
                 metrics.update(self._extra(cb))

@@ -63,10 +63,6 @@ class Tailer:
         self._wake = asyncio.Event()
         self.passes = 0
 
-    @property
-    def source_count(self) -> int:
-        return len(self._sources)
-
     def discover(self) -> List[_Source]:
         """Register files the patterns name now; returns the new ones (runs in the pass thread)."""
         new = []

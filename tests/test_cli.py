@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-REAL_LOGS = Path(__file__).resolve().parents[2] / "shared" / "real-logs"
+REAL_LOGS = Path(__file__).resolve().parent / "real_logs"
 
 
 def mstail(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:

@@ -1,0 +1,246 @@
+"""The dashboard in real headless Chromium (Debian's /usr/bin/chromium through Playwright) against a real mstail.
+
+Every test watches the page for console errors and warnings, uncaught exceptions, failed requests and HTTP
+errors, and fails on any of them. Screenshots go to tests/artifacts/ (page.png: a finished log; page-live.png: after live appends).
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from pathlib import Path
+from typing import Any, Dict, Iterator, List
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync"]
+UI_TIMEOUT_MS = 15_000
+XSS_IMG = '<img src=x onerror="window.__xss=1">'
+
+
+# -- fixtures ---------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True, timeout=30_000)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+class Watched:
+    """A page plus everything it complained about."""
+
+    def __init__(self, page: Any) -> None:
+        self.page = page
+        self.problems: List[str] = []
+        page.on("console", self._console)
+        page.on("pageerror", lambda exc: self.problems.append(f"page error: {exc}"))
+        page.on("requestfailed", lambda req: self.problems.append(f"request failed: {req.url} ({req.failure})"))
+        page.on("response", lambda r: r.status >= 400 and self.problems.append(f"HTTP {r.status}: {r.url}"))
+
+    def _console(self, msg: Any) -> None:
+        if msg.type in ("error", "warning", "assert"):
+            self.problems.append(f"console.{msg.type}: {msg.text} at {msg.location}")
+
+    def assert_clean(self) -> None:
+        assert self.problems == [], "the page complained:\n" + "\n".join(self.problems)
+
+    # -- what the page shows ------------------------------------------------------------------------------
+    def charts(self) -> Dict[str, Dict[str, int]]:
+        rows = self.page.eval_on_selector_all(
+            "section.chart",
+            "els => els.map(e => [e.dataset.metric, +(e.dataset.points || 0), +(e.dataset.nonfinite || 0)])",
+        )
+        return {metric: {"points": points, "nonfinite": bad} for metric, points, bad in rows}
+
+    def wait_chart(self, metric: str, attr: str, expected: int, timeout_ms: int = UI_TIMEOUT_MS) -> None:
+        """Wait until the chart of `metric` has data-`attr` == expected."""
+        self.page.wait_for_function(
+            "([m, a, n]) => { const el = document.querySelector(`section.chart[data-metric=\"${m}\"]`);"
+            " return !!el && Number(el.dataset[a]) === n; }",
+            arg=[metric, attr, expected],
+            timeout=timeout_ms,
+        )
+
+    def reload(self) -> None:
+        """Reload the page. The navigation itself aborts the open EventSource request: exactly that one
+        failure (`/api/stream` with net::ERR_ABORTED, during the reload) is expected and removed; any other
+        complaint, before or during the reload, stays."""
+        self.assert_clean()
+        self.page.reload(wait_until="load")
+        aborted = [p for p in self.problems if p.startswith("request failed: ") and "/api/stream?" in p
+                   and p.endswith("(net::ERR_ABORTED)")]
+        assert len(aborted) <= 1, aborted
+        self.problems = [p for p in self.problems if p not in aborted]
+        self.wait_live()
+
+    def wait_live(self) -> None:
+        self.page.wait_for_function("document.getElementById('connection').textContent.trim() === 'live'",
+                                    timeout=UI_TIMEOUT_MS)
+
+
+@pytest.fixture
+def watched(browser: Any) -> Iterator[Watched]:
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    page.set_default_timeout(UI_TIMEOUT_MS)
+    try:
+        yield Watched(page)
+    finally:
+        context.close()
+
+
+def _open(watched: Watched, url: str) -> None:
+    watched.page.goto(url + "/", wait_until="load")
+    watched.wait_live()
+
+
+# -- (a) a log -> one chart per metric ----------------------------------------------------------------------
+@pytest.mark.timeout(60)
+def test_every_metric_of_the_log_gets_a_chart(watched, mstail_server, log_writer, tmp_path, artifacts_dir):
+    log = tmp_path / "output" / "log" / "rank_0" / "info.log"
+    log_writer.finish(log_writer(log, steps=30, interval_s=0))
+    server = mstail_server(log)
+    sources = server.wait_records(30)
+    metrics = {m for s in sources for m in s["metrics"]}
+    # The v1.8 step + progress lines carry these at least; the page must show whatever the server found.
+    assert {"loss", "loss_avg", "lr", "grad_norm", "step_time_ms", "loss_scale", "throughput_tflops",
+            "samples_per_s"} <= metrics
+
+    _open(watched, server.url)
+    watched.page.wait_for_function("n => document.querySelectorAll('section.chart').length >= n",
+                                   arg=len(metrics), timeout=UI_TIMEOUT_MS)
+    watched.wait_chart("loss", "points", 30)
+    charts = watched.charts()
+    assert set(charts) == metrics
+    assert all(c["points"] == 30 for c in charts.values()), charts
+    assert all(c["nonfinite"] == 0 for c in charts.values()), charts
+    assert watched.page.text_content("#connection").strip() == "live"
+    assert watched.page.eval_on_selector_all("#sources .source .id", "els => els.map(e => e.textContent)") == ["rank_0"]
+    assert watched.page.is_hidden("#empty")
+    watched.page.screenshot(path=str(artifacts_dir / "page.png"), full_page=True)
+    watched.assert_clean()
+
+
+# -- (b) live appends --------------------------------------------------------------------------------------
+@pytest.mark.timeout(60)
+def test_live_steps_reach_the_loss_chart(watched, mstail_server, log_writer, tmp_path, artifacts_dir):
+    log = tmp_path / "output" / "log" / "rank_0" / "info.log"
+    log_writer.finish(log_writer(log, steps=10, interval_s=0))
+    server = mstail_server(log)
+    server.wait_records(10)
+    _open(watched, server.url)
+    watched.wait_chart("loss", "points", 10)
+
+    writer = log_writer(log, steps=30, interval_s=0.05, start_step=11)  # the page is open: these arrive over SSE
+    began = time.monotonic()
+    watched.wait_chart("loss", "points", 40, timeout_ms=20_000)
+    arrived_s = time.monotonic() - began
+    log_writer.finish(writer)
+    assert arrived_s < 20
+    # Nothing arrives twice (history + stream overlap) and nothing more comes after the writer stopped.
+    server.wait_records(40)
+    time.sleep(1.0)  # > grace_s (0.5 s): anything still held would be out by now
+    assert watched.charts()["loss"]["points"] == 40
+    assert watched.page.text_content("#connection").strip() == "live"
+    watched.page.screenshot(path=str(artifacts_dir / "page-live.png"), full_page=True)
+    watched.assert_clean()
+
+
+@pytest.mark.timeout(60)
+def test_live_steps_reach_every_chart(watched, mstail_server, log_writer, tmp_path):
+    """Every metric the history shows also grows live (the same record feeds all charts)."""
+    log = tmp_path / "rank_0" / "info.log"
+    log_writer.finish(log_writer(log, steps=5, interval_s=0))
+    server = mstail_server(log)
+    sources = server.wait_records(5)
+    metrics = {m for s in sources for m in s["metrics"]}
+    _open(watched, server.url)
+    watched.wait_chart("loss", "points", 5)
+    log_writer.finish(log_writer(log, steps=10, interval_s=0.02, start_step=6))
+    server.wait_records(15)
+    watched.wait_chart("loss", "points", 15)
+    time.sleep(1.0)
+    charts = watched.charts()
+    assert set(charts) == metrics
+    stuck = {m: c["points"] for m, c in charts.items() if c["points"] != 15}
+    assert not stuck, f"charts that did not get the live steps (points != 15): {stuck}"
+    watched.assert_clean()
+
+
+# -- (c) a NaN loss ----------------------------------------------------------------------------------------
+@pytest.mark.timeout(60)
+def test_nan_loss_is_marked_live_and_after_reload(watched, mstail_server, log_writer, tmp_path):
+    log = tmp_path / "rank_0" / "info.log"
+    log_writer.finish(log_writer(log, steps=5, interval_s=0))
+    server = mstail_server(log)
+    server.wait_records(5)
+    _open(watched, server.url)
+    watched.wait_chart("loss", "points", 5)
+    assert watched.charts()["loss"]["nonfinite"] == 0
+
+    log_writer.finish(log_writer(log, steps=10, interval_s=0.02, start_step=6, nan_at=(9,)))
+    watched.wait_chart("loss", "nonfinite", 1)
+    watched.wait_chart("loss", "points", 15)  # the NaN step is a point (a gap in the line), not dropped
+    series = server.get_json("/api/series?metric=loss")["series"]
+    assert [s["nonfinite"] for s in series] == [{"x": [9], "value": ["NaN"]}]
+
+    watched.reload()  # the history path (/api/series) marks it too
+    watched.wait_chart("loss", "points", 15)
+    watched.wait_chart("loss", "nonfinite", 1)
+    watched.assert_clean()
+
+
+# -- (d) markup from logs and paths stays text -------------------------------------------------------------
+def _error_lines(message: str) -> str:
+    stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S,%f")[:-3]
+    return (
+        f"[ERROR] {stamp} [mindformers/trainer/base_trainer.py:99] training_process: {message}\n"
+        "Traceback (most recent call last):\n"
+        '  File "run_mindformer.py", line 12, in <module>\n'
+        f"    main({XSS_IMG!r})\n"
+        f"ValueError: bad token {XSS_IMG}\n"
+    )
+
+
+@pytest.mark.timeout(60)
+def test_markup_in_logs_and_paths_is_inert(watched, mstail_server, log_writer, wait_until, tmp_path):
+    # A file name cannot hold "/", so `tmp_path / "<b>x</b>"` is two directories ("<b>x<" / "b>") and its
+    # source id is "b>"; the second directory puts a complete tag into the source id itself.
+    logs = [tmp_path / "<b>x</b>" / "info.log", tmp_path / "<b>x<img src=x onerror=window.__xss=2>" / "info.log"]
+    for log in logs:
+        log_writer.finish(log_writer(log, steps=5, interval_s=0))
+        with open(log, "a", encoding="utf-8") as f:
+            f.write(_error_lines(f"history {XSS_IMG}"))
+    server = mstail_server(*logs)
+    server.wait_records(10)
+    wait_until(lambda: len(server.get_json("/api/events?kind=error")) >= 2, 10, message="2 error events")
+    ids = sorted(s["id"] for s in server.get_json("/api/sources"))
+
+    _open(watched, server.url)
+    watched.wait_chart("loss", "points", 10)
+    # Live too: an error with markup and more steps arrive while the page is open.
+    for log in logs:
+        with open(log, "a", encoding="utf-8") as f:
+            f.write(_error_lines(f"live {XSS_IMG}"))
+        log_writer.finish(log_writer(log, steps=3, interval_s=0, start_step=6))
+    wait_until(lambda: len(server.get_json("/api/events?kind=error")) >= 4, 10, message="4 error events")
+    watched.wait_chart("loss", "points", 16)
+    assert any(XSS_IMG in e["message"] for e in server.get_json("/api/events?kind=error"))
+
+    page = watched.page
+    shown = page.eval_on_selector_all("#sources .source .id", "els => els.map(e => e.textContent)")
+    assert sorted(shown) == ids  # the ids are on the page, as text
+    assert any("<img" in i for i in ids)
+    assert page.evaluate("typeof window.__xss") == "undefined"
+    assert page.eval_on_selector_all("#sources b, #sources img", "els => els.length") == 0
+    assert page.eval_on_selector_all("img", "els => els.length") == 0
+    watched.assert_clean()
