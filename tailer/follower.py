@@ -112,7 +112,13 @@ class FileFollower:
             self.last_data_time = now
             self.state = "following"
         else:
-            self._check_rotation(now)
+            drained = len(self.draining) + 1  # the old file (read to its end above) goes there on rotation
+            if self._check_rotation(now):
+                # Read the newer files in this same pass: a step line at the end of the old file must meet its
+                # progress line at the top of the new one before the parser's grace period runs out.
+                newer = self.draining[drained:] + ([self.current] if self.current else [])
+                for handle in newer:
+                    lines += self._read_from(handle, budget)
         return lines
 
     def close(self) -> None:
@@ -166,24 +172,25 @@ class FileFollower:
         if len(self._seen) > 4096:  # bounded: only recent files can still show up as backups
             self._seen.pop(next(iter(self._seen)))
 
-    def _check_rotation(self, now: float) -> None:
+    def _check_rotation(self, now: float) -> bool:
+        """True when the path names a new file (now `current`; the old one is drained first)."""
         assert self.current is not None
         try:
             st = os.stat(self.path)
         except OSError:
             self.state = "gone"  # deleted or renamed away, nothing new yet; the open file is still read
-            return
+            return False
         if (st.st_dev, st.st_ino) == self.current.identity:
             if self.state == "gone":
                 self.state = "following"  # renamed back, or a flaky stat
-            return
+            return False
         # The path names a new file: read the old one to its end (it may still be written through an old fd).
         self.counters["rotations"] += 1
         self.current.idle_since = now
         self._remember(self.current)
         self.draining.append(self.current)
         self.current = None
-        self._open(now)
+        return self._open(now)
 
     def _read_from(self, handle: _OpenFile, budget: int) -> List[Line]:
         splitter = handle.splitter

@@ -31,7 +31,7 @@ async def _watch(dirs: list, recursive: bool, wake: asyncio.Event, stop: asyncio
             *dirs,
             watch_filter=None,
             step=step_ms,
-            debounce=1600,
+            debounce=50,  # steady trickles from many ranks must not wait for a 1.6 s quiet gap
             stop_event=stop,
             recursive=recursive,
             ignore_permission_denied=True,

@@ -113,3 +113,27 @@ def test_live_batches_reach_a_subscriber_in_order(tmp_path: Path) -> None:
         return got
 
     assert asyncio.run(scenario()) == list(range(1, 501))
+
+
+def test_step_line_before_a_rotation_meets_its_progress_line_after_it(tmp_path: Path, log_writer) -> None:  # type: ignore[no-untyped-def]
+    # RotatingFileHandler rolls over between MFLossMonitor's step line and its progress line now and then; with
+    # the writer then quiet, the record must still be one record with samples_per_s, not two.
+    log = tmp_path / "rank_0" / "info.log"
+    config = Config(logs=(str(log),))
+    tailer = Tailer(config, load_formats(user_dir=Path("/nonexistent")), Store(), Hub())
+    writer = log_writer(log, steps=60, interval_s=0.02, max_bytes=3000, backup_count=50)
+
+    done_at: List[float] = []
+
+    def settled() -> bool:
+        info = tailer.store.sources.get("rank_0")
+        if not done_at and writer.poll() is not None and info is not None and info.last_step == 60:
+            done_at.append(time.monotonic())
+        return bool(done_at) and time.monotonic() - done_at[0] > 1.5  # a late, split-off record arrives by then
+
+    asyncio.run(run_until(tailer, settled, timeout_s=25))
+    log_writer.finish(writer)
+    records = tailer.store.records_after(0, 1000)
+    assert tailer.store.sources["rank_0"].counters["rotations"] >= 5
+    assert [r["step"] for r in records] == list(range(1, 61))
+    assert all("samples_per_s" in r and "loss" in r for r in records)
