@@ -3,7 +3,7 @@
 Two ranks write `output/log/rank_N/info.log` through `logging`'s RotatingFileHandler with MindFormers'
 file-handler format, exactly as MindFormers v1.8+ prints MFLossMonitor step and progress lines: warmup +
 cosine lr, a decaying noisy loss, a gradient norm, and now and then an overflow step that halves the loss
-scale (it doubles back after `scale_window` clean steps, like DynamicLossScaleUpdateCell).
+scale (it doubles back after `scale_window` (50) clean steps, like DynamicLossScaleUpdateCell).
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ class SimulatedTraining:
                 scale, clean_steps = max(scale / 2, 1.0), 0
             else:
                 clean_steps += 1
-                if clean_steps == 100:
+                if clean_steps == 50:  # scale_window
                     scale, clean_steps = scale * 2, 0
             loss = self._loss(step)
             avg = avg + [loss] if in_epoch > 1 else [loss]
