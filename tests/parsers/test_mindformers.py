@@ -6,18 +6,14 @@ from __future__ import annotations
 import datetime
 import math
 import time
-from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional
 
 import pytest
 
-from parsers import SourceParser, format_table, load_formats
+from parsers import SourceParser
 
-ROOT = Path(__file__).resolve().parents[2]
-SAMPLES = ROOT / "sample_logs"
-FORMATS = load_formats(user_dir=Path(__file__).parent / "no-such-dir")  # built-ins only, whatever ~/.config holds
-RESERVED = {"step", "epoch", "time", "segment", "line", "source", "seq"}
-READ_TIME = 1_000_000.0  # the `now` passed to the parser: what an unprefixed line's time must be
+from .support import FORMATS, INF, NAN, READ_TIME, SAMPLES, assert_metrics, metrics, parse, same
+
 
 # -- format strings, verbatim from MindFormers (log-formats.md section 1) -----------------------------------------
 # r0.7 ... v1.2 (v1.3 appends GLOBAL_NORM; v1.4 ... v1.6 append THROUGHPUT or nothing)
@@ -130,39 +126,6 @@ PREFIXES = {
 }
 
 
-# -- helpers -------------------------------------------------------------------------------------------------------
-def parse(lines: Sequence[str], fmt: Optional[str] = None) -> Tuple[List[dict], List[dict], SourceParser]:
-    """Feed lines as `mstail parse` does (one read time, a forced flush at the end)."""
-    parser = SourceParser(FORMATS, forced=format_table(FORMATS)[fmt] if fmt else None)
-    items = []
-    for number, line in enumerate(lines, 1):
-        items += parser.feed(line, number, READ_TIME)
-    items += parser.flush(READ_TIME, force=True)
-    records = [i.data for i in items if i.kind == "record"]
-    events = [i.data for i in items if i.kind == "event"]
-    assert len(records) + len(events) == len(items)
-    return records, events, parser
-
-
-def metrics(record: Dict[str, Any]) -> Dict[str, Any]:
-    return {k: v for k, v in record.items() if k not in RESERVED}
-
-
-def same(actual: Any, expected: Any) -> bool:
-    if isinstance(expected, float) and math.isnan(expected):
-        return isinstance(actual, float) and math.isnan(actual)
-    return type(actual) is type(expected) and actual == expected
-
-
-def assert_metrics(record: Dict[str, Any], expected: Dict[str, Any]) -> None:
-    got = metrics(record)
-    assert set(got) == set(expected), f"metric names differ: {sorted(got)} != {sorted(expected)}"
-    wrong = {k: (got[k], v) for k, v in expected.items() if not same(got[k], v)}
-    assert not wrong, f"(actual, expected): {wrong}"
-
-
-NAN = float("nan")
-INF = float("inf")
 
 # -- the step-line variants ---------------------------------------------------------------------------------------
 # (id, message, global step, epoch, exact metrics). Epoch 2 of 3 with 400 steps per epoch unless noted.

@@ -6,19 +6,11 @@ import datetime
 import json
 import math
 import time
-from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import pytest
 
-from parsers import SourceParser, format_table, load_formats
+from .support import NAN, READ_TIME, SAMPLES, assert_metrics, parse
 
-ROOT = Path(__file__).resolve().parents[2]
-SAMPLES = ROOT / "sample_logs"
-FORMATS = load_formats(user_dir=Path(__file__).parent / "no-such-dir")  # built-ins only
-RESERVED = {"step", "epoch", "time", "segment", "line", "source", "seq"}
-READ_TIME = 1_000_000.0
-NAN = float("nan")
 
 # -- format strings, verbatim from MindSpore (log-formats.md section 3) ---------------------------------------------
 LOSS_MONITOR = "epoch: %s step: %s, loss is %s"
@@ -36,32 +28,6 @@ def ms_clock(dt: datetime.datetime) -> str:
 
 def me(level: str, dt: datetime.datetime, msg: str) -> str:
     return ME_LINE % (level, 40211, 281473680449568, "MainProcess", ms_clock(dt), "mindspore/train/model.py", 1429, msg)
-
-
-def parse(lines: Sequence[str], fmt: Optional[str] = None) -> Tuple[List[dict], List[dict], SourceParser]:
-    parser = SourceParser(FORMATS, forced=format_table(FORMATS)[fmt] if fmt else None)
-    items = []
-    for number, line in enumerate(lines, 1):
-        items += parser.feed(line, number, READ_TIME)
-    items += parser.flush(READ_TIME, force=True)
-    return [i.data for i in items if i.kind == "record"], [i.data for i in items if i.kind == "event"], parser
-
-
-def metrics(record: Dict[str, Any]) -> Dict[str, Any]:
-    return {k: v for k, v in record.items() if k not in RESERVED}
-
-
-def same(actual: Any, expected: Any) -> bool:
-    if isinstance(expected, float) and math.isnan(expected):
-        return isinstance(actual, float) and math.isnan(actual)
-    return type(actual) is type(expected) and actual == expected
-
-
-def assert_metrics(record: Dict[str, Any], expected: Dict[str, Any]) -> None:
-    got = metrics(record)
-    assert set(got) == set(expected), f"metric names differ: {sorted(got)} != {sorted(expected)}"
-    wrong = {k: (got[k], v) for k, v in expected.items() if not same(got[k], v)}
-    assert not wrong, f"(actual, expected): {wrong}"
 
 
 # -- LossMonitor ----------------------------------------------------------------------------------------------------

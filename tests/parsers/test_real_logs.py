@@ -13,33 +13,18 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, List, Tuple
+from typing import Any, List
 
 import pytest
 
-from parsers import SourceParser, load_formats
+from .support import READ_TIME, ROOT, parse_file
 
-ROOT = Path(__file__).resolve().parents[2]
-SAMPLES = ROOT / "sample_logs"
 REAL = Path(__file__).resolve().parents[1] / "real_logs"  # copies of shared/real-logs
 MF_INFO = REAL / "mindformers-2.0.0_graph_output_log_rank_0_info.log"
 MF_STDOUT = REAL / "mindformers-2.0.0_graph_stdout.log"
 MS_STDOUT = REAL / "mindspore-2.10_lossmonitor_timemonitor_stdout.log"
-FORMATS = load_formats(user_dir=Path(__file__).parent / "no-such-dir")
-READ_TIME = 1_000_000.0
 MF_KEYS = {"loss", "loss_avg", "step_time_ms", "lr", "overflow", "loss_scale", "grad_norm", "throughput_tflops",
            "samples_per_s"}
-
-
-def parse_file(path: Path) -> Tuple[List[dict], List[dict], SourceParser]:
-    assert path.is_file(), f"{path} is missing"
-    parser = SourceParser(FORMATS)
-    items = []
-    with open(path, encoding="utf-8", errors="replace", newline="") as handle:
-        for number, line in enumerate(handle, 1):
-            items += parser.feed(line.rstrip("\r\n"), number, READ_TIME)
-    items += parser.flush(READ_TIME, force=True)
-    return [i.data for i in items if i.kind == "record"], [i.data for i in items if i.kind == "event"], parser
 
 
 def local(text: str) -> float:

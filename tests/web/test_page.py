@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime
 import time
-from pathlib import Path
 from typing import Any, Dict, Iterator, List
 
 import pytest
@@ -98,6 +97,13 @@ def watched(browser: Any) -> Iterator[Watched]:
         context.close()
 
 
+def _serve_history(log, steps, log_writer, mstail_server):  # type: ignore[no-untyped-def]
+    """Write `steps` steps to `log`, start mstail on it, wait until it holds them: (server, /api/sources)."""
+    log_writer.finish(log_writer(log, steps=steps, interval_s=0))
+    server = mstail_server(log)
+    return server, server.wait_records(steps)
+
+
 def _open(watched: Watched, url: str) -> None:
     watched.page.goto(url + "/", wait_until="load")
     watched.wait_live()
@@ -107,9 +113,7 @@ def _open(watched: Watched, url: str) -> None:
 @pytest.mark.timeout(60)
 def test_every_metric_of_the_log_gets_a_chart(watched, mstail_server, log_writer, tmp_path, artifacts_dir):
     log = tmp_path / "output" / "log" / "rank_0" / "info.log"
-    log_writer.finish(log_writer(log, steps=30, interval_s=0))
-    server = mstail_server(log)
-    sources = server.wait_records(30)
+    server, sources = _serve_history(log, 30, log_writer, mstail_server)
     metrics = {m for s in sources for m in s["metrics"]}
     # The v1.8 step + progress lines carry these at least; the page must show whatever the server found.
     assert {"loss", "loss_avg", "lr", "grad_norm", "step_time_ms", "loss_scale", "throughput_tflops",
@@ -134,9 +138,7 @@ def test_every_metric_of_the_log_gets_a_chart(watched, mstail_server, log_writer
 @pytest.mark.timeout(60)
 def test_live_steps_reach_the_loss_chart(watched, mstail_server, log_writer, tmp_path, artifacts_dir):
     log = tmp_path / "output" / "log" / "rank_0" / "info.log"
-    log_writer.finish(log_writer(log, steps=10, interval_s=0))
-    server = mstail_server(log)
-    server.wait_records(10)
+    server, _ = _serve_history(log, 10, log_writer, mstail_server)
     _open(watched, server.url)
     watched.wait_chart("loss", "points", 10)
 
@@ -159,9 +161,7 @@ def test_live_steps_reach_the_loss_chart(watched, mstail_server, log_writer, tmp
 def test_live_steps_reach_every_chart(watched, mstail_server, log_writer, tmp_path):
     """Every metric the history shows also grows live (the same record feeds all charts)."""
     log = tmp_path / "rank_0" / "info.log"
-    log_writer.finish(log_writer(log, steps=5, interval_s=0))
-    server = mstail_server(log)
-    sources = server.wait_records(5)
+    server, sources = _serve_history(log, 5, log_writer, mstail_server)
     metrics = {m for s in sources for m in s["metrics"]}
     _open(watched, server.url)
     watched.wait_chart("loss", "points", 5)
@@ -180,9 +180,7 @@ def test_live_steps_reach_every_chart(watched, mstail_server, log_writer, tmp_pa
 @pytest.mark.timeout(60)
 def test_nan_loss_is_marked_live_and_after_reload(watched, mstail_server, log_writer, tmp_path):
     log = tmp_path / "rank_0" / "info.log"
-    log_writer.finish(log_writer(log, steps=5, interval_s=0))
-    server = mstail_server(log)
-    server.wait_records(5)
+    server, _ = _serve_history(log, 5, log_writer, mstail_server)
     _open(watched, server.url)
     watched.wait_chart("loss", "points", 5)
     assert watched.charts()["loss"]["nonfinite"] == 0
