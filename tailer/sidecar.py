@@ -60,7 +60,6 @@ class Tailer:
         self._patterns += [(p, self._jsonl) for p in config.jsonl]
         self._sources: Dict[Path, _Source] = {}
         self._namer = SourceNamer()
-        self._wake = asyncio.Event()
         self.passes = 0
 
     def discover(self) -> List[_Source]:
@@ -85,6 +84,7 @@ class Tailer:
         watcher: Optional[asyncio.Task] = None
         roots: Set[Tuple[Path, bool]] = set()
         watcher_stop = asyncio.Event()
+        wake = asyncio.Event()  # made here: on Python 3.9 an Event binds to the loop current at creation
         try:
             while not stop.is_set():
                 if self.config.poll_s is None:
@@ -96,13 +96,13 @@ class Tailer:
                         watcher_stop = asyncio.Event()
                         roots = current_roots
                         watcher = asyncio.create_task(
-                            watch_directories(roots, self._wake, watcher_stop, self.config.watch_step_ms)
+                            watch_directories(roots, wake, watcher_stop, self.config.watch_step_ms)
                         )
-                self._wake.clear()
+                wake.clear()
                 more = await self.pass_once()
                 if more:
                     continue
-                await self._sleep(stop)
+                await self._sleep(stop, wake)
         finally:
             watcher_stop.set()
             if watcher is not None:
@@ -118,11 +118,11 @@ class Tailer:
         self.passes += 1
         return more
 
-    async def _sleep(self, stop: asyncio.Event) -> None:
+    async def _sleep(self, stop: asyncio.Event, wake: asyncio.Event) -> None:
         timeout = self.config.poll_s if self.config.poll_s is not None else self.config.safety_poll_s
         if any(s.parser.holding for s in self._sources.values()):
             timeout = min(timeout, self.config.grace_s)
-        waiters = [asyncio.ensure_future(self._wake.wait()), asyncio.ensure_future(stop.wait())]
+        waiters = [asyncio.ensure_future(wake.wait()), asyncio.ensure_future(stop.wait())]
         try:
             await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
         finally:

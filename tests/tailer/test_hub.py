@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from tailer.hub import Hub
 
 
 def test_slow_subscriber_is_bounded_and_flagged() -> None:
+    asyncio.run(_slow_subscriber())
+
+
+async def _slow_subscriber() -> None:  # subscribers live in the server's event loop
     hub = Hub(max_batches=8)
     slow, fast = hub.subscribe(), hub.subscribe()
     for i in range(100):
