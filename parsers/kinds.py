@@ -8,6 +8,7 @@ are forgiving about the renderings real logs use: `[1.4372426]` (a shape-(1,) ar
 from __future__ import annotations
 
 import datetime
+import functools
 import re
 import time
 from typing import Callable, Dict, Optional, Union
@@ -96,9 +97,12 @@ def parse_mindspore_time(text: str) -> float:
     match = _MINDSPORE_CLOCK.match(text.strip())
     if not match:
         raise ValueError(f"not a MindSpore timestamp: {text!r}")
-    base = datetime.datetime.strptime(match.group(1), "%Y-%m-%d-%H:%M:%S")
-    micros = int(match.group(2) + match.group(3))
-    return time.mktime(base.timetuple()) + micros / 1e6
+    return _mindspore_seconds(match.group(1)) + int(match.group(2) + match.group(3)) / 1e6
+
+
+@functools.lru_cache(maxsize=1024)
+def _mindspore_seconds(text: str) -> float:
+    return time.mktime(datetime.datetime.strptime(text, "%Y-%m-%d-%H:%M:%S").timetuple())
 
 
 CONVERTERS: Dict[str, Callable[[str, str], Value]] = {
@@ -117,7 +121,25 @@ NAMED_TIME_FORMATS: Dict[str, Callable[[str], float]] = {
 
 
 def time_parser(fmt: str) -> Callable[[str], float]:
-    """The function turning a captured timestamp into unix seconds for a `time_format` setting."""
+    """The function turning a captured timestamp into unix seconds for a `time_format` setting.
+
+    strptime is slow and a log has many lines per second, so the whole-second part is parsed once per second
+    (cached) and a trailing `%f` fraction is added arithmetically.
+    """
     if fmt in NAMED_TIME_FORMATS:
         return NAMED_TIME_FORMATS[fmt]
-    return lambda text: parse_local_time(text, fmt)
+    if fmt.endswith("%f") and len(fmt) > 3:
+        separator, whole_seconds = fmt[-3], _cached_parser(fmt[:-3])
+
+        def parse(text: str) -> float:
+            head, found, fraction = text.strip().rpartition(separator)
+            if not found or not fraction.isdigit() or len(fraction) > 6:
+                return parse_local_time(text, fmt)
+            return whole_seconds(head) + int(fraction) / 10 ** len(fraction)
+
+        return parse
+    return _cached_parser(fmt)
+
+
+def _cached_parser(fmt: str) -> Callable[[str], float]:
+    return functools.lru_cache(maxsize=1024)(lambda text: parse_local_time(text, fmt))

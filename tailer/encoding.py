@@ -23,8 +23,11 @@ def jsonable(obj: Any) -> Any:
     """A copy of obj (dicts, lists, tuples, scalars) with every non-finite float replaced by its name."""
     if isinstance(obj, float):
         return finite_or_name(obj)
-    if isinstance(obj, dict):
-        return {key: jsonable(value) for key, value in obj.items()}
+    if isinstance(obj, dict):  # records are flat: scalars are converted inline, without a call each
+        return {
+            key: finite_or_name(value) if isinstance(value, float) else jsonable(value) if isinstance(value, (dict, list, tuple)) else value
+            for key, value in obj.items()
+        }
     if isinstance(obj, (list, tuple)):
         return [jsonable(value) for value in obj]
     return obj

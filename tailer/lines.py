@@ -48,31 +48,53 @@ class LineSplitter:
 
     def feed(self, data: bytes) -> List[Line]:
         lines: List[Line] = []
-        pos = 0
-        while pos < len(data):
-            newline = data.find(b"\n", pos)
-            chunk_end = len(data) if newline < 0 else newline
-            if not self._skipping:
-                room = self.max_line_bytes - len(self._buffer)
-                piece = data[pos:chunk_end]
-                if len(piece) > room:
-                    piece = piece[: max(room, 0)]
-                    self._skipping = True
+        pos, size = 0, len(data)
+        # The line in progress (buffered, or the cut-off tail of a long one) is finished byte-carefully ...
+        while pos < size and (self._buffer or self._skipping or self._consumed):
+            pos = self._feed_piece(data, pos, lines)
+        # ... then whole lines go straight from the chunk (the hot path: one split, no per-byte work) ...
+        last_newline = data.rfind(b"\n", pos)
+        if last_newline >= pos:
+            start = self._buffer_start
+            for raw in data[pos:last_newline].split(b"\n"):
+                end = start + len(raw) + 1
+                if len(raw) > self.max_line_bytes:
+                    raw = raw[: self.max_line_bytes]
                     self.cut_lines += 1
-                self._buffer += piece
-            if newline < 0:
-                # An unfinished line: the cut-off part is not kept, but its length still counts toward the
-                # offset of the next line.
-                self._consumed += chunk_end - pos
-                break
-            self._consumed += chunk_end - pos
-            end = self._buffer_start + self._consumed + 1
-            lines.append(self._make_line(end))
-            pos = newline + 1
+                lines.append(self._line(raw, start, end))
+                start = end
+            self._buffer_start = start
+            pos = last_newline + 1
+        # ... and an unfinished last line waits in the buffer for its newline.
+        while pos < size:
+            pos = self._feed_piece(data, pos, lines)
         return lines
 
-    def _make_line(self, end: int) -> Line:
-        raw = bytes(self._buffer)
+    def _feed_piece(self, data: bytes, pos: int, lines: List[Line]) -> int:
+        """Consume data[pos:] up to and including the next newline (or to the end); returns the new pos."""
+        newline = data.find(b"\n", pos)
+        chunk_end = len(data) if newline < 0 else newline
+        if not self._skipping:
+            room = self.max_line_bytes - len(self._buffer)
+            piece = data[pos:chunk_end]
+            if len(piece) > room:
+                piece = piece[: max(room, 0)]
+                self._skipping = True
+                self.cut_lines += 1
+            self._buffer += piece
+        # Cut-off bytes are not kept, but they count toward the offset of the next line.
+        self._consumed += chunk_end - pos
+        if newline < 0:
+            return len(data)
+        end = self._buffer_start + self._consumed + 1
+        lines.append(self._line(bytes(self._buffer), self._buffer_start, end))
+        self._buffer.clear()
+        self._buffer_start = end
+        self._consumed = 0
+        self._skipping = False
+        return newline + 1
+
+    def _line(self, raw: bytes, start: int, end: int) -> Line:
         text = raw.decode("utf-8", errors="replace")
         if "\ufffd" in text and b"\xef\xbf\xbd" not in raw:
             self.replaced_lines += 1
@@ -83,12 +105,8 @@ class LineSplitter:
             text = text.rsplit("\r", 1)[1]
         if "\x00" in text:
             text = text.replace("\x00", "")
-        if self._buffer_start == 0 and text.startswith(BOM):
+        if start == 0 and text.startswith(BOM):
             text = text[1:]
-        line = Line(text, self._buffer_start, end, self.next_number)
+        line = Line(text, start, end, self.next_number)
         self.next_number += 1
-        self._buffer.clear()
-        self._buffer_start = end
-        self._consumed = 0
-        self._skipping = False
         return line
