@@ -97,11 +97,11 @@ def parse_mindspore_time(text: str) -> float:
     match = _MINDSPORE_CLOCK.match(text.strip())
     if not match:
         raise ValueError(f"not a MindSpore timestamp: {text!r}")
-    return _mindspore_seconds(match.group(1)) + int(match.group(2) + match.group(3)) / 1e6
+    return _mindspore_seconds(match.group(1), time.timezone) + int(match.group(2) + match.group(3)) / 1e6
 
 
 @functools.lru_cache(maxsize=1024)
-def _mindspore_seconds(text: str) -> float:
+def _mindspore_seconds(text: str, zone: int) -> float:
     return time.mktime(datetime.datetime.strptime(text, "%Y-%m-%d-%H:%M:%S").timetuple())
 
 
@@ -135,11 +135,13 @@ def time_parser(fmt: str) -> Callable[[str], float]:
             head, found, fraction = text.strip().rpartition(separator)
             if not found or not fraction.isdigit() or len(fraction) > 6:
                 return parse_local_time(text, fmt)
-            return whole_seconds(head) + int(fraction) / 10 ** len(fraction)
+            return whole_seconds(head, time.timezone) + int(fraction) / 10 ** len(fraction)
 
         return parse
-    return _cached_parser(fmt)
+    cached = _cached_parser(fmt)
+    return lambda text: cached(text, time.timezone)
 
 
-def _cached_parser(fmt: str) -> Callable[[str], float]:
-    return functools.lru_cache(maxsize=1024)(lambda text: parse_local_time(text, fmt))
+def _cached_parser(fmt: str) -> Callable[[str, int], float]:
+    # The zone is part of the key: local time means the zone in force (TZ may be changed and tzset() called).
+    return functools.lru_cache(maxsize=1024)(lambda text, zone: parse_local_time(text, fmt))
