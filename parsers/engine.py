@@ -67,7 +67,9 @@ class SourceParser:
         self._segment = 0
         self._spe_learned = 0  # steps per epoch inferred from step_in_epoch when the log does not print it
         self._epoch_max: Dict[int, int] = {}
+        self._spe_told = 0  # steps per epoch told by an attach rule's `epoch_length` (TimeMonitor)
         self._counted_step = 0
+        self._event_steps: Dict[str, int] = {}  # the step of the last event of each kind (`same_step_as`)
 
     # -- public ---------------------------------------------------------------------------------------------
     def feed(self, text: str, line_no: int, now: float) -> List[Item]:
@@ -89,6 +91,9 @@ class SourceParser:
             return out
         when = match.time if match.time is not None else now
         rule = match.rule
+        if rule is not None and rule.kind == "ignore":  # known, and deliberately not a record
+            out += self.flush(now)
+            return out
         if rule is None:
             if _METRIC_LOOKING.search(match.message):
                 self.counts["unmatched_metric_lines"] += 1
@@ -114,7 +119,12 @@ class SourceParser:
                     event["step"] = int(match.groups["step"])  # type: ignore[arg-type]
                 except ValueError:
                     self.counts["field_errors"] += 1
-            event.update(self._values(rule, match.groups))
+            if rule.same_step_as and rule.same_step_as in self._event_steps:
+                event["step"] = self._event_steps[rule.same_step_as]
+            values = self._values(rule, match.groups)
+            event.update(values)
+            if rule.record:  # eval results: the numbers are charted at the current step too
+                self._attach(rule, match.groups, when, line_no, out, dict(values))
             if rule.multiline:
                 self._open_event = (event, [match.message], now)
             else:
@@ -192,7 +202,7 @@ class SourceParser:
                 # from the largest step seen in an earlier epoch.
                 self._epoch_max[epoch] = max(self._epoch_max.get(epoch, 0), in_epoch)
                 earlier = [m for e, m in self._epoch_max.items() if e < epoch]
-                spe = max(earlier) if earlier else self._spe_learned
+                spe = self._spe_told or (max(earlier) if earlier else self._spe_learned)
                 self._spe_learned = spe
             return (epoch - 1) * spe + in_epoch
         except ValueError:
@@ -209,6 +219,10 @@ class SourceParser:
                 values[field.name] = field.value(text)
             except ValueError:
                 self.counts["field_errors"] += 1
+        for extract in rule.extract:  # multi-valued fields: pydict, pairs
+            found, errors = extract(groups)
+            values.update(found)
+            self.counts["field_errors"] += errors
         return values
 
     def _feed_json(self, obj: Dict[str, Any], line_no: int, now: float, out: List[Item]) -> None:
@@ -218,6 +232,9 @@ class SourceParser:
         if not isinstance(values.get("time"), (int, float)):
             values["time"] = now
         values["line"] = line_no
+        for key in ("step", "epoch"):  # a writer that keeps numbers as floats: "step": 2.0
+            if isinstance(values.get(key), float) and values[key].is_integer():
+                values[key] = int(values[key])
         if isinstance(values.get("kind"), str):
             self._emit_event(values, out)
         elif isinstance(values.get("step"), int):
@@ -225,8 +242,14 @@ class SourceParser:
             self._emit({"step": values.pop("step"), **values}, out)
 
     # -- state transitions ----------------------------------------------------------------------------------
-    def _attach(self, rule: Rule, groups: Dict[str, Optional[str]], when: float, line_no: int, out: List[Item]) -> None:
-        values = self._values(rule, groups)
+    def _attach(
+        self, rule: Rule, groups: Dict[str, Optional[str]], when: float, line_no: int, out: List[Item],
+        values: Optional[Record] = None,
+    ) -> None:
+        if values is None:
+            values = self._values(rule, groups)
+        if rule.epoch_length:
+            self._learn_epoch_length(rule, groups, values)
         if self._pending is not None:
             record, waiting, _ = self._pending
             for key, value in values.items():
@@ -242,6 +265,22 @@ class SourceParser:
             late.update(time=when, line=line_no)
             late.update(values)
             self._emit(late, out)
+
+    def _learn_epoch_length(self, rule: Rule, groups: Dict[str, Optional[str]], values: Record) -> None:
+        """MindSpore's TimeMonitor prints the epoch time and the per-step time (epoch time / steps in the epoch):
+        their quotient is the epoch length, exact even when LossMonitor's interval does not divide it. The printed
+        numbers are rounded ("%5.3f"), so the quotient is used only when that rounding cannot change it."""
+        numerator, denominator = rule.epoch_length
+        top, bottom = values.get(numerator), values.get(denominator)
+        if not (isinstance(top, (int, float)) and isinstance(bottom, (int, float)) and math.isfinite(top)):
+            return
+        top_error, bottom_error = _rounding(rule, groups, numerator), _rounding(rule, groups, denominator)
+        if top_error < 0 or not 0 <= bottom_error < bottom:
+            return
+        low = round((top - top_error) / (bottom + bottom_error))
+        high = round((top + top_error) / (bottom - bottom_error))
+        if low == high and low >= max(self._epoch_max.values(), default=1):  # never shorter than a step seen
+            self._spe_told = low
 
     def _emit_pending(self, out: List[Item]) -> None:
         if self._pending is not None:
@@ -264,6 +303,8 @@ class SourceParser:
         last = self._pending[0] if self._pending is not None else self._last
         if "step" not in event and last is not None:
             event["step"] = last["step"]
+        if isinstance(event.get("step"), int):
+            self._event_steps[event["kind"]] = event["step"]
         if self._pending is not None:
             self._deferred.append(event)  # keep line order: the held record (an earlier line) goes out first
             return
@@ -292,6 +333,20 @@ class SourceParser:
             self._emit_event(event, out)
 
 
+def _rounding(rule: Rule, groups: Dict[str, Optional[str]], name: str) -> float:
+    """Half a unit of the last printed digit of metric `name` ("65.811" -> 0.0005), scaled as its field is; -1 when
+    it cannot be told (an exponent)."""
+    for field in rule.fields:
+        text = groups.get(field.group)
+        if field.name == name and text:
+            digits = text.strip()
+            if not digits.replace(".", "", 1).isdigit():
+                return -1.0
+            places = len(digits.partition(".")[2])
+            return 0.5 * 10 ** -places * (field.scale if field.scale is not None else 1)
+    return -1.0
+
+
 def _starts_record(match: _Match) -> bool:
     if match.obj is not None:
         return "kind" not in match.obj and "step" in match.obj
@@ -302,26 +357,31 @@ def _match_format(fmt: Format, text: str) -> Optional[_Match]:
     """Strip the first matching prefix, then try the rules on the message (stateless)."""
     if fmt.jsonl:
         return _match_jsonl(fmt, text)
-    message, when, level, prefixed = text, None, None, False
+    message, parts, parse_time = text, None, None
     for prefix in fmt.prefixes:
         found = prefix.regex.match(text)
-        if found is None:
-            continue
-        parts = found.groupdict()
-        message, level, prefixed = parts["message"], parts.get("level"), True
-        if prefix.parse_time is not None and parts.get("time"):
-            try:
-                when = prefix.parse_time(parts["time"])
-            except ValueError:
-                when = None
-        break
-    for rule in fmt.rules:
-        found = rule.regex.search(message)
         if found is not None:
-            return _Match(fmt, rule, found.groupdict(), when, level, prefixed, message)
-    if prefixed:
-        return _Match(fmt, None, {}, when, level, True, message)
-    return _Match(fmt, None, {}, None, None, False, message)
+            parts, parse_time = found.groupdict(), prefix.parse_time
+            message = parts["message"]
+            break
+    rule, groups = None, {}
+    index = fmt.rule_index
+    for candidate in index.by_first_char.get(message[:1], index.others):
+        found = candidate.regex.search(message)
+        if found is not None:
+            rule, groups = candidate, found.groupdict()
+            break
+    if parts is None:
+        return _Match(fmt, rule, groups, None, None, False, message)
+    level, when = parts.get("level"), None
+    # Only a line that makes an item needs its time (most lines do not, and parsing a time is not free).
+    makes_item = rule.kind != "ignore" if rule is not None else level in fmt.error_levels
+    if makes_item and parse_time is not None and parts.get("time"):
+        try:
+            when = parse_time(parts["time"])
+        except ValueError:
+            pass
+    return _Match(fmt, rule, groups, when, level, True, message)
 
 
 def _match_jsonl(fmt: Format, text: str) -> Optional[_Match]:

@@ -33,6 +33,11 @@ def _bare(text: str, unit: str) -> str:
 
 def to_float(text: str, unit: str = "") -> Optional[float]:
     """'1.e-05' -> 1e-05, '[nan]' -> nan, 'inf' -> inf, 'None' -> None."""
+    if not unit:
+        try:
+            return float(text)  # the common case, at once: float() itself strips whitespace
+        except ValueError:
+            pass
     bare = _bare(text, unit)
     if bare.lower() in NULL_WORDS:
         return None
@@ -41,6 +46,11 @@ def to_float(text: str, unit: str = "") -> Optional[float]:
 
 def to_int(text: str, unit: str = "") -> Optional[int]:
     """'  42' -> 42; '42.0' -> 42 (a float rendering of a whole number); 'None' -> None."""
+    if not unit:
+        try:
+            return int(text)  # the common case, at once: int() itself strips whitespace
+        except ValueError:
+            pass
     bare = _bare(text, unit)
     if bare.lower() in NULL_WORDS:
         return None
@@ -144,4 +154,16 @@ def time_parser(fmt: str) -> Callable[[str], float]:
 
 def _cached_parser(fmt: str) -> Callable[[str, int], float]:
     # The zone is part of the key: local time means the zone in force (TZ may be changed and tzset() called).
-    return functools.lru_cache(maxsize=1024)(lambda text, zone: parse_local_time(text, fmt))
+    cached = functools.lru_cache(maxsize=1024)(lambda text, zone: parse_local_time(text, fmt))
+    if not fmt.endswith(":%S"):
+        return cached
+
+    def by_minute(text: str, zone: int) -> float:
+        # A big model logs a step every few seconds, so a per-second cache would miss on every step: the minute is
+        # parsed once and its two-digit seconds are added (a zone's offset never changes within a minute).
+        head, seconds = text[:-2], text[-2:]
+        if head.endswith(":") and seconds.isdigit() and seconds < "62":
+            return cached(head + "00", zone) + int(seconds)
+        return cached(text, zone)
+
+    return by_minute

@@ -10,10 +10,11 @@ import re
 import sys
 from importlib import resources
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from .kinds import CONVERTERS, NAMED_TIME_FORMATS, time_parser
-from .schema import RESERVED, RULE_KINDS, STEP_GROUPS, Field, Format, FormatError, Prefix, Rule
+from .kinds import CONVERTERS, NAMED_TIME_FORMATS, Value, time_parser
+from .pyliteral import parse_pydict
+from .schema import RESERVED, RULE_KINDS, STEP_GROUPS, Extractor, Field, Format, FormatError, Prefix, Rule
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -23,8 +24,11 @@ else:  # pragma: no cover - exercised on 3.9/3.10
 BUILTIN_ORIGIN = "built-in"
 PATTERN_ORIGIN = "--pattern"
 _FORMAT_KEYS = {"name", "description", "priority", "prefix", "rule", "error_levels", "jsonl"}
-_RULE_KEYS = {"name", "kind", "regex", "fields", "wait_for", "event", "multiline"}
-_FIELD_KEYS = {"type", "rename", "unit", "scale"}
+_RULE_KEYS = {"name", "kind", "regex", "fields", "wait_for", "event", "multiline", "pairs", "record", "same_step_as",
+              "epoch_length"}
+_FIELD_KEYS = {"type", "rename", "unit", "scale", "null"}
+_PYDICT_KEYS = {"type", "prefix"}
+_PAIRS_KEYS = {"group", "regex", "type", "names", "prefix"}
 
 
 def user_formats_dir() -> Path:
@@ -152,6 +156,10 @@ def _rule(data: Mapping[str, Any], origin: str, index: int) -> Rule:
     if not isinstance(fields_table, dict):
         raise FormatError(origin, "fields must be a table", name)
     fields = _fields(fields_table, regex, origin, name)
+    extract = _pydict_fields(fields_table, regex, origin, name)
+    if "pairs" in data:
+        extract += (_pairs(data["pairs"], regex, origin, name),)
+        fields = tuple(f for f in fields if f.group != data["pairs"]["group"])  # the pairs' text is no metric
     if kind == "record" and not ({"step", "step_in_epoch"} & set(regex.groupindex)):
         raise FormatError(
             origin, "no step source: a record rule needs a (?P<step>...) or (?P<step_in_epoch>...) group", name
@@ -162,6 +170,19 @@ def _rule(data: Mapping[str, Any], origin: str, index: int) -> Rule:
     wait_for = data.get("wait_for", [])
     if not isinstance(wait_for, list) or not all(isinstance(w, str) for w in wait_for):
         raise FormatError(origin, "wait_for must be a list of attach-rule names", name)
+    record = _typed(data, "record", bool, False, origin, name)
+    same_step_as = _typed(data, "same_step_as", str, "", origin, name)
+    if (record or same_step_as) and kind != "event":
+        raise FormatError(origin, "record and same_step_as are options of event rules (kind = \"event\")", name)
+    epoch_length = data.get("epoch_length", [])
+    if epoch_length:
+        outputs = {f.name for f in fields}
+        if kind != "attach":
+            raise FormatError(origin, "epoch_length is an option of attach rules (kind = \"attach\")", name)
+        if not (isinstance(epoch_length, list) and len(epoch_length) == 2 and all(n in outputs for n in epoch_length)):
+            raise FormatError(
+                origin, f"epoch_length must name two metrics of this rule (numerator, denominator): {sorted(outputs)}", name
+            )
     return Rule(
         name=name,
         kind=kind,
@@ -170,6 +191,10 @@ def _rule(data: Mapping[str, Any], origin: str, index: int) -> Rule:
         wait_for=tuple(wait_for),
         event=event,
         multiline=bool(data.get("multiline", False)),
+        extract=extract,
+        record=record,
+        same_step_as=same_step_as,
+        epoch_length=tuple(epoch_length),
     )
 
 
@@ -182,15 +207,14 @@ def _fields(table: Mapping[str, Any], regex: "re.Pattern[str]", origin: str, rul
     for group in regex.groupindex:
         if group in STEP_GROUPS or group.startswith("_"):
             continue
-        spec = table.get(group, "float")
-        if isinstance(spec, str):
-            spec = {"type": spec}
-        if not isinstance(spec, dict):
-            raise FormatError(origin, f"fields.{group} must be a type name or a table", rule)
+        spec = _field_spec(table, group, origin, rule)
+        if spec.get("type") == "pydict":
+            continue  # a multi-valued field: see _pydict_fields
         _reject_unknown(spec, _FIELD_KEYS, origin, rule, f"key of fields.{group}")
         type_name = spec.get("type", "float")
         if type_name not in CONVERTERS:
-            raise FormatError(origin, f"fields.{group}: unknown type {type_name!r} (use {', '.join(CONVERTERS)})", rule)
+            types = ", ".join(list(CONVERTERS) + ["pydict"])
+            raise FormatError(origin, f"fields.{group}: unknown type {type_name!r} (use {types})", rule)
         out = spec.get("rename", group)
         if not isinstance(out, str) or not out:
             raise FormatError(origin, f"fields.{group}: rename must be a non-empty string", rule)
@@ -202,8 +226,102 @@ def _fields(table: Mapping[str, Any], regex: "re.Pattern[str]", origin: str, rul
         unit = spec.get("unit", "")
         if not isinstance(unit, str):
             raise FormatError(origin, f"fields.{group}: unit must be a string", rule)
-        fields.append(Field(group=group, name=out, convert=CONVERTERS[type_name], unit=unit, scale=scale))
+        convert = CONVERTERS[type_name]
+        null = spec.get("null", [])
+        if not isinstance(null, list) or not all(isinstance(word, str) for word in null):
+            raise FormatError(origin, f"fields.{group}: null must be a list of strings", rule)
+        if null:
+            convert = _null_words(convert, frozenset(null))
+        fields.append(Field(group=group, name=out, convert=convert, unit=unit, scale=scale))
     return tuple(fields)
+
+
+def _field_spec(table: Mapping[str, Any], group: str, origin: str, rule: str) -> Dict[str, Any]:
+    spec = table.get(group, "float")
+    if isinstance(spec, str):
+        spec = {"type": spec}
+    if not isinstance(spec, dict):
+        raise FormatError(origin, f"fields.{group} must be a type name or a table", rule)
+    return spec
+
+
+def _null_words(convert: Callable[[str, str], Value], words: frozenset) -> Callable[[str, str], Value]:
+    """A converter for which these exact renderings (after stripping spaces; case matters) mean null."""
+
+    def converted(text: str, unit: str) -> Value:
+        return None if text.strip() in words else convert(text, unit)
+
+    return converted
+
+
+def _pydict_fields(table: Mapping[str, Any], regex: "re.Pattern[str]", origin: str, rule: str) -> Tuple[Extractor, ...]:
+    """`type = "pydict"` fields: the group holds a printed Python dict whose numbers become `prefix` + key."""
+    found = []
+    for group in regex.groupindex:
+        spec = _field_spec(table, group, origin, rule) if group in table else {}
+        if spec.get("type") != "pydict":
+            continue
+        _reject_unknown(spec, _PYDICT_KEYS, origin, rule, f"key of fields.{group} (type pydict)")
+        prefix = spec.get("prefix", "")
+        if not isinstance(prefix, str) or not re.fullmatch(r"\w*", prefix):
+            raise FormatError(origin, f"fields.{group}: prefix must be letters, digits or '_'", rule)
+        found.append(_pydict_extractor(group, prefix))
+    return tuple(found)
+
+
+def _pydict_extractor(group: str, prefix: str) -> Extractor:
+    def extract(groups: Dict[str, Optional[str]]) -> Tuple[Dict[str, Value], int]:
+        text = groups.get(group)
+        if text is None:
+            return {}, 0
+        try:
+            numbers = parse_pydict(text)
+        except ValueError:
+            return {}, 1
+        return {prefix + k: v for k, v in numbers.items() if prefix + k not in RESERVED}, 0
+
+    return extract
+
+
+def _pairs(spec: Any, regex: "re.Pattern[str]", origin: str, rule: str) -> Extractor:
+    """`[rule.pairs]`: `name: value` pairs found repeatedly in one group (MindFormers' `mtp_1_loss: 6.74, ...`)."""
+    if not isinstance(spec, dict):
+        raise FormatError(origin, "pairs must be a table ([rule.pairs])", rule)
+    _reject_unknown(spec, _PAIRS_KEYS, origin, rule, "key of pairs")
+    group = spec.get("group")
+    if not isinstance(group, str) or group not in regex.groupindex:
+        raise FormatError(origin, f"pairs.group must name a group of the rule's regex, not {group!r}", rule)
+    pattern = _compile(_required_str(spec, "regex", origin, rule), origin, rule)
+    if not {"name", "value"} <= set(pattern.groupindex):
+        raise FormatError(origin, "pairs.regex needs (?P<name>...) and (?P<value>...) groups", rule)
+    type_name = spec.get("type", "float")
+    if type_name not in CONVERTERS:
+        raise FormatError(origin, f"pairs: unknown type {type_name!r} (use {', '.join(CONVERTERS)})", rule)
+    convert = CONVERTERS[type_name]
+    names = _compile(spec["names"], origin, rule) if isinstance(spec.get("names"), str) else None
+    if "names" in spec and names is None:
+        raise FormatError(origin, "pairs.names must be a regex string", rule)
+    prefix = spec.get("prefix", "")
+    if not isinstance(prefix, str):
+        raise FormatError(origin, "pairs.prefix must be a string", rule)
+
+    def extract(groups: Dict[str, Optional[str]]) -> Tuple[Dict[str, Value], int]:
+        text = groups.get(group)
+        values: Dict[str, Value] = {}
+        errors = 0
+        if not text:
+            return values, errors
+        for found in pattern.finditer(text):
+            name = prefix + found.group("name")
+            if (names is not None and not names.fullmatch(found.group("name"))) or name in RESERVED:
+                continue
+            try:
+                values.setdefault(name, convert(found.group("value"), ""))
+            except ValueError:
+                errors += 1
+        return values, errors
+
+    return extract
 
 
 def _compile(pattern: str, origin: str, rule: Optional[str]) -> "re.Pattern[str]":

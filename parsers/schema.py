@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import functools
+import math
 from dataclasses import dataclass
-from typing import Callable, Optional, Pattern, Tuple
+from typing import Callable, Dict, Optional, Pattern, Tuple
 
+from .dispatch import RuleIndex
 from .kinds import Value
 
 #: Keys every record or event carries; a format cannot produce metrics with these names.
@@ -15,7 +18,10 @@ RESERVED = frozenset({"seq", "source", "step", "epoch", "time", "segment", "line
 #: (total epochs) and `total_steps` tell how long the run is.
 STEP_GROUPS = frozenset({"step", "epoch", "step_in_epoch", "steps_per_epoch", "epochs", "total_steps"})
 
-RULE_KINDS = ("record", "attach", "event")
+RULE_KINDS = ("record", "attach", "event", "ignore")
+
+#: A multi-valued field (`type = "pydict"`, a rule's `[rule.pairs]`): the regex groups -> (values, errors).
+Extractor = Callable[[Dict[str, Optional[str]]], Tuple[Dict[str, Value], int]]
 
 
 class FormatError(ValueError):
@@ -42,6 +48,9 @@ class Field:
         result = self.convert(text, self.unit)
         if self.scale is not None and isinstance(result, (int, float)):
             result = result * self.scale
+            if isinstance(result, float) and math.isfinite(result):
+                # 12 significant digits: "1.005" s * 1000 is 1005.0 ms, not 1004.9999999999999
+                result = float("%.12g" % result)
         return result
 
 
@@ -50,9 +59,16 @@ class Rule:
     """One regex tried against a line's message.
 
     kind: `record` starts a step record, `attach` adds its fields to the record just started (the
-    MindFormers progress line), `event` emits an event of kind `event`.
+    MindFormers progress line), `event` emits an event of kind `event`, `ignore` marks a known line that is
+    deliberately not a record (it is not counted as an unmatched metric-looking line).
     wait_for: attach rules whose arrival completes a record; until then (or `grace` seconds) it is held.
     multiline: following lines that carry no prefix and match no rule are appended to the event's message.
+    extract: multi-valued fields (pydict fields, pairs), run after `fields`.
+    record: (event rules) the event's values also become metrics of the current step (eval results).
+    same_step_as: (event rules) the event takes the step of the last event of this kind (a checkpoint's
+        completion line, logged steps after an async save started).
+    epoch_length: (attach rules) two metric names whose quotient is the number of steps in the epoch
+        (MindSpore's TimeMonitor: epoch time / per-step time); it replaces the learnt epoch length.
     """
 
     name: str
@@ -62,6 +78,10 @@ class Rule:
     wait_for: Tuple[str, ...] = ()
     event: str = ""
     multiline: bool = False
+    extract: Tuple[Extractor, ...] = ()
+    record: bool = False
+    same_step_as: str = ""
+    epoch_length: Tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -85,3 +105,8 @@ class Format:
     rules: Tuple[Rule, ...] = ()
     error_levels: Tuple[str, ...] = ()
     jsonl: bool = False
+
+    @functools.cached_property
+    def rule_index(self) -> RuleIndex:
+        """The rules that can match a message, by its first character (built on first use)."""
+        return RuleIndex(self.rules)

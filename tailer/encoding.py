@@ -38,8 +38,14 @@ def numbers(values: Iterable[float]) -> List[Any]:
     return [v if v - v == 0 else finite_or_name(v) for v in values]
 
 
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
 def dumps(obj: Any) -> str:
-    return json.dumps(jsonable(obj), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    try:
+        return _ENCODER.encode(obj)  # most objects hold finite numbers only: no copy is needed
+    except ValueError:  # a non-finite number (allow_nan=False): encode a copy with the names
+        return _ENCODER.encode(jsonable(obj))
 
 
 #: The order keys appear in a record's JSON (reserved keys first, then metrics as the log had them).
@@ -48,5 +54,5 @@ RECORD_KEY_ORDER = ("seq", "source", "step", "epoch", "time", "segment", "line",
 
 def ordered(record: dict) -> dict:
     out = {key: record[key] for key in RECORD_KEY_ORDER if key in record}
-    out.update((key, value) for key, value in record.items() if key not in out)
+    out.update(record)  # keys already there keep their place; the others follow in the record's order
     return out

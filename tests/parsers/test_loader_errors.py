@@ -67,6 +67,42 @@ BAD = [
      "no rule with kind = \"record\""),
     ("no rules at all", "description = \"empty\"\n", None, "no [[rule]] tables"),
     ("bad name", "name = \"my format\"\n" + GOOD_RULE, None, "name must be"),
+    # keys added for the PyNative / eval / checkpoint formats
+    ("unknown type lists pydict",
+     "[[rule]]\nname = \"step_line\"\nregex = 'step (?P<step>\\d+) (?P<x>\\S+)'\nfields.x = \"dict\"\n", "step_line",
+     "(use float, int, bool, str, duration, pydict)"),
+    ("null is not a list",
+     "[[rule]]\nname = \"step_line\"\nregex = 'step (?P<step>\\d+) (?P<x>\\S+)'\nfields.x = { null = \"NaN\" }\n",
+     "step_line", "null must be a list of strings"),
+    ("pydict with rename",
+     "[[rule]]\nname = \"step_line\"\nregex = 'step (?P<step>\\d+) (?P<x>\\{.*\\})'\n"
+     "fields.x = { type = \"pydict\", rename = \"y\" }\n", "step_line", "unknown key of fields.x (type pydict) 'rename'"),
+    ("pydict prefix not a name",
+     "[[rule]]\nname = \"step_line\"\nregex = 'step (?P<step>\\d+) (?P<x>\\{.*\\})'\n"
+     "fields.x = { type = \"pydict\", prefix = \"eval-\" }\n", "step_line", "prefix must be letters"),
+    ("pairs group missing",
+     "[[rule]]\nname = \"step_line\"\nregex = 'step (?P<step>\\d+)(?P<_tail>.*)'\n"
+     "pairs = { group = \"tail\", regex = '(?P<name>\\w+): (?P<value>\\S+)' }\n", "step_line", "pairs.group must name"),
+    ("pairs regex without name/value",
+     "[[rule]]\nname = \"step_line\"\nregex = 'step (?P<step>\\d+)(?P<_tail>.*)'\n"
+     "pairs = { group = \"_tail\", regex = '(?P<key>\\w+): (?P<value>\\S+)' }\n", "step_line",
+     "(?P<name>...) and (?P<value>...)"),
+    ("pairs unknown key",
+     "[[rule]]\nname = \"step_line\"\nregex = 'step (?P<step>\\d+)(?P<_tail>.*)'\n"
+     "pairs = { group = \"_tail\", regex = '(?P<name>\\w+): (?P<value>\\S+)', rename = \"x\" }\n", "step_line",
+     "unknown key of pairs 'rename'"),
+    ("pairs bad regex",
+     "[[rule]]\nname = \"step_line\"\nregex = 'step (?P<step>\\d+)(?P<_tail>.*)'\n"
+     "pairs = { group = \"_tail\", regex = '(?P<name>\\w+' }\n", "step_line", "bad regex"),
+    ("record on a record rule",
+     "[[rule]]\nname = \"step_line\"\nrecord = true\nregex = 'step (?P<step>\\d+)'\n", "step_line",
+     "record and same_step_as are options of event rules"),
+    ("record not a bool", GOOD_RULE + "[[rule]]\nname = \"ev\"\nkind = \"event\"\nevent = \"eval\"\nrecord = \"yes\"\nregex = 'x'\n", "ev", "record must be a bool"),
+    ("epoch_length on an event rule", GOOD_RULE + "[[rule]]\nname = \"ev\"\nkind = \"event\"\nevent = \"eval\"\nepoch_length = [\"a\", \"b\"]\nregex = '(?P<a>\\d+) (?P<b>\\d+)'\n",
+     "ev", "epoch_length is an option of attach rules"),
+    ("epoch_length names no metric",
+     GOOD_RULE + "[[rule]]\nname = \"tm\"\nkind = \"attach\"\nepoch_length = [\"epoch_ms\", \"step_ms\"]\n"
+     "regex = 'epoch (?P<epoch_ms>\\S+) step (?P<step_time_ms>\\S+)'\n", "tm", "epoch_length must name two metrics"),
 ]
 
 

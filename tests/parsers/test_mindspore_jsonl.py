@@ -63,10 +63,11 @@ def test_global_step_is_inferred_across_epochs() -> None:
 @pytest.mark.parametrize(
     "line,expected",
     [
-        (TIME_MONITOR_1X.format(54224.712, 216.899), {"epoch_time_ms": 54224.712, "step_time_ms": 216.899}),
-        (TIME_MONITOR_2X.format("train".title(), 1316.218, 65.811),
-         {"epoch_time_ms": 1316.218, "step_time_ms": 65.811}),
-        (TIME_MONITOR_2X.format("", 1316.218, 65.811), {"epoch_time_ms": 1316.218, "step_time_ms": 65.811}),
+        # per step time = epoch time / steps in the epoch (2 here): TimeMonitor also tells the epoch length
+        (TIME_MONITOR_1X.format(433.798, 216.899), {"epoch_time_ms": 433.798, "step_time_ms": 216.899}),
+        (TIME_MONITOR_2X.format("train".title(), 131.622, 65.811),
+         {"epoch_time_ms": 131.622, "step_time_ms": 65.811}),
+        (TIME_MONITOR_2X.format("", 131.622, 65.811), {"epoch_time_ms": 131.622, "step_time_ms": 65.811}),
         (TIME_MONITOR_2X.format("Train", 10.0, 5.0) + DATA_TIME.format(1.25),
          {"epoch_time_ms": 10.0, "step_time_ms": 5.0, "data_time_ms": 1.25}),
     ],
@@ -90,8 +91,11 @@ def test_eval_time_monitor_is_not_a_training_step_time() -> None:
         "Eval result: epoch %d, metrics: %s" % (1, {"accuracy": 0.9}),
         LOSS_MONITOR % (2, 1, "0.125"),
     ]
-    records, _, _ = parse(lines)
-    assert [(r["step"], r.get("step_time_ms")) for r in records] == [(2, 10.0), (3, None)]
+    records, events, _ = parse(lines)
+    # The eval numbers are a record of the epoch's last step (charted), and an `eval` event.
+    assert [(r["step"], r.get("step_time_ms")) for r in records] == [(2, 10.0), (2, None), (3, None)]
+    assert_metrics(records[1], {"eval_accuracy": 0.9})
+    assert [(e["kind"], e["step"], e["eval_accuracy"]) for e in events] == [("eval", 2, 0.9)]
 
 
 def test_traceback_after_a_loss_monitor_line() -> None:
@@ -125,6 +129,15 @@ def test_mindspore_logger_error_becomes_an_event_with_its_clock() -> None:
 def test_sample_lossmonitor_log() -> None:
     records, events, parser = parse((SAMPLES / "mindspore_lossmonitor.log").read_text(encoding="utf-8").splitlines())
     assert parser.format is not None and parser.format.name == "mindspore"
+    # The eval after epoch 2 is a record of step 16 holding only eval_* metrics (and an `eval` event).
+    evals = [r for r in records if "eval_loss" in r]
+    assert [(r["step"], r["epoch"], r["line"]) for r in evals] == [(16, 2, 22)]
+    assert_metrics(evals[0], {"eval_accuracy": 0.9375, "eval_loss": 0.3011})
+    assert [(e["kind"], e["step"], e["eval_accuracy"], e["eval_loss"], e["line"]) for e in events] == [
+        ("eval", 16, 0.9375, 0.3011, 22)
+    ]
+    assert events[0]["message"] == "Eval result: epoch 2, metrics: {'accuracy': 0.9375, 'loss': 0.3011}"
+    records = [r for r in records if "eval_loss" not in r]
     assert [r["step"] for r in records] == list(range(1, 25))
     assert [r["epoch"] for r in records] == [1] * 8 + [2] * 8 + [3] * 8
     assert all(r["time"] == READ_TIME for r in records)  # print() lines carry no timestamp
@@ -137,7 +150,7 @@ def test_sample_lossmonitor_log() -> None:
     assert_metrics(records[23], {"loss": 0.361621, "epoch_time_ms": 484.112, "step_time_ms": 60.514,
                                  "data_time_ms": 6.112})
     assert sum(1 for r in records if "epoch_time_ms" in r) == 3
-    assert events == []
+    assert parser.counts["field_errors"] == 0 and parser.counts["unmatched_metric_lines"] == 0
 
 
 # -- JSONL ----------------------------------------------------------------------------------------------------------
@@ -199,6 +212,9 @@ def test_sample_metrics_jsonl() -> None:
         ("mindformers_v1.8_nonsink_worker_0.log", "mindformers"),
         ("mindspore_lossmonitor.log", "mindspore"),
         ("metrics.jsonl", "jsonl"),
+        ("mindformers_v1.9_eval_worker_0.log", "mindformers"),
+        ("mindformers_pynative_worker_0.log", "mindformers_pynative"),
+        ("mindformers_pynative_r2.0_pp_stage0_info.log", "mindformers_pynative"),
     ],
 )
 def test_each_sample_detects_its_format(name: str, fmt: str) -> None:

@@ -1,0 +1,472 @@
+"""Offline parse speed: `mstail parse` next to a naive baseline and the floor of merely reading the lines.
+
+A mixed MindFormers log of --size-mb (default 100 MB) is written into a temporary folder, built from real
+start-ups (tests/real_logs/) and v1.8 format strings (shared/research/log-formats.md §1-§4):
+- `output/log/rank_0/info.log` (about 60 %): file-handler prefix; per step a non-sink step line with
+  global_norm and throughput (an occasional nan, overflow and loss-scale halving), its progress line, the
+  grouped-lr line and TrainingStateMonitor lines; a checkpoint block every 1000 steps; two crashes logged as
+  ERROR records with their traceback, each followed by a relaunch (config dump again, `initial step`, steps
+  resume from the last checkpoint: a new run segment).
+- `output/msrun_log/worker_0.log` (about 40 %): the stdout prefix with the path-bearing logger name, the same
+  kind of steps, MindSpore `[WARNING] ME(...)` lines, C++ glog lines and a few raw tracebacks.
+
+Measured in the same run, alternating, best of --rounds (default 3):
+- floor: iterate the files' lines in binary (`for line in file`), nothing else;
+- naive: the same extraction done the obvious way: every line `re.search`ed against each rule of the built-in
+  mindformers format (record, attach and event rules, unanchored, on whole lines: the obvious way does not
+  strip the logger prefix first), fields converted by their declared types, non-finite numbers encoded,
+  `json.dumps` per record;
+- mstail: `python -m tailer parse FILES -o OUT` as a subprocess (start-up included), and the same command
+  in-process (`tailer.cli.main`).
+The naive baseline's records are checked against mstail's (same steps, same values).
+
+Run: python tests/bench/parse_speed.py [--size-mb 100] [--rounds 3] [--keep DIR]
+
+Goals (issue "Parse speed"): `mstail parse` >= 4x faster than the naive baseline and <= 10x the floor (judged
+on the subprocess time). Exit status 0 when both are met, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import math
+import os
+import random
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from tailer.discovery import SourceNamer  # noqa: E402
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - 3.9/3.10
+    import tomli as tomllib
+
+GOAL_VS_NAIVE = 4.0  # mstail at least this many times faster than the naive baseline
+GOAL_VS_FLOOR = 10.0  # mstail at most this many times the floor's time
+REAL_LOGS = ROOT / "tests" / "real_logs"
+MB = 1e6
+
+
+# -- the mixed log ----------------------------------------------------------------------------------------------
+FILE_PREFIX = "[{level}] {ts} [mindformers/{where}] {func}: "
+STDOUT_PREFIX = "{ts} - mindformers/home/ma-user/work/runs/output/log[mindformers/{where}] - {level} - "
+CALLBACK = "core/callback/callback.py"
+STEP_LINE = (
+    "{{ Epoch:[{epoch:3d}/{epochs:3d}], step:[{step:5d}/{spe:5d}], loss:[{loss:5.6f}/{avg:5.6f}], "
+    "per_step_time: {ms}ms, lr: {lr}, overflow cond: {overflow}, loss_scale: {scale}, global_norm: [{norm}], "
+    "train_throughput_per_npu: {tflops:.3f}T"
+)
+PROGRESS_LINE = "  {percent:4.1f}% |{bar:<50}| {sps:.5f} samples/s/p  {remain} }}"
+PARAMS = ("model.layers.0.attention.wq.weight", "model.layers.0.feed_forward.w1.weight", "model.norm_out.weight")
+ME_WARNINGS = (
+    "[mindspore/context.py:1338] For 'context.set_context', the parameter 'ascend_config' will be deprecated and "
+    "removed in a future version. Please use the api mindspore.device_context.ascend.op_precision.precision_mode() instead.",
+    "[mindspore/train/serialization.py:1512] The type of model.layers.0.attention.wq.weight:Float32 in "
+    "'parameter_dict' is different from the type of it in 'net':BFloat16, then the type convert from Float32 to "
+    "BFloat16 in the network.",
+)
+GLOG_LINES = (
+    "[WARNING] DEVICE({pid},ffffa4786be0,python):{ms_ts} [mindspore/ccsrc/plugin/res_manager/ascend/mem_manager/"
+    "ascend_memory_adapter.cc:213] Initialize] Reserved memory size for other components(3187671040) is less than "
+    "recommend size(4078088192), It may lead to Out Of Memory in HCCL or other components",
+    "[WARNING] PRE_ACT({pid},ffff2c7ff0e0,python):{ms_ts} [mindspore/ccsrc/backend/common/mem_reuse/"
+    "mem_dynamic_allocator.cc:541] operator()] Free memory is not enough, try to use the reserved memory.",
+)
+TRACEBACK = """Traceback (most recent call last):
+  File "/home/ma-user/work/mindformers/run_mindformer.py", line 263, in <module>
+    main(config_)
+  File "/home/ma-user/work/mindformers/run_mindformer.py", line 48, in main
+    trainer.train()
+  File "/home/ma-user/work/mindformers/mindformers/trainer/trainer.py", line 485, in train
+    self.trainer.train(
+  File "/usr/local/python3.10/lib/python3.10/site-packages/mindspore/train/model.py", line 1201, in train
+    self._train(epoch,
+  File "/usr/local/python3.10/lib/python3.10/site-packages/mindspore/train/model.py", line 116, in wrapper
+    func(self, *args, **kwargs)
+RuntimeError: Call aclnnMatmul failed, detail:EZ9999: Inner Error!
+
+----------------------------------------------------
+- C++ Call Stack: (For framework developers)
+----------------------------------------------------
+mindspore/ccsrc/plugin/device/ascend/kernel/opapi/aclnn_kernel_mod.h:212 Launch"""
+THREAD_TRACEBACK = """Exception in thread Thread-7 (_run_loader):
+Traceback (most recent call last):
+  File "/usr/local/python3.10/lib/python3.10/threading.py", line 1016, in _bootstrap_inner
+    self.run()
+  File "/usr/local/python3.10/lib/python3.10/site-packages/mindspore/dataset/engine/queue.py", line 88, in _run_loader
+    batch = next(self._iterator)
+OSError: [Errno 28] No space left on device: '/cache/dataset/shard_3.mindrecord'"""
+CHECKPOINT = (
+    "......Saving ckpt......",
+    "global_batch_size: 512",
+    "epoch_num: {epoch}",
+    "step_num: {step}",
+    "global_step: {global_step}",
+    "Finish saving ckpt of epoch {epoch} step {step} using 3.{ms:03d} seconds",
+)
+
+
+def _preamble(name: str) -> List[str]:
+    """The real start-up of a MindFormers 2.0.0 run (banners, config dumps): every line before its first step."""
+    lines = (REAL_LOGS / name).read_text(encoding="utf-8").splitlines()
+    first_step = next(i for i, line in enumerate(lines) if "{ Epoch:[" in line)
+    return lines[:first_step]
+
+
+class Clock:
+    """Timestamps of the log's lines, formatted once per second."""
+
+    def __init__(self, start: float) -> None:
+        self.now = start
+        self._second = -1
+        self._text = ("", "")
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+    def stamps(self) -> Tuple[str, str]:
+        """(logging's `2026-01-20 03:15:44,908`, MindSpore's `2026-01-20-03:15:44.908.089`)."""
+        second = int(self.now)
+        if second != self._second:
+            self._second = second
+            local = time.localtime(second)
+            self._text = (time.strftime("%Y-%m-%d %H:%M:%S", local), time.strftime("%Y-%m-%d-%H:%M:%S", local))
+        millis = int((self.now - second) * 1000)
+        return f"{self._text[0]},{millis:03d}", f"{self._text[1]}.{millis:03d}.{(millis * 7) % 1000}"
+
+
+class Training:
+    """Step values of one simulated run: a decaying loss with noise, warm-up + cosine lr, rare nan/overflow."""
+
+    def __init__(self, rng: random.Random, spe: int, epochs: int) -> None:
+        self.rng, self.spe, self.epochs = rng, spe, epochs
+        self.scale = 65536.0
+        self.losses: List[float] = []  # this epoch's, for the non-sink running mean
+
+    def step_message(self, global_step: int) -> Tuple[str, str, int]:
+        """(step line, progress line, step time in ms) of a global step."""
+        rng = self.rng
+        epoch, step = (global_step - 1) // self.spe + 1, (global_step - 1) % self.spe + 1
+        if step == 1:
+            self.losses = []
+        total = self.spe * self.epochs
+        loss = 2.0 + 9.0 * math.exp(-global_step / 3000.0) + rng.gauss(0.0, 0.05)
+        norm: Any = 1.2 + rng.random() * 0.6
+        overflow = "False"
+        if rng.random() < 1 / 10000:
+            loss = norm = math.nan
+        elif rng.random() < 1 / 1500:
+            overflow, self.scale = "True", self.scale / 2
+        self.losses.append(loss)
+        warmup = 2000
+        peak = 3e-4
+        lr = peak * global_step / warmup if global_step < warmup else peak * 0.5 * (1 + math.cos(math.pi * global_step / total))
+        ms = int(1800 + rng.random() * 120)
+        line = STEP_LINE.format(
+            epoch=epoch, epochs=self.epochs, step=step, spe=self.spe, loss=loss,
+            avg=sum(self.losses) / len(self.losses), ms=ms, lr=f"{lr:.8g}", overflow=overflow,
+            scale=self.scale, norm=f"{norm:.8g}", tflops=130 + rng.random() * 5,
+        )
+        percent = 100.0 * global_step / total
+        remain = int((total - global_step) * ms / 1000)
+        progress = PROGRESS_LINE.format(
+            percent=percent, bar="\u2588" * int(percent / 2), sps=512 / 8 / (ms / 1000),
+            remain=f"{remain // 3600}:{remain // 60 % 60:02d}:{remain % 60:02d}",
+        )
+        return line, progress, ms
+
+
+def _write_log(
+    path: Path, size: int, rng: random.Random, preamble: List[str], prefix: str, worker: bool, crashes: int
+) -> None:
+    """One log file of about `size` bytes (see the module docstring for what it holds)."""
+    spe = 1000
+    epochs = max(2, math.ceil(size / 1500 / spe))  # about 1.5 KB per step
+    training = Training(rng, spe, epochs)
+    clock = Clock(1_764_000_000.0)
+    crash_at = [size * (k + 1) // (crashes + 1) for k in range(crashes)]
+    pid = 88317
+    written = 0
+    lines: List[str] = []
+
+    def log(where: str, func: str, message: str, level: str = "INFO") -> None:
+        lines.append(prefix.format(level=level, ts=clock.stamps()[0], where=where, func=func) + message)
+
+    def flush() -> int:
+        data = ("\n".join(lines) + "\n").encode("utf-8")
+        handle.write(data)
+        lines.clear()
+        return len(data)
+
+    with open(path, "wb") as handle:
+        global_step = 0
+        while written < size:
+            lines.extend(preamble)
+            if global_step:  # a relaunch resumes from the last checkpoint
+                global_step -= global_step % 1000
+                log("trainer/base_trainer.py:1476", "training_process", f"initial epoch: {global_step // spe}")
+                log("trainer/base_trainer.py:1477", "training_process", f"initial step: {global_step}")
+            log("trainer/base_trainer.py:1680", "training_process", ".........Starting Training Model..........")
+            while written < size and not (crash_at and written >= crash_at[0]):
+                global_step += 1
+                step_line, progress, ms = training.step_message(global_step)
+                clock.advance(ms / 1000)
+                epoch, step = (global_step - 1) // spe + 1, (global_step - 1) % spe + 1
+                log(f"{CALLBACK}:821", "print_output_info", step_line)
+                if worker and global_step % 30 == 0:
+                    lines.append(GLOG_LINES[0].format(pid=pid, ms_ts=clock.stamps()[1]))
+                log(f"{CALLBACK}:838", "print_output_info", progress)
+                lr = step_line.split("lr: ", 1)[1].split(",", 1)[0]
+                log(f"{CALLBACK}:846", "print_output_info", f"default_lr: {float(lr):.6e}, equal to `lr:` above.")
+                where = f"Epoch:[{epoch:3d}/{epochs:3d}], step:[{step:5d}/{spe:5d}]"
+                for param in PARAMS[:2]:
+                    log(f"{CALLBACK}:1630", "_to_log", f"{where} local_norm/{param}: {rng.random() * 0.1:.6f}")
+                if global_step % 1000 == 0:
+                    for text in CHECKPOINT:
+                        log(f"{CALLBACK}:1089", "step_end", text.format(epoch=epoch, step=step, global_step=global_step, ms=ms % 1000))
+                if worker and global_step % 50 == 25:
+                    stamp = clock.stamps()[1]
+                    lines.append(f"[WARNING] ME({pid}:281473680449568,MainProcess):{stamp} {ME_WARNINGS[global_step // 50 % 2]}")
+                if worker and global_step % 45 == 10:
+                    lines.append(GLOG_LINES[1].format(pid=pid, ms_ts=clock.stamps()[1]))
+                if worker and global_step % 20000 == 7000:
+                    lines.extend(THREAD_TRACEBACK.splitlines())
+                if len(lines) > 2000:
+                    written += flush()
+            if crash_at and written >= crash_at[0]:
+                crash_at.pop(0)
+                if worker:
+                    lines.append(f"[ERROR] RUNTIME_FRAMEWORK({pid},ffffa4786be0,python):{clock.stamps()[1]} [mindspore/ccsrc/"
+                                 "runtime/pipeline/async_rqueue.cc:227] WorkerLoop] Run task failed")
+                    lines.extend(TRACEBACK.splitlines())
+                else:
+                    log("tools/cloud_monitor.py:43", "wrapper", TRACEBACK, level="ERROR")
+                clock.advance(600)
+        log("trainer/base_trainer.py:1689", "training_process", ".........Training Over!.............")
+        written += flush()
+
+
+def build_logs(folder: Path, size: int, seed: int = 1) -> List[Path]:
+    rng = random.Random(seed)
+    info = folder / "output" / "log" / "rank_0" / "info.log"
+    worker = folder / "output" / "msrun_log" / "worker_0.log"
+    for path in (info, worker):
+        path.parent.mkdir(parents=True, exist_ok=True)
+    info_start = _preamble("mindformers-2.0.0_graph_output_log_rank_0_info.log")
+    worker_start = _preamble("mindformers-2.0.0_graph_stdout.log")
+    _write_log(info, size * 6 // 10, rng, info_start, FILE_PREFIX, worker=False, crashes=2)
+    _write_log(worker, size - size * 6 // 10, rng, worker_start, STDOUT_PREFIX, worker=True, crashes=0)
+    return [info, worker]
+
+
+# -- the three measured programs --------------------------------------------------------------------------------
+def floor(paths: Sequence[Path], out: Path) -> None:
+    for path in paths:
+        with open(path, "rb") as handle:
+            for _ in handle:
+                pass
+
+
+class NaiveRule:
+    def __init__(self, spec: Dict[str, Any], step_groups: frozenset) -> None:
+        self.name, self.kind = spec["name"], spec.get("kind", "record")
+        self.regex = re.compile(spec["regex"].lstrip("^"))  # unanchored: searched in the whole line
+        self.wait_for = spec.get("wait_for", [])
+        declared = spec.get("fields", {})
+        self.fields = []  # (group, output name, type) for every named group that is a metric
+        for group in self.regex.groupindex:
+            if group in step_groups:
+                continue
+            kind = declared.get(group, "float")
+            kind = kind if isinstance(kind, dict) else {"type": kind}
+            self.fields.append((group, kind.get("rename", group), kind.get("type", "float")))
+
+
+NULLS = {"none", "n/a", "null", "unavailable", ""}
+
+
+def naive_value(text: str, kind: str) -> Any:
+    text = text.strip()
+    if text.startswith("[") and text.endswith("]"):
+        text = text[1:-1].strip()
+    if text.lower() in NULLS:
+        return None
+    if kind == "bool":
+        return {"true": 1, "false": 0}[text.lower()]
+    if kind == "int":
+        return int(text)
+    return float(text)
+
+
+def naive_json(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    return value
+
+
+NAIVE_TIME = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3})")
+
+
+def naive_time(line: str) -> Optional[float]:
+    found = NAIVE_TIME.search(line)
+    if found is None:
+        return None
+    parsed = time.strptime(found.group(1), "%Y-%m-%d %H:%M:%S")
+    return time.mktime(parsed) + int(found.group(2)) * 1000 / 1e6
+
+
+def naive(paths: Sequence[Path], out_path: Path) -> None:
+    spec = tomllib.loads((ROOT / "parsers" / "formats" / "mindformers.toml").read_text(encoding="utf-8"))
+    step_groups = frozenset({"step", "epoch", "step_in_epoch", "steps_per_epoch", "epochs", "total_steps"})
+    # The rules that can change records: record, attach and event (`ignore` rules mark known lines as not steps,
+    # which the obvious way gets by matching none of the others). Event lines are recognised but not converted:
+    # `mstail parse` writes records only (the log holds no eval line, whose numbers would join a record).
+    rules = [NaiveRule(r, step_groups) for r in spec["rule"] if r.get("kind", "record") in ("record", "attach", "event")]
+    namer = SourceNamer()
+    with open(out_path, "w", encoding="utf-8") as out:
+        for path in paths:
+            source = namer.name(path)
+            pending: Optional[Dict[str, Any]] = None
+            last_step, segment = None, 0
+
+            def write(record: Dict[str, Any]) -> None:
+                out.write(json.dumps({k: naive_json(v) for k, v in record.items()}, ensure_ascii=False) + "\n")
+
+            with open(path, encoding="utf-8", errors="replace", newline="\n") as handle:
+                for number, line in enumerate(handle, 1):
+                    line = line.rstrip("\n")
+                    for rule in rules:
+                        found = rule.regex.search(line)
+                        if found is not None:
+                            break
+                    else:
+                        continue
+                    if rule.kind == "event":
+                        continue
+                    groups = found.groupdict()
+                    values = {}
+                    for group, name, kind in rule.fields:
+                        if groups[group] is not None:
+                            values[name] = naive_value(groups[group], kind)
+                    if rule.kind == "record":
+                        if pending is not None:
+                            write(pending)
+                        step = (int(groups["epoch"]) - 1) * int(groups["steps_per_epoch"]) + int(groups["step_in_epoch"])
+                        if last_step is not None and step < last_step:
+                            segment += 1
+                        last_step = step
+                        pending = {"source": source, "step": step, "epoch": int(groups["epoch"]),
+                                   "time": naive_time(line), "segment": segment, "line": number}
+                        pending.update(values)
+                    elif rule.kind == "attach" and pending is not None:
+                        for name, value in values.items():
+                            pending.setdefault(name, value)
+            if pending is not None:
+                write(pending)
+
+
+def mstail_subprocess(paths: Sequence[Path], out: Path) -> None:
+    command = [sys.executable, "-m", "tailer", "parse", *map(str, paths), "-o", str(out)]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"mstail parse failed ({done.returncode}): {done.stderr.strip()}")
+
+
+def mstail_in_process(paths: Sequence[Path], out: Path) -> None:
+    from tailer.cli import main
+
+    with contextlib.redirect_stderr(io.StringIO()):
+        code = main(["parse", *map(str, paths), "-o", str(out)])
+    if code != 0:
+        raise SystemExit(f"mstail parse (in-process) failed ({code})")
+
+
+# -- measuring --------------------------------------------------------------------------------------------------
+def measure(programs: Dict[str, Callable[[Sequence[Path], Path], None]], paths: Sequence[Path], folder: Path, rounds: int) -> Dict[str, float]:
+    """Best wall time of each program over `rounds`, the order rotating each round (noise hits all alike)."""
+    best = {name: math.inf for name in programs}
+    names = list(programs)
+    for round_no in range(rounds):
+        order = names[round_no % len(names):] + names[: round_no % len(names)]
+        for name in order:
+            started = time.perf_counter()
+            programs[name](paths, folder / f"{name}.jsonl")
+            elapsed = time.perf_counter() - started
+            best[name] = min(best[name], elapsed)
+            print(f"  round {round_no + 1}: {name:<18} {elapsed:7.2f} s", flush=True)
+    return best
+
+
+def check(mstail_out: Path, naive_out: Path) -> Tuple[bool, str]:
+    """Both outputs hold the same records (steps and values) in the same order."""
+    with open(mstail_out, encoding="utf-8") as a, open(naive_out, encoding="utf-8") as b:
+        ours, theirs = [json.loads(line) for line in a], [json.loads(line) for line in b]
+    if len(ours) != len(theirs):
+        return False, f"{len(ours)} records from mstail, {len(theirs)} from the naive baseline"
+    for mine, other in zip(ours, theirs):
+        if mine != other:
+            return False, f"first difference:\n    mstail {mine}\n    naive  {other}"
+    nan = sum(1 for r in ours if "NaN" in r.values())
+    segments = len({(r["source"], r["segment"]) for r in ours})
+    return True, f"{len(ours)} records identical (steps, values, times; {nan} with NaN; {segments} source segments)"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size-mb", type=float, default=100.0, help="size of the generated log (default 100)")
+    parser.add_argument("--rounds", type=int, default=3, help="measurements of each program; the best counts")
+    parser.add_argument("--keep", metavar="DIR", help="write the logs and outputs here and keep them")
+    args = parser.parse_args()
+
+    with contextlib.ExitStack() as stack:
+        folder = Path(args.keep) if args.keep else Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="mstail-bench-")))
+        folder.mkdir(parents=True, exist_ok=True)
+        formats_dir = folder / "no-user-formats"  # the built-ins only, whatever the user has configured
+        formats_dir.mkdir(exist_ok=True)
+        os.environ["MSTAIL_FORMATS_DIR"] = str(formats_dir)
+
+        started = time.perf_counter()
+        paths = build_logs(folder, int(args.size_mb * MB))
+        size = sum(p.stat().st_size for p in paths)
+        lines = 0
+        for path in paths:
+            with open(path, "rb") as handle:
+                lines += sum(1 for _ in handle)
+        print(f"log: {size / MB:.1f} MB, {lines:,} lines in {', '.join(str(p.relative_to(folder)) for p in paths)} "
+              f"(built in {time.perf_counter() - started:.1f} s)")
+        print(f"machine: {os.cpu_count()} CPUs, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}, "
+              f"Python {sys.version.split()[0]}")
+
+        programs = {"floor": floor, "naive": naive, "mstail (subprocess)": mstail_subprocess, "mstail (in-process)": mstail_in_process}
+        best = measure(programs, paths, folder, args.rounds)
+
+        ok, detail = check(folder / "mstail (subprocess).jsonl", folder / "naive.jsonl")
+        same = (folder / "mstail (subprocess).jsonl").read_bytes() == (folder / "mstail (in-process).jsonl").read_bytes()
+        print()
+        for name, seconds in best.items():
+            print(f"{name:<20} {seconds:7.2f} s  {size / MB / seconds:7.1f} MB/s")
+        sub, inproc = best["mstail (subprocess)"], best["mstail (in-process)"]
+        vs_naive, vs_floor = best["naive"] / sub, sub / best["floor"]
+        print(f"mstail vs naive: {vs_naive:.2f}x faster (in-process {best['naive'] / inproc:.2f}x)   goal >= {GOAL_VS_NAIVE:g}x")
+        print(f"mstail vs floor: {vs_floor:.2f}x the floor's time (in-process {inproc / best['floor']:.2f}x)   goal <= {GOAL_VS_FLOOR:g}x")
+        print(f"check naive == mstail: {'OK' if ok else 'FAILED'}: {detail}")
+        print(f"check subprocess == in-process output: {'OK' if same else 'FAILED'}")
+        met = ok and same and vs_naive >= GOAL_VS_NAIVE and vs_floor <= GOAL_VS_FLOOR
+        print("goals met" if met else "GOALS MISSED")
+        return 0 if met else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
