@@ -365,8 +365,7 @@ def _match_format(fmt: Format, text: str) -> Optional[_Match]:
             message = parts["message"]
             break
     rule, groups = None, {}
-    index = fmt.rule_index
-    for candidate in index.by_first_char.get(message[:1], index.others):
+    for candidate in fmt.rules:
         found = candidate.regex.search(message)
         if found is not None:
             rule, groups = candidate, found.groupdict()

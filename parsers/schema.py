@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 from typing import Callable, Dict, Optional, Pattern, Tuple
 
-from .dispatch import RuleIndex
 from .kinds import Value
 
 #: Keys every record or event carries; a format cannot produce metrics with these names.
@@ -106,7 +104,3 @@ class Format:
     error_levels: Tuple[str, ...] = ()
     jsonl: bool = False
 
-    @functools.cached_property
-    def rule_index(self) -> RuleIndex:
-        """The rules that can match a message, by its first character (built on first use)."""
-        return RuleIndex(self.rules)

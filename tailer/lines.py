@@ -7,7 +7,6 @@ skipped and counted) so a 100 MB line from a crashed dump neither stalls tailing
 
 from __future__ import annotations
 
-import itertools
 from typing import List, NamedTuple
 
 BOM = "\ufeff"
@@ -56,36 +55,19 @@ class LineSplitter:
         # ... then whole lines go straight from the chunk (the hot path: one split, no per-byte work) ...
         last_newline = data.rfind(b"\n", pos)
         if last_newline >= pos:
-            lines += self._whole_lines(data[pos:last_newline])
+            start = self._buffer_start
+            for raw in data[pos:last_newline].split(b"\n"):
+                end = start + len(raw) + 1
+                if len(raw) > self.max_line_bytes:
+                    raw = raw[: self.max_line_bytes]
+                    self.cut_lines += 1
+                lines.append(self._line(raw, start, end))
+                start = end
+            self._buffer_start = start
             pos = last_newline + 1
         # ... and an unfinished last line waits in the buffer for its newline.
         while pos < size:
             pos = self._feed_piece(data, pos, lines)
-        return lines
-
-    def _whole_lines(self, block: bytes) -> List[Line]:
-        """The lines of `block`, complete lines that start at the current offset (its last newline excluded)."""
-        raws = block.split(b"\n")
-        offsets = list(itertools.accumulate((len(raw) + 1 for raw in raws), initial=self._buffer_start))
-        self._buffer_start = offsets[-1]
-        text = block.decode("utf-8", errors="replace")
-        if (
-            (len(block) <= self.max_line_bytes or max(map(len, raws)) <= self.max_line_bytes)
-            and "\ufffd" not in text
-            and "\r" not in text
-            and "\x00" not in text
-            and not (offsets[0] == 0 and text.startswith(BOM))
-        ):
-            # Nothing needs a line-by-line look (the usual case): decoded in one go, split like the bytes.
-            first = self.next_number
-            self.next_number += len(raws)
-            return list(map(Line, text.split("\n"), offsets, offsets[1:], range(first, self.next_number)))
-        lines = []
-        for raw, start, end in zip(raws, offsets, offsets[1:]):
-            if len(raw) > self.max_line_bytes:
-                raw = raw[: self.max_line_bytes]
-                self.cut_lines += 1
-            lines.append(self._line(raw, start, end))
         return lines
 
     def _feed_piece(self, data: bytes, pos: int, lines: List[Line]) -> int:

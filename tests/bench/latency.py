@@ -35,7 +35,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -249,7 +249,7 @@ def run(args: argparse.Namespace) -> int:
     cpu_pct = 100 * (cpu1 - cpu0) / max(wall1 - wall0, 1e-9)
 
     print()
-    print(f"client  received  missing  duplicates  reconnects  p99_ms  note")
+    print("client  received  missing  duplicates  reconnects  p99_ms  note")
     for k, received, missing, dups, reconnects, note, p99 in rows:
         print(f"{k:6d}  {received:8d}  {missing:7d}  {dups:10d}  {reconnects:10d}  {p99:6.1f}  {note}")
     print()

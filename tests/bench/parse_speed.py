@@ -12,6 +12,8 @@ start-ups (tests/real_logs/) and v1.8 format strings (shared/research/log-format
 
 Measured in the same run, alternating, best of --rounds (default 3):
 - floor: iterate the files' lines in binary (`for line in file`), nothing else;
+- line reading (for reference, no goal): mstail's own reading alone, `tailer.lines.LineSplitter` turning 1 MiB
+  chunks into decoded lines with offsets;
 - naive: the same extraction done the obvious way: every line `re.search`ed against each rule of the built-in
   mindformers format (record, attach and event rules, unanchored, on whole lines: the obvious way does not
   strip the logger prefix first), fields converted by their declared types, non-finite numbers encoded,
@@ -47,6 +49,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from tailer.discovery import SourceNamer  # noqa: E402
+from tailer.lines import LineSplitter  # noqa: E402
+from tailer.offline import READ_CHUNK  # noqa: E402
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -69,7 +73,8 @@ STEP_LINE = (
     "train_throughput_per_npu: {tflops:.3f}T"
 )
 PROGRESS_LINE = "  {percent:4.1f}% |{bar:<50}| {sps:.5f} samples/s/p  {remain} }}"
-PARAMS = ("model.layers.0.attention.wq.weight", "model.layers.0.feed_forward.w1.weight", "model.norm_out.weight")
+PARAMS = ("model.layers.0.attention.wq.weight", "model.layers.0.feed_forward.w1.weight")  # TrainingStateMonitor
+PID = 88317
 ME_WARNINGS = (
     "[mindspore/context.py:1338] For 'context.set_context', the parameter 'ascend_config' will be deprecated and "
     "removed in a future version. Please use the api mindspore.device_context.ascend.op_precision.precision_mode() instead.",
@@ -155,23 +160,22 @@ class Training:
         self.scale = 65536.0
         self.losses: List[float] = []  # this epoch's, for the non-sink running mean
 
-    def step_message(self, global_step: int) -> Tuple[str, str, int]:
-        """(step line, progress line, step time in ms) of a global step."""
+    def step(self, global_step: int) -> Tuple[str, str, float, int]:
+        """(step line, progress line, lr, step time in ms) of a global step."""
         rng = self.rng
         epoch, step = (global_step - 1) // self.spe + 1, (global_step - 1) % self.spe + 1
         if step == 1:
             self.losses = []
         total = self.spe * self.epochs
         loss = 2.0 + 9.0 * math.exp(-global_step / 3000.0) + rng.gauss(0.0, 0.05)
-        norm: Any = 1.2 + rng.random() * 0.6
+        norm = 1.2 + rng.random() * 0.6
         overflow = "False"
-        if rng.random() < 1 / 10000:
-            loss = norm = math.nan
+        if global_step % 7919 == 777:
+            loss = norm = math.nan  # the running mean stays nan until the epoch ends, as MindFormers prints it
         elif rng.random() < 1 / 1500:
             overflow, self.scale = "True", self.scale / 2
         self.losses.append(loss)
-        warmup = 2000
-        peak = 3e-4
+        warmup, peak = 2000, 3e-4
         lr = peak * global_step / warmup if global_step < warmup else peak * 0.5 * (1 + math.cos(math.pi * global_step / total))
         ms = int(1800 + rng.random() * 120)
         line = STEP_LINE.format(
@@ -185,24 +189,31 @@ class Training:
             percent=percent, bar="\u2588" * int(percent / 2), sps=512 / 8 / (ms / 1000),
             remain=f"{remain // 3600}:{remain // 60 % 60:02d}:{remain % 60:02d}",
         )
-        return line, progress, ms
+        return line, progress, lr, ms
 
 
-def _write_log(
-    path: Path, size: int, rng: random.Random, preamble: List[str], prefix: str, worker: bool, crashes: int
-) -> None:
-    """One log file of about `size` bytes (see the module docstring for what it holds)."""
+def _write_log(path: Path, size: int, rng: random.Random, preamble: List[str], prefix: str, worker: bool) -> None:
+    """One log file of about `size` bytes (see the module docstring for what it holds). info.log (worker=False)
+    holds two crashes, each followed by a relaunch, and the end of training; a worker log (msrun truncates it on
+    a relaunch) holds MindSpore's own lines too and ends with its crash."""
     spe = 1000
     epochs = max(2, math.ceil(size / 1500 / spe))  # about 1.5 KB per step
     training = Training(rng, spe, epochs)
     clock = Clock(1_764_000_000.0)
-    crash_at = [size * (k + 1) // (crashes + 1) for k in range(crashes)]
-    pid = 88317
+    relaunch_at = [] if worker else [size // 3, size * 2 // 3]
     written = 0
     lines: List[str] = []
 
     def log(where: str, func: str, message: str, level: str = "INFO") -> None:
         lines.append(prefix.format(level=level, ts=clock.stamps()[0], where=where, func=func) + message)
+
+    def crash() -> None:
+        if worker:  # stderr goes to the worker log raw
+            lines.append(f"[ERROR] RUNTIME_FRAMEWORK({PID},ffffa4786be0,python):{clock.stamps()[1]} [mindspore/ccsrc/"
+                         "runtime/pipeline/async_rqueue.cc:227] WorkerLoop] Run task failed")
+            lines.extend(TRACEBACK.splitlines())
+        else:  # logged as one ERROR record (cloud_monitor)
+            log("tools/cloud_monitor.py:43", "wrapper", TRACEBACK, level="ERROR")
 
     def flush() -> int:
         data = ("\n".join(lines) + "\n").encode("utf-8")
@@ -219,42 +230,38 @@ def _write_log(
                 log("trainer/base_trainer.py:1476", "training_process", f"initial epoch: {global_step // spe}")
                 log("trainer/base_trainer.py:1477", "training_process", f"initial step: {global_step}")
             log("trainer/base_trainer.py:1680", "training_process", ".........Starting Training Model..........")
-            while written < size and not (crash_at and written >= crash_at[0]):
+            while written < size and not (relaunch_at and written >= relaunch_at[0]):
                 global_step += 1
-                step_line, progress, ms = training.step_message(global_step)
+                step_line, progress, lr, ms = training.step(global_step)
                 clock.advance(ms / 1000)
                 epoch, step = (global_step - 1) // spe + 1, (global_step - 1) % spe + 1
                 log(f"{CALLBACK}:821", "print_output_info", step_line)
                 if worker and global_step % 30 == 0:
-                    lines.append(GLOG_LINES[0].format(pid=pid, ms_ts=clock.stamps()[1]))
+                    lines.append(GLOG_LINES[0].format(pid=PID, ms_ts=clock.stamps()[1]))
                 log(f"{CALLBACK}:838", "print_output_info", progress)
-                lr = step_line.split("lr: ", 1)[1].split(",", 1)[0]
-                log(f"{CALLBACK}:846", "print_output_info", f"default_lr: {float(lr):.6e}, equal to `lr:` above.")
+                log(f"{CALLBACK}:846", "print_output_info", f"default_lr: {lr:.6e}, equal to `lr:` above.")
                 where = f"Epoch:[{epoch:3d}/{epochs:3d}], step:[{step:5d}/{spe:5d}]"
-                for param in PARAMS[:2]:
+                for param in PARAMS:
                     log(f"{CALLBACK}:1630", "_to_log", f"{where} local_norm/{param}: {rng.random() * 0.1:.6f}")
                 if global_step % 1000 == 0:
                     for text in CHECKPOINT:
                         log(f"{CALLBACK}:1089", "step_end", text.format(epoch=epoch, step=step, global_step=global_step, ms=ms % 1000))
                 if worker and global_step % 50 == 25:
-                    stamp = clock.stamps()[1]
-                    lines.append(f"[WARNING] ME({pid}:281473680449568,MainProcess):{stamp} {ME_WARNINGS[global_step // 50 % 2]}")
+                    lines.append(f"[WARNING] ME({PID}:281473680449568,MainProcess):{clock.stamps()[1]} {ME_WARNINGS[global_step // 50 % 2]}")
                 if worker and global_step % 45 == 10:
-                    lines.append(GLOG_LINES[1].format(pid=pid, ms_ts=clock.stamps()[1]))
+                    lines.append(GLOG_LINES[1].format(pid=PID, ms_ts=clock.stamps()[1]))
                 if worker and global_step % 20000 == 7000:
                     lines.extend(THREAD_TRACEBACK.splitlines())
                 if len(lines) > 2000:
                     written += flush()
-            if crash_at and written >= crash_at[0]:
-                crash_at.pop(0)
-                if worker:
-                    lines.append(f"[ERROR] RUNTIME_FRAMEWORK({pid},ffffa4786be0,python):{clock.stamps()[1]} [mindspore/ccsrc/"
-                                 "runtime/pipeline/async_rqueue.cc:227] WorkerLoop] Run task failed")
-                    lines.extend(TRACEBACK.splitlines())
-                else:
-                    log("tools/cloud_monitor.py:43", "wrapper", TRACEBACK, level="ERROR")
+            if relaunch_at and written >= relaunch_at[0]:
+                relaunch_at.pop(0)
+                crash()
                 clock.advance(600)
-        log("trainer/base_trainer.py:1689", "training_process", ".........Training Over!.............")
+        if worker:
+            crash()
+        else:
+            log("trainer/base_trainer.py:1689", "training_process", ".........Training Over!.............")
         written += flush()
 
 
@@ -266,8 +273,8 @@ def build_logs(folder: Path, size: int, seed: int = 1) -> List[Path]:
         path.parent.mkdir(parents=True, exist_ok=True)
     info_start = _preamble("mindformers-2.0.0_graph_output_log_rank_0_info.log")
     worker_start = _preamble("mindformers-2.0.0_graph_stdout.log")
-    _write_log(info, size * 6 // 10, rng, info_start, FILE_PREFIX, worker=False, crashes=2)
-    _write_log(worker, size - size * 6 // 10, rng, worker_start, STDOUT_PREFIX, worker=True, crashes=0)
+    _write_log(info, size * 6 // 10, rng, info_start, FILE_PREFIX, worker=False)
+    _write_log(worker, size - size * 6 // 10, rng, worker_start, STDOUT_PREFIX, worker=True)
     return [info, worker]
 
 
@@ -277,6 +284,15 @@ def floor(paths: Sequence[Path], out: Path) -> None:
         with open(path, "rb") as handle:
             for _ in handle:
                 pass
+
+
+def line_reading(paths: Sequence[Path], out: Path) -> None:
+    """For reference: mstail's own reading alone (bytes -> decoded lines with offsets and numbers)."""
+    for path in paths:
+        splitter = LineSplitter()
+        with open(path, "rb") as handle:
+            for data in iter(lambda: handle.read(READ_CHUNK), b""):
+                splitter.feed(data)
 
 
 class NaiveRule:
@@ -405,7 +421,7 @@ def measure(programs: Dict[str, Callable[[Sequence[Path], Path], None]], paths: 
             programs[name](paths, folder / f"{name}.jsonl")
             elapsed = time.perf_counter() - started
             best[name] = min(best[name], elapsed)
-            print(f"  round {round_no + 1}: {name:<18} {elapsed:7.2f} s", flush=True)
+            print(f"  round {round_no + 1}: {name:<20} {elapsed:7.2f} s", flush=True)
     return best
 
 
@@ -449,14 +465,21 @@ def main() -> int:
         print(f"machine: {os.cpu_count()} CPUs, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}, "
               f"Python {sys.version.split()[0]}")
 
-        programs = {"floor": floor, "naive": naive, "mstail (subprocess)": mstail_subprocess, "mstail (in-process)": mstail_in_process}
+        programs = {
+            "floor": floor,
+            "line reading": line_reading,
+            "naive": naive,
+            "mstail (subprocess)": mstail_subprocess,
+            "mstail (in-process)": mstail_in_process,
+        }
         best = measure(programs, paths, folder, args.rounds)
 
         ok, detail = check(folder / "mstail (subprocess).jsonl", folder / "naive.jsonl")
         same = (folder / "mstail (subprocess).jsonl").read_bytes() == (folder / "mstail (in-process).jsonl").read_bytes()
         print()
+        notes = {"floor": "iterating the lines in binary", "line reading": "mstail's reading alone, for reference"}
         for name, seconds in best.items():
-            print(f"{name:<20} {seconds:7.2f} s  {size / MB / seconds:7.1f} MB/s")
+            print(f"{name:<20} {seconds:7.2f} s  {size / MB / seconds:7.1f} MB/s  {notes.get(name, '')}".rstrip())
         sub, inproc = best["mstail (subprocess)"], best["mstail (in-process)"]
         vs_naive, vs_floor = best["naive"] / sub, sub / best["floor"]
         print(f"mstail vs naive: {vs_naive:.2f}x faster (in-process {best['naive'] / inproc:.2f}x)   goal >= {GOAL_VS_NAIVE:g}x")
