@@ -69,6 +69,7 @@ class SourceParser:
         self._epoch_max: Dict[int, int] = {}
         self._spe_told = 0  # steps per epoch told by an attach rule's `epoch_length` (TimeMonitor)
         self._counted_step = 0
+        self.last_match: Optional[_Match] = None  # how the last fed line matched (for --explain)
         self._event_steps: Dict[str, int] = {}  # the step of the last event of each kind (`same_step_as`)
 
     # -- public ---------------------------------------------------------------------------------------------
@@ -79,7 +80,7 @@ class SourceParser:
         if "\x1b" in text:
             text = _ANSI.sub("", text)
         out: List[Item] = []
-        match = self._match(text)
+        match = self.last_match = self._match(text)  # kept for `mstail parse --explain`
         if match is None:
             return self.flush(now)
         if match.obj is None and not match.prefixed and self._continues_event(match.rule):
@@ -121,7 +122,7 @@ class SourceParser:
                     self.counts["field_errors"] += 1
             if rule.same_step_as and rule.same_step_as in self._event_steps:
                 event["step"] = self._event_steps[rule.same_step_as]
-            values = self._values(rule, match.groups)
+            values = self.values(rule, match.groups)
             event.update(values)
             if rule.record:  # eval results: the numbers are charted at the current step too
                 self._attach(rule, match.groups, when, line_no, out, dict(values))
@@ -177,7 +178,7 @@ class SourceParser:
             record["epoch"] = int(groups["epoch"])  # type: ignore[arg-type]
         record["time"] = when
         record["line"] = line_no
-        record.update(self._values(rule, groups))
+        record.update(self.values(rule, groups))
         return record
 
     def _global_step(self, groups: Dict[str, Optional[str]]) -> Optional[int]:
@@ -209,7 +210,8 @@ class SourceParser:
             self.counts["field_errors"] += 1
             return None
 
-    def _values(self, rule: Rule, groups: Dict[str, Optional[str]]) -> Record:
+    def values(self, rule: Rule, groups: Dict[str, Optional[str]]) -> Record:
+        """The typed values a rule extracts from its groups (conversion failures are counted, not raised)."""
         values: Record = {}
         for field in rule.fields:
             text = groups.get(field.group)
@@ -247,7 +249,7 @@ class SourceParser:
         values: Optional[Record] = None,
     ) -> None:
         if values is None:
-            values = self._values(rule, groups)
+            values = self.values(rule, groups)
         if rule.epoch_length:
             self._learn_epoch_length(rule, groups, values)
         if self._pending is not None:

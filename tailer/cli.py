@@ -72,11 +72,19 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _parse(args: argparse.Namespace) -> int:
-    from .offline import open_output, run_parse
+    from .offline import open_output, run_explain, run_parse
 
     formats = _formats(args, args.format)
     forced = format_table(formats)[args.format] if args.format else None
     out = open_output(args.output)
+    if args.explain:
+        try:
+            run_explain(args.logs, formats, forced, out)
+        except FileNotFoundError as exc:
+            raise UsageError(f"no such log file: {exc.args[0]}") from None
+        finally:
+            out.flush()
+        return 0
     try:
         summary = run_parse(args.logs, formats, forced, args.to, out, with_events=args.events)
     except FileNotFoundError as exc:
@@ -191,6 +199,8 @@ def _build_parser() -> argparse.ArgumentParser:
     parse_p.add_argument("--to", choices=("jsonl", "csv"), default="jsonl", help="output format (default: jsonl)")
     parse_p.add_argument("-o", "--output", metavar="OUT", help="output file (default: stdout)")
     parse_p.add_argument("--events", action="store_true", help="also write events (checkpoint, error, end ...)")
+    parse_p.add_argument("--explain", action="store_true", help="instead of records: line by line, which rule matched "
+                         "and what it extracted, and lines that look like metrics but matched nothing")
     format_options(parse_p)
     parse_p.set_defaults(run=_parse)
 

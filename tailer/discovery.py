@@ -57,6 +57,20 @@ def watch_roots(patterns: Iterable[str]) -> Set[Tuple[Path, bool]]:
     return roots
 
 
+def rotated_backups(path: Path) -> List[Path]:
+    """RotatingFileHandler's backups of `path` (`info.log.5` ... `info.log.1`), oldest first."""
+    pattern = re.compile(re.escape(path.name) + r"\.(\d+)$")
+    numbered = []
+    try:
+        for entry in os.scandir(path.parent):
+            found = pattern.match(entry.name)
+            if found and entry.is_file():
+                numbered.append((int(found.group(1)), Path(entry.path)))
+    except OSError:
+        return []
+    return [backup for _, backup in sorted(numbered, reverse=True)]
+
+
 class SourceNamer:
     """Short, stable, unique source ids: `output/log/rank_3/info.log` -> `rank_3`, `worker_3.log` -> `worker_3`.
 

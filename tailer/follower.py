@@ -11,10 +11,10 @@ which also catches "truncated then regrown past the old offset" that a size chec
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
+from .discovery import rotated_backups
 from .lines import Line, LineSplitter
 
 HEAD_BYTES = 1024  # identity signature: the first KiB, re-taken as the file grows (small files count too)
@@ -141,17 +141,8 @@ class FileFollower:
         return True
 
     def _unseen_backups(self, exclude: Tuple[int, int]) -> List[_OpenFile]:
-        pattern = re.compile(re.escape(self.path.name) + r"\.(\d+)$")
-        numbered = []
-        try:
-            for entry in os.scandir(self.path.parent):
-                found = pattern.match(entry.name)
-                if found:
-                    numbered.append((int(found.group(1)), Path(entry.path)))
-        except OSError:
-            return []
         opened = []
-        for _, backup in sorted(numbered, reverse=True):  # info.log.5 is the oldest
+        for backup in rotated_backups(self.path):
             try:
                 handle = _OpenFile(backup, self.max_line_bytes)
             except OSError:

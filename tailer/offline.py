@@ -15,13 +15,14 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Sequence, TextIO
+from typing import Dict, Iterator, List, Optional, Sequence, TextIO, Tuple
 
 from parsers import Format, Item, SourceParser
+from parsers.explain import Explainer
 
-from .discovery import SourceNamer, expand
+from .discovery import SourceNamer, expand, rotated_backups
 from .encoding import dumps, finite_or_name, ordered
-from .lines import LineSplitter
+from .lines import Line, LineSplitter
 
 _ROTATED = re.compile(r"^(?P<base>.+)\.(?P<n>\d+)$")
 READ_CHUNK = 1 << 20
@@ -66,24 +67,13 @@ def chains(inputs: Sequence[str]) -> List[Chain]:
         if key in seen:
             continue
         seen.add(key)
-        files = _backups(path) + [path] if not rotated else [path]
+        files = rotated_backups(path) + [path] if not rotated else [path]
         out.append(Chain(source=namer.name(path), files=files))
     return out
 
 
-def _backups(path: Path) -> List[Path]:
-    pattern = re.compile(re.escape(path.name) + r"\.(\d+)$")
-    numbered = []
-    for sibling in path.parent.iterdir() if path.parent.is_dir() else []:
-        found = pattern.match(sibling.name)
-        if found and sibling.is_file():
-            numbered.append((int(found.group(1)), sibling))
-    return [p for _, p in sorted(numbered, reverse=True)]
-
-
-def parse_chain(chain: Chain, parser: SourceParser, progress=None) -> Iterator[Item]:  # type: ignore[no-untyped-def]
-    """Items of one chain in order; `progress(n_bytes)` is called as bytes are read."""
-    now = time.time()
+def chain_lines(chain: Chain, progress=None) -> Iterator[Tuple[Path, Line]]:  # type: ignore[no-untyped-def]
+    """The lines of one chain in order, split exactly as when following; `progress(n_bytes)` as bytes are read."""
     for path in chain.files:
         splitter = LineSplitter()
         with open(path, "rb") as handle:
@@ -94,11 +84,31 @@ def parse_chain(chain: Chain, parser: SourceParser, progress=None) -> Iterator[I
                 if progress is not None:
                     progress(len(data))
                 for line in splitter.feed(data):
-                    yield from parser.feed(line.text, line.number, now)
+                    yield path, line
             if splitter.pending_bytes:  # a finished log may end without a newline
                 for line in splitter.feed(b"\n"):
-                    yield from parser.feed(line.text, line.number, now)
+                    yield path, line
+
+
+def parse_chain(chain: Chain, parser: SourceParser, progress=None) -> Iterator[Item]:  # type: ignore[no-untyped-def]
+    """Items of one chain in order."""
+    now = time.time()
+    for _, line in chain_lines(chain, progress):
+        yield from parser.feed(line.text, line.number, now)
     yield from parser.flush(now, force=True)
+
+
+def run_explain(inputs: Sequence[str], formats: Sequence[Format], forced: Optional[Format], out: TextIO) -> None:
+    """`--explain`: how every line matched, per chain, then a count per rule."""
+    now = time.time()
+    for group in chains(inputs):
+        explainer = Explainer(SourceParser(formats, forced=forced))
+        for path, line in chain_lines(group):
+            shown = explainer.explain(path.name, line.number, line.text, now)
+            if shown is not None:
+                out.write(shown + "\n")
+        detected = explainer.parser.format.name if explainer.parser.format else "none"
+        out.write(f"\n{group.source}: format {detected}\n{explainer.summary()}\n\n")
 
 
 def run_parse(

@@ -96,3 +96,24 @@ def test_parse_rotated_chain_oldest_first(tmp_path: Path, to: str) -> None:
         header, *rows = result.stdout.splitlines()
         steps = [int(row.split(",")[header.split(",").index("step")]) for row in rows]
     assert steps == list(range(1, 31))
+
+
+def test_parse_explain_shows_rules_values_and_metric_looking_misses(tmp_path: Path) -> None:
+    log = tmp_path / "train.log"
+    log.write_text(
+        "epoch: 1 step: 1, loss is 2.5\n"
+        "some banner\n"
+        "epoch: 1 step: 2, loss is nan\n"
+        "Train epoch time: 10.000 ms, per step time: 5.000 ms\n"
+        "custom: val_loss = 1.25\n"
+    )
+    result = mstail("parse", str(log), "--explain")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "train.log:1  mindspore/loss_monitor (record)  bare  epoch='1' step_in_epoch='1' loss=2.5"
+    assert lines[1] == "train.log:3  mindspore/loss_monitor (record)  bare  epoch='1' step_in_epoch='2' loss=nan"
+    assert lines[2].startswith("train.log:4  mindspore/time_monitor (attach)  bare  epoch_time_ms=10.0 step_time_ms=5.0")
+    assert lines[3] == "train.log:5  NO RULE MATCHED, but it looks like a metric: custom: val_loss = 1.25"
+    assert ": format mindspore\n" in result.stdout
+    assert "        2  mindspore/loss_monitor (record)" in result.stdout
+    assert "        1  lines that look like metrics but matched no rule" in result.stdout
