@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 from parsers import Format, FormatError, format_table, load_formats
 
@@ -130,13 +132,62 @@ def _config(args: argparse.Namespace, logs: Optional[tuple] = None) -> Config:
         port=args.port,
         open_browser=args.open,
         poll_s=args.poll,
+        token=_token(args.token),
+        cors_origins=tuple(args.cors_origin or ()),
+        send_timeout_s=_positive(args.send_timeout, "--send-timeout"),
+        **_alert_options(args),
     )
+
+
+def _alert_options(args: argparse.Namespace) -> dict:
+    """--alerts / --no-alerts / --webhook, checked before anything starts (one clear line on a mistake)."""
+    from .alerts import AlertConfigError, load_alert_rules
+    from .webhooks import WebhookError, parse_target
+
+    alerts_file = getattr(args, "alerts", None)
+    try:
+        load_alert_rules(alerts_file)
+    except AlertConfigError as exc:
+        raise UsageError(f"alerts file {exc}") from None
+    webhooks = tuple(getattr(args, "webhook", None) or ())
+    for value in webhooks:
+        try:
+            parse_target(value)
+        except WebhookError as exc:
+            raise UsageError(str(exc)) from None
+    return {"alerts_file": alerts_file, "alerts_enabled": not getattr(args, "no_alerts", False), "webhooks": webhooks}
+
+
+def _positive(value: float, option: str) -> float:
+    if not value > 0:
+        raise UsageError(f"{option} needs a positive number of seconds")
+    return value
+
+
+def _token(token: Optional[str]) -> Optional[str]:
+    if not token:
+        return None
+    if not re.fullmatch(r"[A-Za-z0-9._~+/=-]{16,512}", token):
+        raise UsageError("--token needs 16 to 512 characters from A-Z a-z 0-9 . _ ~ + / = - "
+                         "(leave it out on a non-loopback --host and mstail makes one)")
+    return token
+
+
+def with_token(config: Config) -> Tuple[Config, bool]:
+    """A host other than loopback never serves without a token: one is made if none was given.
+    Returns the config to run and whether its token was made here (then it is printed in the URL)."""
+    from .access import is_loopback_host, new_token
+
+    if config.token is None and not is_loopback_host(config.host):
+        return dataclasses.replace(config, token=new_token()), True
+    return config, False
 
 
 def _run_server(config: Config, formats: Sequence[Format]) -> int:
     from .discovery import expand
     from .serve import ServeError, bind, serve, url_of
 
+    config, generated = with_token(config)
     try:
         sock = bind(config.host, config.port)
     except ServeError as exc:
@@ -147,7 +198,13 @@ def _run_server(config: Config, formats: Sequence[Format]) -> int:
     following = f"following {found} file{'s' if found != 1 else ''}{waiting}"
 
     def announce() -> None:
-        print(f"mstail: serving {url_of(sock)}  ({following})", flush=True)
+        if generated:
+            url = f"{url_of(sock)}/?token={config.token}"
+            following_ = f"{following}; every request needs this token, or 'Authorization: Bearer TOKEN'"
+        else:
+            url = url_of(sock)
+            following_ = following + ("; token required" if config.token else "")
+        print(f"mstail: serving {url}  ({following_})", flush=True)
 
     try:
         asyncio.run(serve(config, formats, sock, on_started=announce))
@@ -178,6 +235,18 @@ def _build_parser() -> argparse.ArgumentParser:
         p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this machine only)")
         p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default: {DEFAULT_PORT}; 0 = any free port)")
         p.add_argument("--open", action="store_true", help="open the page in a browser")
+        p.add_argument("--token", default=os.environ.get("MSTAIL_TOKEN") or None, metavar="TOKEN",
+                       help="access token every request must carry (Authorization: Bearer, or ?token= once in the "
+                       "browser); default $MSTAIL_TOKEN; on a non-loopback --host a random one is made and printed")
+        p.add_argument("--send-timeout", type=float, default=30.0, metavar="SECONDS", help="drop a live-stream "
+                       "client that accepts no data for this long (default: 30)")
+        p.add_argument("--cors-origin", action="append", metavar="ORIGIN", help="let this origin "
+                       "(e.g. https://grafana.example:3000) read the API from its pages (repeatable; default: none)")
+        p.add_argument("--alerts", metavar="FILE.toml", help="alert rules overriding the built-ins (per rule; "
+                       "`enabled = false` switches one off); see README, Alerts")
+        p.add_argument("--no-alerts", action="store_true", help="run no alert rules")
+        p.add_argument("--webhook", action="append", metavar="[FORMAT=]URL", help="POST alerts here (repeatable); "
+                       "FORMAT: generic (default), feishu, dingtalk, wecom, slack (guessed from the host)")
         p.add_argument("--poll", type=float, metavar="SECONDS", help="read on a timer only, ignoring file events "
                        "(for NFS/shared storage written from other nodes)")
         format_options(p)

@@ -56,6 +56,12 @@ class Hub:
         self.max_batches = max_batches
         self._subscribers: Set[Subscriber] = set()
         self.published = 0
+        # Counted by the consumers (the SSE stream) for `/metrics`: messages and items sent to clients,
+        # and how often a client's queue overflowed so that it had to catch up from the store.
+        self.sent_messages = 0
+        self.sent_items = 0
+        self.catch_ups = 0
+        self.dropped_clients = 0  # streams ended because the client accepted nothing for the send timeout
 
     def subscribe(self) -> Subscriber:
         subscriber = Subscriber(self.max_batches)

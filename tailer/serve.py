@@ -18,6 +18,7 @@ from parsers import Format
 from .config import Config
 from .hub import Hub
 from .sidecar import Tailer
+from .webhooks import Webhooks
 from .store import Store
 
 
@@ -61,7 +62,18 @@ async def serve(
 
     store, hub = Store(), Hub()
     tailer = Tailer(config, formats, store, hub)
-    app = create_app(store, hub, health=lambda: {"passes": tailer.passes})
+    app = create_app(
+        store,
+        hub,
+        health=lambda: {"passes": tailer.passes, **_alert_health(tailer, webhooks)},
+        token=config.token,
+        check_host=config.token is None,  # loopback without a token: only loopback Host headers (DNS rebinding)
+        cors_origins=config.cors_origins,
+        send_timeout_s=config.send_timeout_s,
+    )
+    app.state.alerts = tailer.alerts  # GET /api/alerts
+    webhooks = Webhooks(config.webhooks)
+    tailer.alert_listeners.append(webhooks.submit)
     server = uvicorn.Server(
         uvicorn.Config(
             app,
@@ -72,6 +84,7 @@ async def serve(
         )
     )
     stop = asyncio.Event()
+    webhooks.start()
     tailing = asyncio.create_task(tailer.run(stop))
     announce = asyncio.create_task(_when_started(server, sock, config, on_started))
     try:
@@ -80,6 +93,12 @@ async def serve(
         stop.set()
         announce.cancel()
         await tailing
+        await webhooks.stop()
+
+
+def _alert_health(tailer: Tailer, webhooks: Webhooks) -> dict:
+    active = tailer.alerts.table()["count"] if tailer.alerts is not None else None
+    return {"alerts_active": active, "webhooks": webhooks.stats()}
 
 
 async def _when_started(server: uvicorn.Server, sock: socket.socket, config: Config, on_started: Optional[Callable[[], None]]) -> None:
@@ -88,4 +107,4 @@ async def _when_started(server: uvicorn.Server, sock: socket.socket, config: Con
     if on_started is not None:
         on_started()
     if config.open_browser:
-        await asyncio.to_thread(webbrowser.open, url_of(sock))
+        await asyncio.to_thread(webbrowser.open, url_of(sock) + (f"/?token={config.token}" if config.token else ""))

@@ -17,9 +17,11 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from parsers import Format, Item, SourceParser, format_table
+
+from .alerts import AlertEngine, load_alert_rules
 
 from .config import Config
 from .discovery import SourceNamer, expand, watch_roots
@@ -46,10 +48,19 @@ class Tailer:
         formats: formats in detection order (from `parsers.load_formats`).
         store: where parsed history goes.
         hub: where each pass's new items are published.
+        alerts: the alert engine fed every stored item (default: one with `config.alerts_file`'s rules, or
+            the built-in ones; none when `config.alerts_enabled` is false).
     """
 
-    def __init__(self, config: Config, formats: Sequence[Format], store: Store, hub: Hub) -> None:
+    def __init__(
+        self, config: Config, formats: Sequence[Format], store: Store, hub: Hub, alerts: Optional[AlertEngine] = None
+    ) -> None:
         self.config = config
+        if alerts is None and getattr(config, "alerts_enabled", True):
+            alerts = AlertEngine(load_alert_rules(getattr(config, "alerts_file", None)))
+        self.alerts = alerts
+        #: called with every alert change that should notify people (webhooks); must not block.
+        self.alert_listeners: List[Callable[[Dict[str, Any]], None]] = []
         self.formats = list(formats)
         self.store = store
         self.hub = hub
@@ -155,12 +166,36 @@ class Tailer:
             info.total_steps = source.parser.meta.get("total_steps", info.total_steps)
             info.counters = {**source.follower.counters, **source.parser.counts}
             if items:
-                batch += self.store.add(source.id, items)
+                stored = self.store.add(source.id, items)
+                batch += stored
+                if self.alerts is not None:
+                    changes = []
+                    for data in stored:
+                        changes += self.alerts.observe(source.id, data, now)
+                    batch += self._store_alerts(source.id, changes)
             info.state = self._state(source, now)
             if info.state != old_state:
                 self.hub.publish({"type": "source", "source": info.as_json()})
+        if self.alerts is not None:
+            states = {s.id: self.store.sources[s.id].state for s in self._sources.values() if s.id in self.store.sources}
+            for change in self.alerts.tick(now, states):
+                batch += self._store_alerts(change["source"], [change])
         if batch:
             self.hub.publish({"type": "items", "items": batch})
+
+    def _store_alerts(self, source_id: str, changes: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+        """Alert changes become events with a seq (SSE replay covers them); listeners hear the notable ones."""
+        if not changes:
+            return []
+        stored = self.store.add(source_id, [Item("event", change) for change in changes])
+        for data in stored:
+            if data.get("notify"):
+                for listener in self.alert_listeners:
+                    try:
+                        listener(data)
+                    except Exception:  # noqa: BLE001 - a listener must never stop tailing
+                        log.exception("alert listener failed")
+        return stored
 
     def _state(self, source: _Source, now: float) -> str:
         follower = source.follower

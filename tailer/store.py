@@ -142,6 +142,15 @@ class Store:
             seen.update((m, None) for m in info.metrics)
         return list(seen)
 
+    def latest_values(self) -> Dict[Tuple[str, str], Tuple[int, float]]:
+        """(source, metric) -> (step, value) of its newest point, from the newest segment holding the metric.
+        Computed on demand (a `/metrics` scrape): O(number of series), no work per record."""
+        latest: Dict[Tuple[str, str], Tuple[int, float]] = {}
+        for (source, metric, _segment), series in self._series.items():  # insertion order: newer segments later
+            if series.values:
+                latest[(source, metric)] = (series.steps[-1], series.values[-1])
+        return latest
+
     def series(
         self,
         metric: str,

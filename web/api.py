@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import List, Optional
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, HTTPException, Query, Request
 
 from .responses import RecordJSONResponse
 
@@ -12,6 +12,8 @@ router = APIRouter(prefix="/api", default_response_class=RecordJSONResponse)
 
 MAX_POINTS = 20_000
 MAX_LIMIT = 10_000
+MAX_SEQ = 2**63 - 1  # seqs and steps are 64-bit: bigger numbers are malformed, not work
+MAX_SOURCES = 1024  # repeated ?source= values per request
 
 
 def _store(request: Request):  # type: ignore[no-untyped-def]
@@ -29,11 +31,13 @@ def series(
     request: Request,
     metric: str = Query(..., max_length=200, description="metric name, e.g. loss"),
     source: Optional[List[str]] = Query(None, description="restrict to these source ids (repeatable)"),
-    start: Optional[int] = Query(None, description="first step (inclusive)"),
-    end: Optional[int] = Query(None, description="last step (inclusive)"),
+    start: Optional[int] = Query(None, ge=-MAX_SEQ, le=MAX_SEQ, description="first step (inclusive)"),
+    end: Optional[int] = Query(None, ge=-MAX_SEQ, le=MAX_SEQ, description="last step (inclusive)"),
     points: int = Query(2000, ge=1, le=MAX_POINTS, description="exact points up to this many, else buckets"),
 ) -> dict:
     """One metric per (source, segment): x = steps; min/max/last equal when exact, else per bucket."""
+    if source is not None and (len(source) > MAX_SOURCES or any(len(s) > 1000 for s in source)):
+        raise HTTPException(422, f"at most {MAX_SOURCES} source ids of at most 1000 characters each")
     store = _store(request)
     return {
         "metric": metric,
@@ -45,7 +49,7 @@ def series(
 @router.get("/records")
 def records(
     request: Request,
-    after: int = Query(0, ge=0, description="only records with seq > after"),
+    after: int = Query(0, ge=0, le=MAX_SEQ, description="only records with seq > after"),
     limit: int = Query(1000, ge=1, le=MAX_LIMIT),
 ) -> list:
     """Raw records in seq order."""
@@ -56,3 +60,12 @@ def records(
 def events(request: Request, kind: Optional[str] = Query(None, max_length=50)) -> list:
     """Events (checkpoint, eval, error, end, start, resume ...), optionally of one kind."""
     return _store(request).events(kind)
+
+
+@router.get("/alerts")
+def alerts(request: Request) -> dict:
+    """The alert table: `active` (firing, newest first), `resolved` (recent), `count` (active ones)."""
+    engine = getattr(request.app.state, "alerts", None)
+    if engine is None:
+        return {"active": [], "resolved": [], "count": 0, "enabled": False}
+    return {**engine.table(), "enabled": True}

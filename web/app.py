@@ -4,36 +4,61 @@ from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Sequence
 
 from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
+from tailer import __version__
 from tailer.hub import Hub
 from tailer.store import Store
 
-from . import api, sse
+from . import api, metrics, sse
 from .responses import RecordJSONResponse
+from .security import SecurityMiddleware
 
 STATIC_DIR = Path(str(resources.files("web") / "static"))
 
 
-def create_app(store: Store, hub: Hub, health: Optional[Callable[[], Dict[str, Any]]] = None) -> FastAPI:
+def create_app(
+    store: Store,
+    hub: Hub,
+    health: Optional[Callable[[], Dict[str, Any]]] = None,
+    token: Optional[str] = None,
+    check_host: bool = False,
+    cors_origins: Sequence[str] = (),
+    send_timeout_s: float = 30.0,
+) -> FastAPI:
     """The web face of one sidecar.
 
     Args:
         store: the history the API reads (never written here).
         hub: where the SSE stream subscribes for live batches.
         health: extra facts for `/healthz` (e.g. the tailer's pass count); default none.
+        token: when set, every request must carry it (web/security.py); default none (loopback use).
+        check_host: refuse requests whose Host header is not a loopback name (DNS rebinding); default off.
+        cors_origins: origins allowed to read the API cross-origin (GET only); default none: CORS closed.
+        send_timeout_s: an SSE client that accepts no data for this long is dropped; default 30 s.
     """
     app = FastAPI(title="mstail", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.store = store
     app.state.hub = hub
+    app.state.send_timeout_s = send_timeout_s
     app.include_router(api.router)
     app.include_router(sse.router)
+    app.include_router(metrics.router)
+    app.state.metrics_registry = metrics.build_registry(metrics.MstailCollector(
+        store, hub, alerts=lambda: getattr(app.state, "alerts", None), facts=lambda: health() if health else {},
+        version=__version__,
+    ))
     # Every asset is served from the package (offline clusters have no CDN).
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    app.add_middleware(SecurityMiddleware, token=token, check_host=check_host)
+    if cors_origins:  # outside the token check: a CORS preflight carries no credentials
+        app.add_middleware(CORSMiddleware, allow_origins=list(cors_origins), allow_methods=["GET"],
+                           allow_headers=["Authorization", "Last-Event-ID"])
 
     @app.get("/", include_in_schema=False)
     def index() -> FileResponse:

@@ -7,10 +7,13 @@ live batches; sse-starlette does not implement Last-Event-ID (its issue #113), s
 
 from __future__ import annotations
 
+import logging
+import re
 from typing import Any, AsyncIterator, Dict, List, Optional
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, HTTPException, Query, Request
 from sse_starlette import EventSourceResponse
+from sse_starlette.sse import SendTimeoutError
 
 from tailer.encoding import dumps
 from tailer.hub import Hub
@@ -19,8 +22,47 @@ from tailer.store import Store
 router = APIRouter()
 
 RETRY_MS = 2000
+SEND_TIMEOUT_S = 30.0  # a client that accepts nothing for this long stopped reading: dropped (sse-starlette)
 PING_S = 15
 REPLAY_CHUNK = 2000  # items per message while replaying history
+LAST_EVENT_ID = re.compile(r"[0-9]{1,19}")  # ASCII digits only: str.isdigit() also takes '²'
+
+
+class _Stream(EventSourceResponse):
+    """An SSE response that treats a send timeout (the client stopped reading) as a normal way to end: the
+    client is dropped and counted (`hub.dropped_clients`); its browser reconnects and catches up by id."""
+
+    def __init__(self, hub: Hub, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._hub = hub
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        except Exception as exc:  # noqa: BLE001 - only a send timeout is swallowed
+            if not _only_send_timeouts(exc):
+                raise
+            self._hub.dropped_clients = getattr(self._hub, "dropped_clients", 0) + 1
+
+
+def _only_send_timeouts(exc: BaseException) -> bool:
+    inner = getattr(exc, "exceptions", None)  # an ExceptionGroup (no `except*` on Python 3.9)
+    if inner is not None:
+        return bool(inner) and all(_only_send_timeouts(e) for e in inner)
+    return isinstance(exc, SendTimeoutError)
+
+
+class _QuietDroppedClients(logging.Filter):
+    """A dropped client's response cannot be completed (its socket takes nothing), so uvicorn logs it as an
+    error and closes the connection; for a stream that is the intended end, not an error."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage() != "ASGI callable returned without completing response."
+
+
+_uvicorn_log = logging.getLogger("uvicorn.error")
+if not any(isinstance(f, _QuietDroppedClients) for f in _uvicorn_log.filters):
+    _uvicorn_log.addFilter(_QuietDroppedClients())
 
 
 def frame(seq: int, event: str, data: Any) -> bytes:
@@ -28,7 +70,7 @@ def frame(seq: int, event: str, data: Any) -> bytes:
 
 
 def encode_items(items: List[Dict[str, Any]]) -> bytes:
-    """Runs of records become one `records` message; each event its own `event` message."""
+    """Runs of records become one `records` message; each event its own `event` message (`alert` for alerts)."""
     out: List[bytes] = []
     run: List[Dict[str, Any]] = []
     for item in items:
@@ -36,7 +78,7 @@ def encode_items(items: List[Dict[str, Any]]) -> bytes:
             if run:
                 out.append(frame(run[-1]["seq"], "records", run))
                 run = []
-            out.append(frame(item["seq"], "event", item))
+            out.append(frame(item["seq"], "alert" if item["kind"] == "alert" else "event", item))
         else:
             run.append(item)
     if run:
@@ -54,14 +96,20 @@ def _encoded_batch(message: Dict[str, Any]) -> bytes:
 @router.get("/api/stream")
 async def stream(
     request: Request,
-    after: Optional[int] = Query(None, ge=0, description="replay from seq > after (default: only new items)"),
+    after: Optional[int] = Query(None, ge=0, le=2**63 - 1, description="replay from seq > after (default: only new items)"),
 ) -> EventSourceResponse:
     store: Store = request.app.state.store
     hub: Hub = request.app.state.hub
     header = request.headers.get("last-event-id", "").strip()
-    requested = int(header) if header.isdigit() else after
-    return EventSourceResponse(
-        _events(store, hub, requested), ping=PING_S, send_timeout=30, headers={"Cache-Control": "no-store"}
+    if header and not LAST_EVENT_ID.fullmatch(header):
+        raise HTTPException(400, "Last-Event-ID must be a seq: 1 to 19 digits")
+    requested = int(header) if header else after
+    return _Stream(
+        hub,
+        _events(store, hub, requested),
+        ping=PING_S,
+        send_timeout=getattr(request.app.state, "send_timeout_s", SEND_TIMEOUT_S),
+        headers={"Cache-Control": "no-store"},
     )
 
 
@@ -78,7 +126,9 @@ async def _events(store: Store, hub: Hub, requested: Optional[int]) -> AsyncIter
             yield frame(snapshot, "reset", {"last_seq": snapshot})
             cursor = snapshot
         for chunk in _replay(store, cursor, snapshot):
+            hub.sent_messages += 1
             yield chunk
+        hub.sent_items += max(0, snapshot - cursor)  # seqs are gap-free: a seq range is an item count
         cursor = snapshot
         while True:
             await subscriber.wait(PING_S)
@@ -86,22 +136,31 @@ async def _events(store: Store, hub: Hub, requested: Optional[int]) -> AsyncIter
                 subscriber.lagging = False
                 subscriber.drain()
                 target = store.last_seq
+                hub.catch_ups += 1
                 for chunk in _replay(store, cursor, target):
+                    hub.sent_messages += 1
                     yield chunk
+                hub.sent_items += max(0, target - cursor)
                 cursor = target
                 continue
+            # Coalescing: whatever queued up while this client was busy goes out as one write.
+            out: List[bytes] = []
             for message in subscriber.drain():
                 if message["type"] == "source":
-                    yield frame(cursor, "source", message["source"])
+                    out.append(frame(cursor, "source", message["source"]))
                     continue
                 items = message["items"]
                 if items[-1]["seq"] <= cursor:
                     continue
+                hub.sent_items += items[-1]["seq"] - max(cursor, items[0]["seq"] - 1)
                 if items[0]["seq"] > cursor:
-                    yield _encoded_batch(message)
+                    out.append(_encoded_batch(message))
                 else:
-                    yield encode_items([i for i in items if i["seq"] > cursor])
+                    out.append(encode_items([i for i in items if i["seq"] > cursor]))
                 cursor = items[-1]["seq"]
+            if out:
+                hub.sent_messages += 1
+                yield out[0] if len(out) == 1 else b"".join(out)
     finally:
         hub.unsubscribe(subscriber)
 

@@ -25,30 +25,24 @@ Exit status 0 when the goal is met, 1 otherwise. Linux only (/proc).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import math
 import os
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from benchsupport import load_test_support, serve_rank_logs
+
 HERE = Path(__file__).resolve().parent
 GOAL_P99_MS = 100.0
 
 
-def _support():  # type: ignore[no-untyped-def]
-    """tests/conftest.py (real mstail start-up and the MindFormers writer), loaded as a plain module."""
-    spec = importlib.util.spec_from_file_location("mstail_test_support", HERE.parent / "conftest.py")
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
 
 
 # -- client role: one process, several SSE readers in threads ---------------------------------------------------
@@ -148,18 +142,26 @@ def wait_until(predicate, timeout: float, what: str) -> None:  # type: ignore[no
         time.sleep(0.05)
 
 
+def spawn_clients(url: str, clients: int, procs: int, expect: int, deadline: float, out: Path) -> List[subprocess.Popen]:
+    """`clients` SSE readers spread over `procs` processes running this script's client role."""
+    spawned, first = [], 0
+    for index in range(procs):
+        count = clients // procs + (1 if index < clients % procs else 0)
+        if count:
+            spawned.append(subprocess.Popen(
+                [sys.executable, str(Path(__file__).resolve()), "--role", "clients", "--url", url, "--first", str(first),
+                 "--count", str(count), "--expect", str(expect), "--deadline", repr(deadline), "--out", str(out)],
+                stdin=subprocess.DEVNULL))
+        first += count
+    return spawned
+
+
 # -- the benchmark -----------------------------------------------------------------------------------------------
 def run(args: argparse.Namespace) -> int:
-    support = _support()
+    support = load_test_support()
     steps = int(round(args.rate * args.duration))
     expect = args.ranks * steps
-    work = Path(tempfile.mkdtemp(prefix="mstail-latency-"))
-    log_dir = work / "output" / "log"
-    for rank in range(args.ranks):
-        (log_dir / f"rank_{rank}").mkdir(parents=True)
-        (log_dir / f"rank_{rank}" / "info.log").touch()  # the writers append to these very files
-    pattern = str(log_dir / "rank_*" / "info.log")
-    server = support.start_mstail([pattern], work / "mstail")
+    server, log_dir, work = serve_rank_logs(support, "mstail-latency-", args.ranks)
     print(f"mstail: {server.url} pid {server.proc.pid}; {args.ranks} files x {args.rate:g} steps/s x {args.duration:g} s "
           f"= {expect} records, writer phases {args.phase}; {args.clients} clients in {args.client_procs} processes; work dir {work}")
     clients: List[subprocess.Popen] = []
@@ -168,16 +170,7 @@ def run(args: argparse.Namespace) -> int:
         rss_start = proc_mem_kib(server.proc.pid)
         load_start = loadavg()
         deadline = time.time() + args.duration + 11 + args.drain_s
-        per_proc = [args.clients // args.client_procs + (1 if i < args.clients % args.client_procs else 0)
-                    for i in range(args.client_procs)]
-        first = 0
-        for count in per_proc:
-            if count:
-                clients.append(subprocess.Popen(
-                    [sys.executable, __file__, "--role", "clients", "--url", server.url, "--first", str(first),
-                     "--count", str(count), "--expect", str(expect), "--deadline", repr(deadline), "--out", str(work)],
-                    stdin=subprocess.DEVNULL))
-            first += count
+        clients += spawn_clients(server.url, args.clients, args.client_procs, expect, deadline, work)
         wait_until(lambda: server.get_json("/healthz")["clients"] >= args.clients, 20, f"{args.clients} SSE clients")
 
         cpu0, wall0 = proc_cpu_s(server.proc.pid), time.monotonic()

@@ -21,6 +21,16 @@ UI_TIMEOUT_MS = 15_000
 XSS_IMG = '<img src=x onerror="window.__xss=1">'
 
 
+def wait_js(page: Any, function: str, arg: Any = None, timeout: int = UI_TIMEOUT_MS, interval_ms: int = 50) -> None:
+    """`page.wait_for_function` without eval: Playwright's version evals its predicate inside the page, which
+    the page's Content-Security-Policy (no 'unsafe-eval') forbids; `page.evaluate` goes through DevTools."""
+    deadline = time.monotonic() + timeout / 1000
+    while not page.evaluate(function, arg):
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout} ms waiting for {function} ({arg!r})")
+        page.wait_for_timeout(interval_ms)
+
+
 # -- fixtures ---------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
@@ -62,7 +72,8 @@ class Watched:
 
     def wait_chart(self, metric: str, attr: str, expected: int, timeout_ms: int = UI_TIMEOUT_MS) -> None:
         """Wait until the chart of `metric` has data-`attr` == expected."""
-        self.page.wait_for_function(
+        wait_js(
+            self.page,
             "([m, a, n]) => { const el = document.querySelector(`section.chart[data-metric=\"${m}\"]`);"
             " return !!el && Number(el.dataset[a]) === n; }",
             arg=[metric, attr, expected],
@@ -82,8 +93,7 @@ class Watched:
         self.wait_live()
 
     def wait_live(self) -> None:
-        self.page.wait_for_function("document.getElementById('connection').textContent.trim() === 'live'",
-                                    timeout=UI_TIMEOUT_MS)
+        wait_js(self.page, "() => document.getElementById('connection').textContent.trim() === 'live'")
 
 
 @pytest.fixture
@@ -120,8 +130,7 @@ def test_every_metric_of_the_log_gets_a_chart(watched, mstail_server, log_writer
             "samples_per_s"} <= metrics
 
     _open(watched, server.url)
-    watched.page.wait_for_function("n => document.querySelectorAll('section.chart').length >= n",
-                                   arg=len(metrics), timeout=UI_TIMEOUT_MS)
+    wait_js(watched.page, "n => document.querySelectorAll('section.chart').length >= n", arg=len(metrics))
     watched.wait_chart("loss", "points", 30)
     charts = watched.charts()
     assert set(charts) == metrics
@@ -191,9 +200,22 @@ def test_nan_loss_is_marked_live_and_after_reload(watched, mstail_server, log_wr
     series = server.get_json("/api/series?metric=loss")["series"]
     assert [s["nonfinite"] for s in series] == [{"x": [9], "value": ["NaN"]}]
 
+    # the alert: a row in the panel (opened by the badge) and a red marker on the loss chart, live ...
+    page = watched.page
+    wait_js(page, "() => !!document.querySelector('#alerts-list li[data-rule=\"nonfinite\"]')")
+    watched.wait_chart("loss", "alertMarks", 1)
+    assert page.is_hidden("#alerts-panel")
+    page.click("#alerts-badge")
+    assert page.is_visible("#alerts-list li[data-rule='nonfinite']")
+    assert "rank_0 step 9" in page.text_content("#alerts-list li[data-rule='nonfinite'] .what")
+    [alert] = [a for a in server.get_json("/api/alerts")["active"] + server.get_json("/api/alerts")["resolved"]]
+    assert page.text_content("#alerts-count") == str(int(alert["state"] == "firing"))
+
     watched.reload()  # the history path (/api/series) marks it too
     watched.wait_chart("loss", "points", 15)
     watched.wait_chart("loss", "nonfinite", 1)
+    watched.wait_chart("loss", "alertMarks", 1)  # ... and after a reload, from /api/alerts
+    assert page.eval_on_selector_all("#alerts-list li", "els => els.map(e => e.dataset.rule)") == ["nonfinite"]
     watched.assert_clean()
 
 
@@ -241,4 +263,9 @@ def test_markup_in_logs_and_paths_is_inert(watched, mstail_server, log_writer, w
     assert page.evaluate("typeof window.__xss") == "undefined"
     assert page.eval_on_selector_all("#sources b, #sources img", "els => els.length") == 0
     assert page.eval_on_selector_all("img", "els => els.length") == 0
+    # the error alerts carry the same text into the alerts panel: as text
+    wait_js(page, "() => document.querySelectorAll('#alerts-list li[data-rule=\"error\"]').length === 2")
+    messages = page.eval_on_selector_all("#alerts-list li .message", "els => els.map(e => e.textContent)")
+    assert all(XSS_IMG in m for m in messages), messages
+    assert page.eval_on_selector_all("#alerts-panel img, #alerts-panel b", "els => els.length") == 0
     watched.assert_clean()

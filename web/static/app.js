@@ -12,6 +12,7 @@ const state = {
   sources: new Map(),           // id -> source info from /api/sources
   colors: new Map(),            // source id -> palette colour
   lastSeq: 0,
+  alerts: new Map(),            // alert id -> latest alert (from /api/alerts, then SSE `alert` events)
   stream: null,
   retryMs: 500,
 };
@@ -200,11 +201,117 @@ class ChartView {
           data: this.nonfinite.map(([x, value]) => ({ xAxis: x, value_text: `${value} @ ${x}` })) },
       });
     }
+    const marks = this.metric === "loss" ? alertMarks() : [];
+    if (marks.length) {
+      series.push({
+        name: "alerts", type: "line", data: [], color: "#d83931",
+        markLine: { symbol: "none", silent: true, lineStyle: { color: "#d83931", type: "solid", width: 1, opacity: 0.7 },
+          label: { formatter: (p) => String(p.data.rule_text), color: "#d83931", position: "insideEndTop", fontSize: 10 },
+          data: marks },
+      });
+    }
+    this.el.dataset.alertMarks = String(marks.length);
     this.chart.setOption({ series }, { replaceMerge: ["series"] });
     this.el.dataset.points = String(sorted.reduce((n, l) => n + l.points.length, 0));
     this.el.dataset.nonfinite = String(this.nonfinite.length);
     this.latestEl.textContent = [...this.latest.entries()].map(([source, v]) => `${source}: ${fmt(v)}`).join("  ");
   }
+}
+
+// ---- alerts: badge, panel, chart markers, desktop notifications ---------------------------------------------
+function alertMarks() {
+  // One red line per alert step on the loss chart (both firing and resolved alerts: where things went wrong).
+  const seen = new Set();
+  const marks = [];
+  for (const alert of state.alerts.values()) {
+    if (typeof alert.step !== "number" || seen.has(alert.step)) continue;
+    seen.add(alert.step);
+    marks.push({ xAxis: alert.step, rule_text: `${alert.rule} @ ${alert.step}` });
+  }
+  return marks;
+}
+
+function noteAlert(alert, live) {
+  const known = state.alerts.get(alert.id);
+  state.alerts.set(alert.id, alert);
+  if (live && alert.state === "firing" && alert.notify !== false && (!known || known.state !== "firing")) notify(alert);
+  const loss = state.charts.get("loss");
+  if (loss) loss.dirty = true;
+}
+
+function alertText(alert) {
+  const step = typeof alert.step === "number" ? ` step ${alert.step}` : "";
+  return `${alert.rule} · ${alert.source}${step}`;
+}
+
+function notify(alert) {
+  if (!("Notification" in window) || Notification.permission !== "granted") return;
+  try {
+    new Notification(`mstail: ${alertText(alert)}`, { body: String(alert.message || ""), tag: alert.id });
+  } catch (err) {
+    console.warn("notification failed", err);
+  }
+}
+
+function renderAlerts() {
+  const all = [...state.alerts.values()];
+  const active = all.filter((a) => a.state === "firing");
+  const badge = document.getElementById("alerts-badge");
+  document.getElementById("alerts-count").textContent = String(active.length);
+  badge.classList.toggle("firing", active.length > 0);
+  badge.dataset.count = String(active.length);
+  const list = document.getElementById("alerts-list");
+  list.replaceChildren();
+  all.sort((a, b) => (a.state === b.state ? b.last_seen - a.last_seen : a.state === "firing" ? -1 : 1));
+  for (const alert of all) {
+    const row = document.createElement("li");
+    row.className = `alert ${alert.severity} ${alert.state}`;
+    row.dataset.id = alert.id;
+    row.dataset.rule = alert.rule;
+    const sev = document.createElement("span");
+    sev.className = "sev";
+    sev.textContent = alert.state === "resolved" ? "resolved" : alert.severity;
+    const what = document.createElement("span");
+    what.className = "what";
+    what.textContent = alertText(alert);
+    const message = document.createElement("span");
+    message.className = "message";
+    message.textContent = String(alert.message || "");
+    const when = document.createElement("span");
+    when.className = "when";
+    const count = alert.count > 1 ? ` ×${alert.count}` : "";
+    when.textContent = `${new Date(alert.last_seen * 1000).toLocaleTimeString()}${count}`;
+    row.append(sev, what, message, when);
+    list.append(row);
+  }
+  document.getElementById("alerts-none").hidden = all.length > 0;
+}
+
+function setupAlerts() {
+  const badge = document.getElementById("alerts-badge");
+  const panel = document.getElementById("alerts-panel");
+  badge.addEventListener("click", () => {
+    panel.hidden = !panel.hidden;
+    badge.setAttribute("aria-expanded", String(!panel.hidden));
+  });
+  const ask = document.getElementById("alerts-notify");
+  if ("Notification" in window && Notification.permission === "default") {
+    ask.hidden = false;
+    ask.addEventListener("click", () => {
+      Notification.requestPermission().then(() => { ask.hidden = true; });
+    });
+  }
+}
+
+async function loadAlerts() {
+  try {
+    const table = await getJSON("/api/alerts");
+    for (const alert of [...table.resolved, ...table.active]) noteAlert(alert, false);
+  } catch (err) {
+    console.warn("alerts unavailable", err);
+  }
+  renderAlerts();
+  scheduleRender();
 }
 
 function merge(a, b) {
@@ -295,6 +402,13 @@ function connect() {
     const event = JSON.parse(e.data);
     state.lastSeq = Math.max(state.lastSeq, event.seq);
   });
+  stream.addEventListener("alert", (e) => {
+    const alert = JSON.parse(e.data);
+    state.lastSeq = Math.max(state.lastSeq, alert.seq);
+    noteAlert(alert, true);
+    renderAlerts();
+    scheduleRender();
+  });
   stream.addEventListener("source", (e) => {
     const info = JSON.parse(e.data);
     state.sources.set(info.id, info);
@@ -327,6 +441,7 @@ function scheduleRender() {
 }
 
 async function boot() {
+  setupAlerts();
   const sources = await getJSON("/api/sources");
   for (const info of sources) state.sources.set(info.id, info);
   const metrics = [...new Set(sources.flatMap((s) => s.metrics))];
@@ -335,6 +450,7 @@ async function boot() {
   // Stream from the oldest snapshot; each chart skips the records it already has (its own seq).
   state.lastSeq = responses.length ? Math.min(...responses.map((r) => r.seq)) : 0;
   renderSources();
+  await loadAlerts();
   connect();
   window.addEventListener("resize", () => state.charts.forEach((v) => v.chart.resize()));
 }

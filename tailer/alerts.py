@@ -1,0 +1,567 @@
+"""Alerts: rules over the record/event stream of every source -> alert state changes.
+
+`AlertEngine.observe(source, item, now)` is fed every stored record and event (from `Tailer._deliver`, in the
+event loop); `tick(now, states)` runs the time-based rules (hang, gone) once per pass. Both return *changes*:
+dicts shaped like events (`kind: "alert"`) that the tailer stores (so they get a `seq` and SSE replay covers
+them) and publishes. The engine keeps the alert table for `GET /api/alerts` (active + recently resolved).
+
+Work per record is bounded: every rolling window is a `deque(maxlen=window)` and a median is a sort of at most
+`window` numbers.
+
+Rules (`DEFAULT_RULES` holds every key and its default; a TOML file given with `--alerts` overrides per rule):
+
+- `nonfinite`   NaN/Inf in `loss` or `grad_norm` (the metrics are configurable): at once.
+- `loss_spike`  loss above its rolling window: `method = "mad"` fires when (x - median) > z * 1.4826 * MAD
+                and x > median * (1 + min_rel); `method = "mean_ratio"` fires when x > ratio * rolling mean
+                (the seed's "1.5 x rolling mean over 50 steps"). Nothing fires before `min_window` values.
+- `grad_norm`   grad norm > ratio x its rolling median (after `min_window` values), or > `absolute`.
+- `overflow`    `streak` consecutive records with `overflow` true.
+- `loss_scale`  the loss scale fell (it was higher before) to `floor` or below.
+- `error`       error events (tracebacks, ERROR records) and any line/event with `terminate training`.
+- `hang`        no new step for max(min_s, k x median step time) while the source has not logged the end
+                of training; armed only by live data (a last record logged less than `live_within_s` ago).
+- `gone`        the followed file disappeared.
+- `straggler`   one source's median step time (last `window` steps) above `ratio` x the median of the other
+                sources' medians and at least `min_ms` slower (multi-rank; needs 2+ sources with step times).
+- `trend`       off by default: over the last `window` values of the loss, the second half's mean is above
+                the first half's by more than `divergence_rel` (divergence) or below it by less than
+                `plateau_rel` (plateau); checked every `every` records.
+
+Every alert: id, rule, source, step, severity, message, first_seen, last_seen, count, state (firing |
+resolved). One alert per (rule, source) at a time; repeats while firing raise `count` and are published at
+most once per `cooldown_s`; an alert resolves when its condition has been clear for `clear_after` records
+(at once for hang/gone); a rule that fires again within `cooldown_s` of resolving reopens the same alert.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from bisect import bisect_left, insort
+from collections import deque
+from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.9/3.10
+    import tomli as tomllib
+
+Change = Dict[str, Any]
+
+#: Every rule, every key, every default. Types of the defaults are the types a file must use (int where
+#: a float is expected is accepted).
+DEFAULT_RULES: Dict[str, Dict[str, Any]] = {
+    "nonfinite": {"enabled": True, "severity": "critical", "metrics": ["loss", "grad_norm"], "clear_after": 5},
+    "loss_spike": {
+        "enabled": True, "severity": "warning", "metric": "loss", "method": "mad", "window": 100,
+        "min_window": 20, "z": 10.0, "min_rel": 0.2, "ratio": 1.5, "clear_after": 5,
+    },
+    "grad_norm": {
+        "enabled": True, "severity": "warning", "metric": "grad_norm", "window": 100, "min_window": 20,
+        "ratio": 10.0, "absolute": 1.0e4, "clear_after": 5,
+    },
+    "overflow": {"enabled": True, "severity": "warning", "streak": 10, "clear_after": 1},
+    "loss_scale": {"enabled": True, "severity": "critical", "floor": 1.0, "clear_after": 1},
+    "error": {"enabled": True, "severity": "error", "kinds": ["error"], "phrases": ["terminate training"], "clear_after": 20},
+    "trend": {
+        "enabled": False, "severity": "warning", "metric": "loss", "window": 1000, "min_window": 1000,
+        "plateau_rel": 0.002, "divergence_rel": 0.1, "every": 50, "clear_after": 1,
+    },
+    "hang": {"enabled": True, "severity": "critical", "min_s": 60.0, "k": 10.0, "live_within_s": 3600.0},
+    "gone": {"enabled": True, "severity": "warning"},
+    "straggler": {"enabled": True, "severity": "warning", "window": 20, "min_window": 10, "ratio": 1.3, "min_ms": 50.0},
+}
+#: Keys that are not rules: [general] settings.
+DEFAULT_GENERAL: Dict[str, Any] = {"cooldown_s": 300.0, "keep_resolved": 200}
+SEVERITIES = ("info", "warning", "error", "critical")
+_CHOICES = {("loss_spike", "method"): ("mad", "mean_ratio"), ("*", "severity"): SEVERITIES}
+
+
+class AlertConfigError(ValueError):
+    """An alerts file is unusable; the message names the file, the rule and the key."""
+
+    def __init__(self, origin: str, reason: str, rule: Optional[str] = None, key: Optional[str] = None) -> None:
+        where = origin + (f": rule '{rule}'" if rule else "") + (f": key '{key}'" if key else "")
+        super().__init__(f"{where}: {reason}")
+        self.origin, self.rule, self.key, self.reason = origin, rule, key, reason
+
+
+class AlertRules:
+    """The merged settings: `rules[name][key]` and `general[key]`."""
+
+    def __init__(self, rules: Dict[str, Dict[str, Any]], general: Dict[str, Any]) -> None:
+        self.rules = rules
+        self.general = general
+
+    def on(self, name: str) -> bool:
+        return bool(self.rules[name]["enabled"])
+
+
+def default_rules() -> AlertRules:
+    return AlertRules({k: dict(v) for k, v in DEFAULT_RULES.items()}, dict(DEFAULT_GENERAL))
+
+
+def load_alert_rules(path: Optional[str] = None, overrides: Optional[Dict[str, Any]] = None) -> AlertRules:
+    """Defaults, overridden by the TOML file at `path` (or by `overrides`, a parsed mapping, for tests).
+
+    File shape: `[general]` (cooldown_s, keep_resolved) and one table per rule (`[hang]`, `[loss_spike]` ...)
+    with any of that rule's keys; `enabled = false` switches a rule off. Unknown rules/keys and wrong types
+    raise `AlertConfigError`.
+    """
+    rules = default_rules()
+    origin = path or "<alerts>"
+    data: Dict[str, Any] = {}
+    if path is not None:
+        try:
+            with open(path, "rb") as handle:
+                data = tomllib.load(handle)
+        except FileNotFoundError:
+            raise AlertConfigError(origin, "no such file") from None
+        except OSError as exc:
+            raise AlertConfigError(origin, f"cannot read: {exc.strerror or exc}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise AlertConfigError(origin, f"not valid TOML: {exc}") from None
+    if overrides:
+        data = {**data, **overrides}
+    for name, table in data.items():
+        if name == "general":
+            target, defaults = rules.general, DEFAULT_GENERAL
+        elif name in DEFAULT_RULES:
+            target, defaults = rules.rules[name], DEFAULT_RULES[name]
+        else:
+            known = ", ".join(["general", *DEFAULT_RULES])
+            raise AlertConfigError(origin, f"unknown rule (known: {known})", rule=name)
+        if not isinstance(table, dict):
+            raise AlertConfigError(origin, "must be a table, e.g. [" + name + "]", rule=name)
+        for key, value in table.items():
+            if key not in defaults:
+                raise AlertConfigError(origin, f"unknown key (known: {', '.join(defaults)})", rule=name, key=key)
+            target[key] = _checked(origin, name, key, value, defaults[key])
+    if rules.general["keep_resolved"] < 0:
+        raise AlertConfigError(origin, "must be at least 0", rule="general", key="keep_resolved")
+    for name, table in rules.rules.items():
+        for key in ("window", "min_window", "streak", "clear_after", "every"):
+            if key in table and table[key] < 1:
+                raise AlertConfigError(origin, "must be at least 1", rule=name, key=key)
+        if "min_window" in table and table["min_window"] > table["window"]:
+            raise AlertConfigError(origin, "min_window cannot exceed window", rule=name, key="min_window")
+    return rules
+
+
+def _checked(origin: str, rule: str, key: str, value: Any, default: Any) -> Any:
+    def bad(expected: str) -> AlertConfigError:
+        return AlertConfigError(origin, f"expected {expected}, got {value!r}", rule=rule, key=key)
+
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise bad("true or false")
+        return value
+    if isinstance(default, int):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise bad("an integer")
+        return value
+    if isinstance(default, float):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise bad("a non-negative number")
+        return float(value)
+    if isinstance(default, list):
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise bad("a list of strings")
+        return list(value)
+    if not isinstance(value, str):
+        raise bad("a string")
+    choices = _CHOICES.get((rule, key)) or _CHOICES.get(("*", key))
+    if choices and value not in choices:
+        raise bad("one of " + ", ".join(choices))
+    return value
+
+
+# -- the engine -------------------------------------------------------------------------------------------
+def _number(value: Any) -> Optional[float]:
+    """A record value as a float (NaN/Inf included); None when it is not a number."""
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str) and value in ("NaN", "Infinity", "-Infinity"):
+        return float(value.replace("Infinity", "inf"))
+    return None
+
+
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    n = len(ordered)
+    mid = n // 2
+    return ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2.0
+
+
+class _Window:
+    """The last `size` finite values, in arrival order and sorted: append is O(size) memmove, median O(1)."""
+
+    __slots__ = ("size", "order", "sorted", "total", "_appends")
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.order: Deque[float] = deque()
+        self.sorted: List[float] = []
+        self.total = 0.0
+        self._appends = 0
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self.order)
+
+    def append(self, value: float) -> None:
+        if len(self.order) >= self.size:
+            old = self.order.popleft()
+            del self.sorted[bisect_left(self.sorted, old)]
+            self.total -= old
+        self.order.append(value)
+        insort(self.sorted, value)
+        self.total += value
+        self._appends += 1
+        if self._appends % 4096 == 0:  # no drift in the running sum
+            self.total = sum(self.order)
+
+    def median(self) -> float:
+        ordered = self.sorted
+        n = len(ordered)
+        mid = n // 2
+        return ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2.0
+
+    def mean(self) -> float:
+        return self.total / len(self.order)
+
+    def clear(self) -> None:
+        self.order.clear()
+        self.sorted = []
+        self.total = 0.0
+
+
+class _SourceState:
+    """What the rules remember about one source."""
+
+    def __init__(self, rules: AlertRules) -> None:
+        r = rules.rules
+        self.loss = _Window(r["loss_spike"]["window"])
+        self.norm = _Window(r["grad_norm"]["window"])
+        self.step_s: Deque[float] = deque(maxlen=50)
+        self.step_ms: Deque[float] = deque(maxlen=r["straggler"]["window"])  # the log's own per_step_time
+        self.trend: Deque[float] = deque(maxlen=r["trend"]["window"] if r["trend"]["enabled"] else 1)
+        self.trend_count = 0
+        self.overflow_run = 0
+        self.max_scale: Optional[float] = None
+        self.segment = 0
+        self.last_step: Optional[int] = None
+        self.last_record_time: Optional[float] = None  # the log's own time of the last record
+        self.last_arrival: Optional[float] = None  # when the last new step was read
+        self.live = False
+        self.ended = False
+        self.clear: Dict[str, int] = {}  # rule -> consecutive clear observations
+
+
+class AlertEngine:
+    """Rules -> alerts. Used from one thread (the event loop).
+
+    Args:
+        rules: the settings (`load_alert_rules`); default: the built-in defaults.
+    """
+
+    def __init__(self, rules: Optional[AlertRules] = None) -> None:
+        self.rules = rules or default_rules()
+        self._sources: Dict[str, _SourceState] = {}
+        self._alerts: Dict[Tuple[str, str], Dict[str, Any]] = {}  # (rule, source) -> current alert of that key
+        self._resolved: Deque[Dict[str, Any]] = deque(maxlen=int(self.rules.general["keep_resolved"]))
+        self._published: Dict[str, float] = {}  # alert id -> when its last change was published
+        self._next_id = 1
+        self.fired = 0
+
+    # -- public ---------------------------------------------------------------------------------------------
+    def table(self) -> Dict[str, Any]:
+        """`GET /api/alerts`: active alerts (newest first) and recently resolved ones."""
+        active = [dict(a) for a in self._alerts.values() if a["state"] == "firing"]
+        active.sort(key=lambda a: a["last_seen"], reverse=True)
+        resolved = [dict(a) for a in reversed(self._resolved) if a["state"] == "resolved"]
+        return {"active": active, "resolved": resolved, "count": len(active)}
+
+    def observe(self, source: str, item: Dict[str, Any], now: float) -> List[Change]:
+        """Feed one stored record or event of `source` (read at `now`); returns alert changes."""
+        state = self._sources.get(source)
+        if state is None:
+            state = self._sources[source] = _SourceState(self.rules)
+        out: List[Change] = []
+        if "kind" in item:
+            if item["kind"] != "alert":
+                self._event(source, state, item, now, out)
+            return out
+        self._record(source, state, item, now, out)
+        return out
+
+    def tick(self, now: float, states: Dict[str, str]) -> List[Change]:
+        """Time-based rules; `states` maps source id -> follower state (following | idle | gone | waiting)."""
+        out: List[Change] = []
+        if self.rules.on("straggler"):
+            self._stragglers(now, out)
+        for source, follower_state in states.items():
+            state = self._sources.get(source)
+            gone = follower_state == "gone"
+            if self.rules.on("gone"):
+                if gone:
+                    self._fire("gone", source, state.last_step if state else None, now, "log file disappeared", out)
+                else:
+                    self._resolve("gone", source, now, out, "log file is back")
+            if state is None or not self.rules.on("hang"):
+                continue
+            bound = self.hang_bound(source)
+            hung = (
+                not gone and not state.ended and state.live and state.last_arrival is not None
+                and now - state.last_arrival >= bound
+            )
+            if hung:
+                waited = now - state.last_arrival  # type: ignore[operator]
+                self._fire("hang", source, state.last_step, now,
+                           f"no new step for {waited:.0f} s after step {state.last_step} (bound {bound:.0f} s)", out)
+            elif state.ended or gone or (state.last_arrival is not None and now - state.last_arrival < bound):
+                self._resolve("hang", source, now, out, "training ended" if state.ended else "steps again")
+        return out
+
+    def hang_bound(self, source: str) -> float:
+        """Seconds without a new step before `source` counts as hung: max(min_s, k x median step time)."""
+        rule = self.rules.rules["hang"]
+        state = self._sources.get(source)
+        median = _median(state.step_s) if state is not None and state.step_s else 0.0
+        return max(float(rule["min_s"]), float(rule["k"]) * median)
+
+    # -- records --------------------------------------------------------------------------------------------
+    def _record(self, source: str, state: _SourceState, record: Dict[str, Any], now: float, out: List[Change]) -> None:
+        rules = self.rules.rules
+        step = record.get("step")
+        segment = record.get("segment", 0)
+        if segment != state.segment:  # a resume: the windows describe another run
+            state.segment = segment
+            state.loss.clear()
+            state.norm.clear()
+            state.overflow_run = 0
+        when = record.get("time")
+        if isinstance(step, int) and (state.last_step is None or step != state.last_step):
+            step_ms = _number(record.get("step_time_ms"))
+            if step_ms is not None and math.isfinite(step_ms) and step_ms > 0:
+                state.step_s.append(step_ms / 1000.0)
+                state.step_ms.append(step_ms)
+            elif isinstance(when, (int, float)) and state.last_record_time is not None and isinstance(state.last_step, int):
+                delta_steps = step - state.last_step
+                if delta_steps > 0 and when > state.last_record_time:
+                    state.step_s.append((when - state.last_record_time) / delta_steps)
+            state.last_step = step
+            state.last_arrival = now
+            state.ended = False
+        if isinstance(when, (int, float)):
+            state.last_record_time = float(when)
+            state.live = state.live or now - when <= rules["hang"]["live_within_s"]
+        else:
+            state.live = True
+
+        if self.rules.on("nonfinite"):
+            bad = []
+            for name in rules["nonfinite"]["metrics"]:
+                value = _number(record.get(name))
+                if value is not None and not math.isfinite(value):
+                    bad.append(f"{name} = {'NaN' if value != value else value}")
+            self._condition("nonfinite", source, state, step, now, out, bool(bad), "non-finite " + ", ".join(bad) if bad else "")
+
+        if self.rules.on("loss_spike"):
+            self._spike(source, state, record, step, now, out)
+
+        if self.rules.on("grad_norm"):
+            rule = rules["grad_norm"]
+            value = _number(record.get(rule["metric"]))
+            if value is not None and math.isfinite(value):
+                message = ""
+                if rule["absolute"] > 0 and value > rule["absolute"]:
+                    message = f"{rule['metric']} {value:.4g} above {rule['absolute']:.4g}"
+                elif len(state.norm) >= rule["min_window"]:
+                    median = state.norm.median()
+                    if median > 0 and value > rule["ratio"] * median:
+                        message = f"{rule['metric']} {value:.4g} is {value / median:.1f}x its rolling median {median:.4g}"
+                state.norm.append(value)
+                self._condition("grad_norm", source, state, step, now, out, bool(message), message)
+
+        overflow = record.get("overflow")
+        if self.rules.on("overflow") and overflow is not None:
+            flag = _number(overflow)
+            state.overflow_run = state.overflow_run + 1 if flag else 0
+            streak = rules["overflow"]["streak"]
+            firing = state.overflow_run >= streak
+            self._condition("overflow", source, state, step, now, out, firing,
+                            f"{state.overflow_run} consecutive overflow steps" if firing else "")
+
+        scale = _number(record.get("loss_scale"))
+        if self.rules.on("loss_scale") and scale is not None and math.isfinite(scale):
+            floor = rules["loss_scale"]["floor"]
+            fell = state.max_scale is not None and state.max_scale > floor and scale <= floor
+            state.max_scale = scale if state.max_scale is None else max(state.max_scale, scale)
+            self._condition("loss_scale", source, state, step, now, out, fell,
+                            f"loss scale fell to {scale:g} (floor {floor:g}, was up to {state.max_scale:g})" if fell else "")
+
+        if self.rules.on("trend"):
+            self._trend(source, state, record, step, now, out)
+
+        if self.rules.on("error"):  # a step after an error counts towards clearing it
+            self._condition("error", source, state, step, now, out, False, "")
+
+    def _spike(self, source: str, state: _SourceState, record: Dict[str, Any], step: Any, now: float, out: List[Change]) -> None:
+        rule = self.rules.rules["loss_spike"]
+        value = _number(record.get(rule["metric"]))
+        if value is None or not math.isfinite(value):
+            return
+        message = ""
+        window = state.loss
+        if len(window) >= rule["min_window"]:
+            name = rule["metric"]
+            if rule["method"] == "mean_ratio":
+                mean = window.mean()
+                if mean > 0 and value > rule["ratio"] * mean:
+                    message = f"{name} {value:.4g} is {value / mean:.2f}x its rolling mean {mean:.4g}"
+            else:
+                median = window.median()
+                if value <= median + rule["min_rel"] * abs(median) or value <= median:
+                    window.append(value)  # the common case: no spike possible, no MAD needed
+                    self._condition("loss_spike", source, state, step, now, out, False, "")
+                    return
+                mad = _median([abs(v - median) for v in window])
+                spread = max(1.4826 * mad, 1e-12)
+                score = (value - median) / spread
+                if score > rule["z"] and value > median + rule["min_rel"] * abs(median):
+                    message = f"{name} spike {value:.4g} vs rolling median {median:.4g} ({score:.0f} robust deviations)"
+        window.append(value)
+        self._condition("loss_spike", source, state, step, now, out, bool(message), message)
+
+    def _trend(self, source: str, state: _SourceState, record: Dict[str, Any], step: Any, now: float, out: List[Change]) -> None:
+        rule = self.rules.rules["trend"]
+        value = _number(record.get(rule["metric"]))
+        if value is None or not math.isfinite(value):
+            return
+        state.trend.append(value)
+        state.trend_count += 1
+        if len(state.trend) < rule["min_window"] or state.trend_count % rule["every"]:
+            return
+        values = list(state.trend)
+        half = len(values) // 2
+        first, second = sum(values[:half]) / half, sum(values[half:]) / (len(values) - half)
+        scale = max(abs(first), 1e-12)
+        change = (second - first) / scale
+        message = ""
+        if change > rule["divergence_rel"]:
+            message = f"{rule['metric']} diverging: mean {first:.4g} -> {second:.4g} over the last {len(values)} values"
+        elif -rule["plateau_rel"] < change <= rule["plateau_rel"]:
+            message = f"{rule['metric']} plateau: mean {first:.4g} -> {second:.4g} over the last {len(values)} values"
+        self._condition("trend", source, state, step, now, out, bool(message), message)
+
+    def _stragglers(self, now: float, out: List[Change]) -> None:
+        rule = self.rules.rules["straggler"]
+        medians = {s: _median(st.step_ms) for s, st in self._sources.items() if len(st.step_ms) >= rule["min_window"]}
+        if len(medians) < 2:
+            return
+        for source, median in medians.items():
+            others = _median([m for s, m in medians.items() if s != source])
+            slow = median > rule["ratio"] * others and median - others >= rule["min_ms"]
+            if slow:
+                step = self._sources[source].last_step
+                self._fire("straggler", source, step, now, f"median step time {median:.0f} ms vs {others:.0f} ms on "
+                           f"the other {len(medians) - 1} source(s) ({median / others:.2f}x)", out)
+            else:
+                self._resolve("straggler", source, now, out, "step time back in line")
+
+    # -- events ---------------------------------------------------------------------------------------------
+    def _event(self, source: str, state: _SourceState, event: Dict[str, Any], now: float, out: List[Change]) -> None:
+        kind = event.get("kind")
+        if kind == "end":
+            state.ended = True
+            self._resolve("hang", source, now, out, "training ended")
+        elif kind in ("start", "resume"):
+            state.ended = False
+        if not self.rules.on("error"):
+            return
+        rule = self.rules.rules["error"]
+        message = str(event.get("message") or "")
+        lowered = message.lower()
+        if kind in rule["kinds"] or any(p.lower() in lowered for p in rule["phrases"]):
+            first = message.strip().splitlines()[0] if message.strip() else str(kind)
+            step = event.get("step")
+            self._fire("error", source, step if isinstance(step, int) else None, now, first[:300], out)
+            state.clear["error"] = 0
+
+    # -- alert bookkeeping ----------------------------------------------------------------------------------
+    def _condition(self, rule: str, source: str, state: _SourceState, step: Any, now: float, out: List[Change],
+                   firing: bool, message: str) -> None:
+        if firing:
+            state.clear[rule] = 0
+            self._fire(rule, source, step if isinstance(step, int) else None, now, message, out)
+            return
+        if (rule, source) not in self._alerts:
+            return
+        state.clear[rule] = state.clear.get(rule, 0) + 1
+        if state.clear[rule] >= self.rules.rules[rule].get("clear_after", 1):
+            self._resolve(rule, source, now, out, "condition cleared")
+
+    def _fire(self, rule: str, source: str, step: Optional[int], now: float, message: str, out: List[Change],
+              ) -> None:
+        key = (rule, source)
+        alert = self._alerts.get(key)
+        cooldown = float(self.rules.general["cooldown_s"])
+        if alert is None:
+            alert = {
+                "id": f"a{self._next_id}", "rule": rule, "source": source, "step": step,
+                "severity": self.rules.rules[rule]["severity"], "message": message, "first_seen": now,
+                "last_seen": now, "count": 1, "state": "firing", "resolved_at": None,
+            }
+            self._next_id += 1
+            self._alerts[key] = alert
+            self.fired += 1
+            out.append(self._change(alert, now, notify=True))
+            return
+        if alert["state"] == "resolved":
+            if alert["resolved_at"] is not None and now - alert["resolved_at"] > cooldown:
+                del self._alerts[key]  # long enough ago: a new alert
+                self._fire(rule, source, step, now, message, out)
+                return
+            alert["state"], alert["resolved_at"] = "firing", None  # flapping: reopen the same alert
+            with_notify = now - self._published.get(alert["id"], -math.inf) >= cooldown
+            self._bump(alert, step, now, message)
+            out.append(self._change(alert, now, notify=with_notify))
+            return
+        self._bump(alert, step, now, message)
+        if now - self._published.get(alert["id"], -math.inf) >= cooldown:
+            out.append(self._change(alert, now, notify=True))
+
+    @staticmethod
+    def _bump(alert: Dict[str, Any], step: Optional[int], now: float, message: str) -> None:
+        alert["count"] += 1
+        alert["last_seen"] = now
+        if step is not None:
+            alert["step"] = step
+        if message:
+            alert["message"] = message
+
+    def _resolve(self, rule: str, source: str, now: float, out: List[Change], why: str) -> None:
+        alert = self._alerts.get((rule, source))
+        if alert is None or alert["state"] != "firing":
+            return
+        alert["state"] = "resolved"
+        alert["resolved_at"] = now
+        if not any(a is alert for a in self._resolved):
+            self._resolved.append(alert)
+        change = self._change(alert, now, notify=True)
+        change["message"] = f"resolved ({why}): {alert['message']}"
+        out.append(change)
+
+    def _change(self, alert: Dict[str, Any], now: float, notify: bool) -> Change:
+        self._published[alert["id"]] = now
+        change = {"kind": "alert", "time": now, **alert}
+        change["notify"] = notify
+        if change["step"] is None:
+            del change["step"]
+        return change
+

@@ -1,0 +1,235 @@
+"""`/metrics`: the exposition of a real mstail read with prometheus_client's own parser, the series cap, and a
+real Prometheus server (Debian's `prometheus`, started here on loopback with a temporary config and storage)
+that scrapes a running mstail with a bearer token and answers PromQL queries with the logged loss and step.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any, Dict, Iterator, List
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from parsers import Item
+from tailer.hub import Hub
+from tailer.store import Store
+from web.metrics import MstailCollector
+
+from .sse_client import collect, stream_seqs
+
+TOKEN = "metrics-token-0123456789abcdefABCDEF"
+PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
+_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def expected_loss(step: int, seed: int = 0) -> float:
+    """The loss tests/conftest.py's writer logs for `step` (`%5.6f`): an oracle independent of the parser."""
+    return float("%.6f" % (2.0 + 8.0 * math.exp(-step / 300.0) + 0.01 * ((step * 7919 + seed) % 13)))
+
+
+def scrape(url: str, token: str = "") -> Dict[str, Any]:
+    request = urllib.request.Request(url + "/metrics", headers={"Authorization": f"Bearer {token}"} if token else {})
+    with _NO_PROXY.open(request, timeout=5) as response:
+        assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        text = response.read().decode("utf-8")
+    samples: Dict[Any, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return samples
+
+
+def value(samples: Dict[Any, float], name: str, **labels: str) -> float:
+    return samples[(name, tuple(sorted(labels.items())))]
+
+
+# -- the exposition of a real mstail -------------------------------------------------------------------------
+def test_metrics_of_a_real_mstail(tmp_path: Path, mstail_server, log_writer) -> None:  # type: ignore[no-untyped-def]
+    logs = [tmp_path / "output" / "log" / f"rank_{r}" / "info.log" for r in range(2)]
+    log_writer.finish(log_writer(logs[0], steps=30, interval_s=0))
+    log_writer.finish(log_writer(logs[1], steps=25, interval_s=0, seed=3, nan_at=(25,)))
+    server = mstail_server(*logs)
+    server.wait_records(55)
+
+    samples = scrape(server.url)
+    assert value(samples, "mstail_metric", source="rank_0", metric="loss") == expected_loss(30)
+    assert math.isnan(value(samples, "mstail_metric", source="rank_1", metric="loss"))  # a NaN stays a NaN
+    assert value(samples, "mstail_metric", source="rank_1", metric="grad_norm") > 0
+    assert value(samples, "mstail_last_step", source="rank_0") == 30
+    assert value(samples, "mstail_last_step", source="rank_1") == 25
+    assert 0 <= value(samples, "mstail_seconds_since_last_step", source="rank_0") < 60
+    records = {r["source"]: r for r in server.get_json("/api/records?after=0&limit=10000")}
+    assert value(samples, "mstail_last_step_timestamp_seconds", source="rank_0") == pytest.approx(records["rank_0"]["time"])
+    for source in ("rank_0", "rank_1"):
+        lr = records[source]["lr"]
+        assert value(samples, "mstail_metric", source=source, metric="lr") == lr
+    sources = {s["id"]: s for s in server.get_json("/api/sources")}
+    for source, steps in (("rank_0", 30), ("rank_1", 25)):
+        assert value(samples, "mstail_records_total", source=source) == steps
+        assert value(samples, "mstail_lines_read_total", source=source) == sources[source]["counters"]["lines"]
+        assert value(samples, "mstail_bytes_read_total", source=source) == Path(logs[int(source[-1])]).stat().st_size
+        assert value(samples, "mstail_parse_errors_total", source=source) == 0
+        assert value(samples, "mstail_unmatched_metric_lines_total", source=source) == 0
+    assert value(samples, "mstail_sources", state="following") == 2
+    assert value(samples, "mstail_metric_series_dropped") == 0
+    assert value(samples, "mstail_store_items") == server.get_json("/healthz")["last_seq"]
+    assert value(samples, "mstail_sse_clients") == 0
+    assert value(samples, "process_resident_memory_bytes") > 0
+    # Every metric label is a numeric metric the store holds: no text, no reserved keys.
+    labels = {dict(k[1])["metric"] for k in samples if k[0] == "mstail_metric"}
+    assert labels == {m for s in sources.values() for m in s["metrics"]}
+    assert not labels & {"seq", "step", "time", "epoch", "source", "segment"}
+
+    # SSE counters: one client that replays the whole history.
+    last = server.get_json("/healthz")["last_seq"]
+    got = collect(f"{server.url}/api/stream?after=0", until=lambda g: bool(stream_seqs(g)) and max(stream_seqs(g)) >= last)
+    assert len(stream_seqs(got)) == last
+    samples = scrape(server.url)
+    assert value(samples, "mstail_sse_items_sent_total") == last
+    assert value(samples, "mstail_sse_messages_sent_total") >= 1
+
+
+def test_the_series_cap_keeps_canonical_metrics_and_counts_the_rest() -> None:
+    store, hub = Store(), Hub()
+    for source in ("rank_0", "rank_1", "rank_2"):
+        store.add_source(source, f"/logs/{source}.log")
+        record = {"step": 7, "time": 1.0, "loss": 1.5, "lr": 0.001, "note": "text is not a metric"}
+        record.update({f"extra_{i:03d}": float(i) for i in range(400)})
+        store.add(source, [Item("record", record)])
+    collector = MstailCollector(store, hub, alerts=lambda: None, facts=lambda: {}, max_series=1000)
+    families = {f.name: f for f in collector.collect()}
+    exported = [s.labels for s in families["mstail_metric"].samples]
+    assert len(exported) == 1000
+    assert families["mstail_metric_series_dropped"].samples[0].value == 3 * 402 - 1000
+    pairs = {(labels["source"], labels["metric"]) for labels in exported}
+    for source in ("rank_0", "rank_1", "rank_2"):
+        assert {(source, "loss"), (source, "lr")} <= pairs  # canonical metrics of every source come first
+    assert not any(metric == "note" for _, metric in pairs)
+
+
+def test_metrics_needs_the_token_when_there_is_one(tmp_path: Path, mstail_server, log_writer) -> None:  # type: ignore[no-untyped-def]
+    log = tmp_path / "rank_0" / "info.log"
+    log_writer.finish(log_writer(log, steps=3, interval_s=0))
+    server = mstail_server(log, args=("--token", TOKEN))
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        scrape(server.url)
+    assert refused.value.code == 401
+    assert json.loads(refused.value.read())["detail"].startswith("mstail: ")
+    assert "mstail_last_step" in {k[0] for k in scrape(server.url, TOKEN)}
+
+
+# -- a real Prometheus -----------------------------------------------------------------------------------
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Prometheus:
+    def __init__(self, url: str, proc: "subprocess.Popen[bytes]", log: Path) -> None:
+        self.url, self.proc, self.log = url, proc, log
+
+    def query(self, promql: str) -> List[Dict[str, Any]]:
+        url = f"{self.url}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+        with _NO_PROXY.open(url, timeout=5) as response:
+            answer = json.loads(response.read().decode("utf-8"))
+        assert answer["status"] == "success", answer
+        return answer["data"]["result"]
+
+
+@pytest.fixture
+def prometheus_for(tmp_path: Path) -> Iterator[Any]:
+    """`prometheus_for(targets, token)` starts Prometheus on 127.0.0.1 scraping `targets` every second."""
+    started: List[Prometheus] = []
+
+    def start(targets: List[str], token: str) -> Prometheus:
+        folder = tmp_path / "prometheus"
+        (folder / "data").mkdir(parents=True)
+        config = folder / "prometheus.yml"
+        config.write_text(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+            "scrape_configs:\n"
+            "  - job_name: mstail\n"
+            "    scrape_interval: 1s\n"
+            "    scrape_timeout: 900ms\n"
+            "    authorization:\n"
+            f"      credentials: {token}\n"
+            "    static_configs:\n"
+            f"      - targets: [{', '.join(repr(t) for t in targets)}]\n",
+            encoding="utf-8",
+        )
+        port = _free_port()
+        log = folder / "prometheus.log"
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(
+                [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={folder / 'data'}",
+                 f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
+                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=str(folder),
+            )
+        server = Prometheus(f"http://127.0.0.1:{port}", proc, log)
+        started.append(server)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with _NO_PROXY.open(server.url + "/-/ready", timeout=2) as response:
+                    if response.status == 200:
+                        return server
+            except OSError:
+                pass
+            assert proc.poll() is None, f"prometheus exited with {proc.returncode}:\n{log.read_text()}"
+            assert time.monotonic() < deadline, f"prometheus not ready within 30 s:\n{log.read_text()}"
+            time.sleep(0.1)
+
+    yield start
+    for server in started:
+        server.proc.terminate()
+        try:
+            server.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.proc.kill()
+            server.proc.wait(timeout=5)
+
+
+@pytest.mark.timeout(90)
+def test_a_real_prometheus_scrapes_loss_and_step(tmp_path: Path, mstail_server, log_writer, prometheus_for, wait_until) -> None:  # type: ignore[no-untyped-def]
+    logs = [tmp_path / "output" / "log" / f"rank_{r}" / "info.log" for r in range(2)]
+    log_writer.finish(log_writer(logs[0], steps=40, interval_s=0))
+    log_writer.finish(log_writer(logs[1], steps=35, interval_s=0, seed=5))
+    server = mstail_server(*logs, args=("--token", TOKEN))
+    target = server.url.split("//", 1)[1]
+    prometheus = prometheus_for([target], TOKEN)
+
+    up = wait_until(lambda: [r for r in prometheus.query('up{job="mstail"}') if r["value"][1] == "1"], 20,
+                    interval=0.2, message="the mstail target up in Prometheus")
+    assert up[0]["metric"]["instance"] == target
+
+    def loss_by_source() -> Dict[str, float]:
+        return {r["metric"]["source"]: float(r["value"][1]) for r in prometheus.query('mstail_metric{metric="loss"}')}
+
+    losses = wait_until(lambda: len(loss_by_source()) == 2 and loss_by_source(), 15, interval=0.2,
+                        message="loss of both sources in Prometheus")
+    assert losses == {"rank_0": expected_loss(40), "rank_1": expected_loss(35, seed=5)}
+    steps = {r["metric"]["source"]: float(r["value"][1]) for r in prometheus.query("mstail_last_step")}
+    assert steps == {"rank_0": 40.0, "rank_1": 35.0}
+    assert prometheus.query('mstail_records_total{source="rank_1"}')[0]["value"][1] == "35"
+
+    # Training goes on: the next scrapes carry the new step and loss.
+    log_writer.finish(log_writer(logs[0], steps=10, interval_s=0.02, start_step=41))
+    wait_until(lambda: prometheus.query('mstail_last_step{source="rank_0"} == 50'), 15, interval=0.2,
+               message="step 50 in Prometheus")
+    assert loss_by_source()["rank_0"] == expected_loss(50)
+    # PromQL over the stored samples: the step moved from 40 to 50 within the last minute.
+    span = prometheus.query('max_over_time(mstail_last_step{source="rank_0"}[1m]) - '
+                            'min_over_time(mstail_last_step{source="rank_0"}[1m])')
+    assert float(span[0]["value"][1]) == 10.0
+    assert "level=error" not in prometheus.log.read_text()

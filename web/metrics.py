@@ -1,0 +1,177 @@
+"""`GET /metrics`: Prometheus text exposition, built with the official `prometheus_client`.
+
+A custom collector reads the store, the hub, the alert engine and the tailer's facts *at scrape time*: the hot
+path (reading, parsing, storing, fan-out) does no per-record work for Prometheus. A scrape costs
+O(sources + exported series) on the event loop, where the store is consistent.
+
+Families (all prefixed `mstail_`):
+
+- `metric{source,metric}` latest value of every numeric metric (NaN when the last value was NaN), at most
+  `max_series` series: the canonical metrics (loss, lr, grad_norm, ...) of every source first, then the others,
+  in source order; what did not fit is counted in `metric_series_dropped`.
+- `last_step{source}`, `last_step_timestamp_seconds{source}`, `seconds_since_last_step{source}`, `records{source}`
+- per-source counters from the follower and the parser: `lines_read_total`, `bytes_read_total`,
+  `records_total`, `events_total`, `unmatched_metric_lines_total` (lines that looked like metrics but no rule
+  matched: dropped), `cut_lines_total`, `bad_utf8_lines_total`, `parse_errors_total`, `rotations_total`,
+  `truncations_total`
+- `sources{state}`, `store_items`, `tailer_passes_total`
+- SSE: `sse_clients`, `sse_messages_sent_total`, `sse_items_sent_total`, `sse_catch_ups_total`,
+  `sse_clients_dropped_total`,
+  `hub_batches_published_total`
+- alerts: `alerts_active{severity}`, `alerts_fired_total`
+- the process (prometheus_client's process collector): CPU seconds, resident memory, open fds.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
+from prometheus_client.process_collector import ProcessCollector
+
+from tailer.hub import Hub
+from tailer.store import Store
+
+router = APIRouter()
+
+MAX_SERIES = 1000
+# The classic text format, which every Prometheus reads (all names here are legacy-valid, so the body is the same
+# whichever version newer prometheus_client releases would announce).
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# Exported first, so a cap never hides them behind ad hoc metrics.
+CANONICAL = ("loss", "lr", "grad_norm", "step_time_ms", "loss_scale", "overflow", "throughput_tflops",
+             "samples_per_s", "loss_avg", "epoch_time_ms")
+# (family name, counter key in SourceInfo.counters, help)
+SOURCE_COUNTERS = (
+    ("lines_read", "lines", "Lines read from the source's files."),
+    ("bytes_read", "bytes", "Bytes read from the source's files."),
+    ("records", "records", "Step records parsed."),
+    ("events", "events", "Events parsed (checkpoint, eval, error, end, ...)."),
+    ("unmatched_metric_lines", "unmatched_metric_lines",
+     "Lines that looked like metrics but matched no rule (dropped); a hint that a format misses lines."),
+    ("cut_lines", "cut_lines", "Lines longer than the line limit, cut."),
+    ("bad_utf8_lines", "bad_utf8_lines", "Lines with invalid UTF-8 (replaced characters)."),
+    ("parse_errors", "field_errors", "Fields that failed to convert (parse errors)."),
+    ("rotations", "rotations", "Log rotations followed."),
+    ("truncations", "truncations", "Truncations of a followed file (it started over)."),
+)
+
+
+class MstailCollector:
+    """Reads everything at `collect()` time. `alerts()` returns the alert engine or None; `facts()` the
+    tailer's facts (`passes`)."""
+
+    def __init__(self, store: Store, hub: Hub, alerts: Callable[[], Any], facts: Callable[[], Dict[str, Any]],
+                 max_series: int = MAX_SERIES, version: str = "") -> None:
+        self.store = store
+        self.hub = hub
+        self.alerts = alerts
+        self.facts = facts
+        self.max_series = max_series
+        self.version = version
+
+    def collect(self) -> Iterator[Metric]:
+        now = time.time()
+        store, hub = self.store, self.hub
+        sources = list(store.sources.values())
+        yield InfoMetricFamily("mstail", "mstail build information.", value={"version": self.version})
+
+        values = GaugeMetricFamily("mstail_metric", "Latest value of a numeric training metric of a source.",
+                                   labels=["source", "metric"])
+        exported, dropped = 0, 0
+        for (source, metric), (_step, value) in _ordered(store.latest_values()):
+            if exported >= self.max_series:
+                dropped += 1
+                continue
+            values.add_metric([source, metric], value)
+            exported += 1
+        yield values
+        yield GaugeMetricFamily("mstail_metric_series_dropped",
+                                f"mstail_metric series not exported because of the cap ({self.max_series}).",
+                                value=dropped)
+
+        last_step = GaugeMetricFamily("mstail_last_step", "Global step of the source's newest record.", labels=["source"])
+        last_time = GaugeMetricFamily("mstail_last_step_timestamp_seconds",
+                                      "Unix time of the source's newest record (its log timestamp).", labels=["source"])
+        since = GaugeMetricFamily("mstail_seconds_since_last_step",
+                                  "Seconds from the source's newest record to this scrape.", labels=["source"])
+        for info in sources:
+            if info.last_step is not None:
+                last_step.add_metric([info.id], info.last_step)
+            if info.last_time is not None and math.isfinite(info.last_time):
+                last_time.add_metric([info.id], info.last_time)
+                since.add_metric([info.id], max(0.0, now - info.last_time))
+        yield last_step
+        yield last_time
+        yield since
+
+        for name, key, help_text in SOURCE_COUNTERS:
+            family = CounterMetricFamily(f"mstail_{name}", help_text, labels=["source"])
+            for info in sources:
+                family.add_metric([info.id], info.counters.get(key, info.records if key == "records" else 0))
+            yield family
+
+        states = GaugeMetricFamily("mstail_sources", "Sources by state.", labels=["state"])
+        counts: Dict[str, int] = {"waiting": 0, "following": 0, "idle": 0, "gone": 0}
+        for info in sources:
+            counts[info.state] = counts.get(info.state, 0) + 1
+        for state, count in counts.items():
+            states.add_metric([state], count)
+        yield states
+        yield GaugeMetricFamily("mstail_store_items", "Records and events held (the last seq).", value=store.last_seq)
+        passes = self.facts().get("passes")
+        if isinstance(passes, int):
+            yield CounterMetricFamily("mstail_tailer_passes", "Read passes over all files.", value=passes)
+
+        yield GaugeMetricFamily("mstail_sse_clients", "Open SSE streams.", value=hub.subscriber_count)
+        yield CounterMetricFamily("mstail_sse_messages_sent", "SSE writes to clients (batches, replays, source "
+                                  "changes; pings not counted).", value=getattr(hub, "sent_messages", 0))
+        yield CounterMetricFamily("mstail_sse_items_sent", "Records and events delivered to SSE clients "
+                                  "(an item sent to N clients counts N times).", value=getattr(hub, "sent_items", 0))
+        yield CounterMetricFamily("mstail_sse_catch_ups", "Times a slow client's queue overflowed and it caught up "
+                                  "from the store.", value=getattr(hub, "catch_ups", 0))
+        yield CounterMetricFamily("mstail_sse_clients_dropped", "SSE clients dropped because they accepted no "
+                                  "data for the send timeout (stopped reading).", value=getattr(hub, "dropped_clients", 0))
+        yield CounterMetricFamily("mstail_hub_batches_published", "Batches published to live clients.",
+                                  value=hub.published)
+
+        active = GaugeMetricFamily("mstail_alerts_active", "Firing alerts by severity.", labels=["severity"])
+        engine = self.alerts()
+        severities: Dict[str, int] = {"info": 0, "warning": 0, "error": 0, "critical": 0}
+        fired: Optional[int] = None
+        if engine is not None:
+            for alert in engine.table().get("active", []):
+                severity = str(alert.get("severity", "warning"))
+                severities[severity] = severities.get(severity, 0) + 1
+            fired = getattr(engine, "fired", None)
+        for severity, count in severities.items():
+            active.add_metric([severity], count)
+        yield active
+        if isinstance(fired, int):
+            yield CounterMetricFamily("mstail_alerts_fired", "Alerts that started firing.", value=fired)
+
+
+def _ordered(latest: Dict[Tuple[str, str], Tuple[int, float]]) -> List[Tuple[Tuple[str, str], Tuple[int, float]]]:
+    """Canonical metrics of every source first (in CANONICAL order), then the rest; stable otherwise."""
+    rank = {name: i for i, name in enumerate(CANONICAL)}
+    items = list(latest.items())
+    return sorted(items, key=lambda kv: (rank.get(kv[0][1], len(rank)),))
+
+
+def build_registry(collector: MstailCollector) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    ProcessCollector(registry=registry)
+    return registry
+
+
+@router.get("/metrics", include_in_schema=False)
+async def metrics(request: Request) -> Response:
+    # async: runs on the event loop, the one thread that writes the store, so a scrape sees it consistent.
+    registry: CollectorRegistry = request.app.state.metrics_registry
+    return Response(generate_latest(registry), media_type=CONTENT_TYPE, headers={"Cache-Control": "no-store"})
