@@ -68,6 +68,10 @@ class SecurityMiddleware:
             await self.app(scope, receive, send)
             return
         headers = Headers(scope=scope)
+        if "\x00" in scope.get("path", ""):
+            # No file or route has a NUL in its name; older Starlette's StaticFiles answers it with a 500.
+            await _refuse(scope, send, 400, "a NUL byte in the path")
+            return
         if len(scope.get("query_string", b"")) > MAX_QUERY_BYTES:
             await _refuse(scope, send, 414, f"query string longer than {MAX_QUERY_BYTES} bytes")
             return
