@@ -3,7 +3,7 @@
 Two ranks write `output/log/rank_N/info.log` through `logging`'s RotatingFileHandler with MindFormers'
 file-handler format, exactly as MindFormers v1.8+ prints MFLossMonitor step and progress lines: warmup +
 cosine lr, a decaying noisy loss, a gradient norm, and now and then an overflow step that halves the loss
-scale (it doubles back after `scale_window` (50) clean steps, like DynamicLossScaleUpdateCell).
+scale (it doubles back after `scale_window` (100) clean steps, like DynamicLossScaleUpdateCell).
 """
 
 from __future__ import annotations
@@ -65,13 +65,13 @@ class SimulatedTraining:
             if self.stop_event.wait(self.step_s):
                 break
             epoch, in_epoch = (step - 1) // self.steps_per_epoch + 1, (step - 1) % self.steps_per_epoch + 1
-            overflow = self.random.random() < 0.01
+            overflow = self.random.random() < 0.006
             if overflow:
                 scale, clean_steps = max(scale / 2, 1.0), 0
             else:
                 clean_steps += 1
-                if clean_steps == 50:  # scale_window
-                    scale, clean_steps = scale * 2, 0
+                if clean_steps == 100:  # scale_window
+                    scale, clean_steps = min(scale * 2, 2.0 ** 18), 0  # a demo ceiling keeps the chart readable
             loss = self._loss(step)
             avg = avg + [loss] if in_epoch > 1 else [loss]
             step_ms = int(self.step_s * 1000 * (1 + 0.05 * self.rank) * self.random.uniform(0.9, 1.15))
