@@ -178,14 +178,8 @@ def _checked(origin: str, rule: str, key: str, value: Any, default: Any) -> Any:
 
 # -- the engine -------------------------------------------------------------------------------------------
 def _number(value: Any) -> Optional[float]:
-    """A record value as a float (NaN/Inf included); None when it is not a number."""
-    if isinstance(value, bool):
-        return float(value)
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str) and value in ("NaN", "Infinity", "-Infinity"):
-        return float(value.replace("Infinity", "inf"))
-    return None
+    """A record value as a float (NaN/Inf included: the store keeps them as floats); None when not a number."""
+    return float(value) if isinstance(value, (int, float)) else None
 
 
 def _median(values: Sequence[float]) -> float:

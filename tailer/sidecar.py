@@ -22,7 +22,6 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 from parsers import Format, Item, SourceParser, format_table
 
 from .alerts import AlertEngine, load_alert_rules
-
 from .config import Config
 from .discovery import SourceNamer, expand, watch_roots
 from .follower import FileFollower
@@ -56,8 +55,8 @@ class Tailer:
         self, config: Config, formats: Sequence[Format], store: Store, hub: Hub, alerts: Optional[AlertEngine] = None
     ) -> None:
         self.config = config
-        if alerts is None and getattr(config, "alerts_enabled", True):
-            alerts = AlertEngine(load_alert_rules(getattr(config, "alerts_file", None)))
+        if alerts is None and config.alerts_enabled:
+            alerts = AlertEngine(load_alert_rules(config.alerts_file))
         self.alerts = alerts
         #: called with every alert change that should notify people (webhooks); must not block.
         self.alert_listeners: List[Callable[[Dict[str, Any]], None]] = []

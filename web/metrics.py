@@ -130,13 +130,13 @@ class MstailCollector:
 
         yield GaugeMetricFamily("mstail_sse_clients", "Open SSE streams.", value=hub.subscriber_count)
         yield CounterMetricFamily("mstail_sse_messages_sent", "SSE writes to clients (batches, replays, source "
-                                  "changes; pings not counted).", value=getattr(hub, "sent_messages", 0))
+                                  "changes; pings not counted).", value=hub.sent_messages)
         yield CounterMetricFamily("mstail_sse_items_sent", "Records and events delivered to SSE clients "
-                                  "(an item sent to N clients counts N times).", value=getattr(hub, "sent_items", 0))
+                                  "(an item sent to N clients counts N times).", value=hub.sent_items)
         yield CounterMetricFamily("mstail_sse_catch_ups", "Times a slow client's queue overflowed and it caught up "
-                                  "from the store.", value=getattr(hub, "catch_ups", 0))
+                                  "from the store.", value=hub.catch_ups)
         yield CounterMetricFamily("mstail_sse_clients_dropped", "SSE clients dropped because they accepted no "
-                                  "data for the send timeout (stopped reading).", value=getattr(hub, "dropped_clients", 0))
+                                  "data for the send timeout (stopped reading).", value=hub.dropped_clients)
         yield CounterMetricFamily("mstail_hub_batches_published", "Batches published to live clients.",
                                   value=hub.published)
 
@@ -148,11 +148,11 @@ class MstailCollector:
             for alert in engine.table().get("active", []):
                 severity = str(alert.get("severity", "warning"))
                 severities[severity] = severities.get(severity, 0) + 1
-            fired = getattr(engine, "fired", None)
+            fired = engine.fired
         for severity, count in severities.items():
             active.add_metric([severity], count)
         yield active
-        if isinstance(fired, int):
+        if fired is not None:
             yield CounterMetricFamily("mstail_alerts_fired", "Alerts that started firing.", value=fired)
 
 

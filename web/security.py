@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hmac
 import json
-from typing import Any, Awaitable, Callable, Iterable, List, Optional, Tuple
+from typing import Awaitable, Callable, Iterable, List, Optional, Tuple
 from urllib.parse import parse_qsl
 
 from starlette.datastructures import Headers

@@ -42,7 +42,7 @@ class _Stream(EventSourceResponse):
         except Exception as exc:  # noqa: BLE001 - only a send timeout is swallowed
             if not _only_send_timeouts(exc):
                 raise
-            self._hub.dropped_clients = getattr(self._hub, "dropped_clients", 0) + 1
+            self._hub.dropped_clients += 1
 
 
 def _only_send_timeouts(exc: BaseException) -> bool:

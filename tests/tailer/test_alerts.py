@@ -12,7 +12,7 @@ import pytest
 
 from parsers import SourceParser
 from tailer.alerts import AlertConfigError, AlertEngine, load_alert_rules
-from tests.parsers.support import FORMATS, SAMPLES, parse_file
+from tests.parsers.support import FORMATS, parse_file
 
 ROOT = Path(__file__).resolve().parents[2]
 T0 = 1_800_000_000.0  # the crafted logs' first step (local time in the log, as MindFormers writes it)

@@ -8,103 +8,12 @@ from __future__ import annotations
 
 import datetime
 import time
-from typing import Any, Dict, Iterator, List
 
 import pytest
 
+from .browser import XSS_IMG, Watched, wait_js
+
 pytestmark = pytest.mark.browser
-
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync"]
-UI_TIMEOUT_MS = 15_000
-XSS_IMG = '<img src=x onerror="window.__xss=1">'
-
-
-def wait_js(page: Any, function: str, arg: Any = None, timeout: int = UI_TIMEOUT_MS, interval_ms: int = 50) -> None:
-    """`page.wait_for_function` without eval: Playwright's version evals its predicate inside the page, which
-    the page's Content-Security-Policy (no 'unsafe-eval') forbids; `page.evaluate` goes through DevTools."""
-    deadline = time.monotonic() + timeout / 1000
-    while not page.evaluate(function, arg):
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout} ms waiting for {function} ({arg!r})")
-        page.wait_for_timeout(interval_ms)
-
-
-# -- fixtures ---------------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True, timeout=30_000)
-        try:
-            yield browser
-        finally:
-            browser.close()
-
-
-class Watched:
-    """A page plus everything it complained about."""
-
-    def __init__(self, page: Any) -> None:
-        self.page = page
-        self.problems: List[str] = []
-        page.on("console", self._console)
-        page.on("pageerror", lambda exc: self.problems.append(f"page error: {exc}"))
-        page.on("requestfailed", lambda req: self.problems.append(f"request failed: {req.url} ({req.failure})"))
-        page.on("response", lambda r: r.status >= 400 and self.problems.append(f"HTTP {r.status}: {r.url}"))
-
-    def _console(self, msg: Any) -> None:
-        if msg.type in ("error", "warning", "assert"):
-            self.problems.append(f"console.{msg.type}: {msg.text} at {msg.location}")
-
-    def assert_clean(self) -> None:
-        assert self.problems == [], "the page complained:\n" + "\n".join(self.problems)
-
-    # -- what the page shows ------------------------------------------------------------------------------
-    def charts(self) -> Dict[str, Dict[str, int]]:
-        rows = self.page.eval_on_selector_all(
-            "section.chart",
-            "els => els.map(e => [e.dataset.metric, +(e.dataset.points || 0), +(e.dataset.nonfinite || 0)])",
-        )
-        return {metric: {"points": points, "nonfinite": bad} for metric, points, bad in rows}
-
-    def wait_chart(self, metric: str, attr: str, expected: int, timeout_ms: int = UI_TIMEOUT_MS) -> None:
-        """Wait until the chart of `metric` has data-`attr` == expected."""
-        wait_js(
-            self.page,
-            "([m, a, n]) => { const el = document.querySelector(`section.chart[data-metric=\"${m}\"]`);"
-            " return !!el && Number(el.dataset[a]) === n; }",
-            arg=[metric, attr, expected],
-            timeout=timeout_ms,
-        )
-
-    def reload(self) -> None:
-        """Reload the page. The navigation itself aborts the open EventSource request: exactly that one
-        failure (`/api/stream` with net::ERR_ABORTED, during the reload) is expected and removed; any other
-        complaint, before or during the reload, stays."""
-        self.assert_clean()
-        self.page.reload(wait_until="load")
-        aborted = [p for p in self.problems if p.startswith("request failed: ") and "/api/stream?" in p
-                   and p.endswith("(net::ERR_ABORTED)")]
-        assert len(aborted) <= 1, aborted
-        self.problems = [p for p in self.problems if p not in aborted]
-        self.wait_live()
-
-    def wait_live(self) -> None:
-        wait_js(self.page, "() => document.getElementById('connection').textContent.trim() === 'live'")
-
-
-@pytest.fixture
-def watched(browser: Any) -> Iterator[Watched]:
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    page = context.new_page()
-    page.set_default_timeout(UI_TIMEOUT_MS)
-    try:
-        yield Watched(page)
-    finally:
-        context.close()
 
 
 def _serve_history(log, steps, log_writer, mstail_server):  # type: ignore[no-untyped-def]

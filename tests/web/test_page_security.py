@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from .test_page import XSS_IMG, Watched, _error_lines, browser, wait_js, watched  # noqa: F401 - fixtures
+from .browser import XSS_IMG, Watched, wait_js
+from .test_page import _error_lines
 
 pytestmark = pytest.mark.browser
 
