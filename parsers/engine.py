@@ -334,6 +334,46 @@ class SourceParser:
             event["message"] = "\n".join(lines)[:MAX_EVENT_CHARS].rstrip()  # no trailing blank lines
             self._emit_event(event, out)
 
+    # -- persistence ----------------------------------------------------------------------------------------
+    @property
+    def emitted(self) -> int:
+        """Items handed out so far (records and events)."""
+        return self.counts["records"] + self.counts["events"]
+
+    def snapshot(self) -> Dict[str, Any]:
+        """The cross-line state as JSON-able data; only meaningful while nothing is held (`holding` is False),
+        which is when a checkpoint is taken: the lines after it are then parsed exactly as they would have been."""
+        return {
+            "format": self.format.name if self.format is not None else None,
+            "meta": dict(self.meta),
+            "counts": dict(self.counts),
+            "segment": self._segment,
+            "spe_learned": self._spe_learned,
+            "epoch_max": [[epoch, most] for epoch, most in self._epoch_max.items()],
+            "spe_told": self._spe_told,
+            "counted_step": self._counted_step,
+            "last": dict(self._last) if self._last is not None else None,
+            "event_steps": dict(self._event_steps),
+        }
+
+    def restore(self, state: Dict[str, Any]) -> bool:
+        """Continue from a `snapshot()`; False (and nothing changed) when its format is not among the candidates."""
+        if state["format"] is not None:
+            table = {fmt.name: fmt for fmt in self.candidates}
+            if state["format"] not in table:
+                return False
+            self.format = table[state["format"]]
+        self.meta = dict(state["meta"])
+        self.counts.update(state["counts"])
+        self._segment = state["segment"]
+        self._spe_learned = state["spe_learned"]
+        self._epoch_max = {epoch: most for epoch, most in state["epoch_max"]}
+        self._spe_told = state["spe_told"]
+        self._counted_step = state["counted_step"]
+        self._last = state["last"]
+        self._event_steps = dict(state["event_steps"])
+        return True
+
 
 def _rounding(rule: Rule, groups: Dict[str, Optional[str]], name: str) -> float:
     """Half a unit of the last printed digit of metric `name` ("65.811" -> 0.0005), scaled as its field is; -1 when

@@ -293,6 +293,19 @@ class AlertEngine:
         self._record(source, state, item, now, out)
         return out
 
+    def replay(self, item: Dict[str, Any]) -> None:
+        """Rebuild the rules' state from a stored item at start (`--state-dir`): records and events feed the
+        rules as when they were read (at their own time) and the changes are dropped — they are in the history
+        already; a stored alert only keeps new alert ids unique. Time-driven alerts (hang, straggler) are not
+        rebuilt: the next `tick` judges the sources afresh."""
+        if item.get("kind") == "alert":
+            number = str(item.get("id", ""))[1:]
+            if number.isdigit():
+                self._next_id = max(self._next_id, int(number) + 1)
+            return
+        when = item.get("time")
+        self.observe(item["source"], item, when if isinstance(when, (int, float)) else 0.0)
+
     def tick(self, now: float, states: Dict[str, str]) -> List[Change]:
         """Time-based rules; `states` maps source id -> follower state (following | idle | gone | waiting)."""
         out: List[Change] = []

@@ -66,6 +66,8 @@ def _demo(args: argparse.Namespace) -> int:
     trainings = start_demo(log_dir, ranks=args.ranks, step_s=args.step_time)
     print(f"mstail: demo training writes {log_dir}/rank_*/info.log", file=sys.stderr)
     config = _config(args, logs=(str(log_dir / "rank_*" / "info.log"),))
+    if not args.dir and not args.state_dir:
+        config = dataclasses.replace(config, persist=False)  # a new folder every run: nothing to resume
     try:
         return _run_server(config, _formats(args, None))
     finally:
@@ -135,6 +137,8 @@ def _config(args: argparse.Namespace, logs: Optional[tuple] = None) -> Config:
         token=_token(args.token),
         cors_origins=tuple(args.cors_origin or ()),
         send_timeout_s=_positive(args.send_timeout, "--send-timeout"),
+        state_dir=args.state_dir,
+        persist=not args.no_state,
         **_alert_options(args),
     )
 
@@ -186,11 +190,17 @@ def with_token(config: Config) -> Tuple[Config, bool]:
 def _run_server(config: Config, formats: Sequence[Format]) -> int:
     from .discovery import expand
     from .serve import ServeError, bind, serve, url_of
+    from .state import StateError, open_state
 
     config, generated = with_token(config)
     try:
+        state = open_state(config, formats)
+    except StateError as exc:
+        raise UsageError(str(exc)) from None
+    try:
         sock = bind(config.host, config.port)
     except ServeError as exc:
+        state.close()
         raise UsageError(str(exc)) from None
     patterns = config.logs + config.jsonl
     found = sum(1 for p in patterns for f in expand(p) if f.is_file())
@@ -205,9 +215,11 @@ def _run_server(config: Config, formats: Sequence[Format]) -> int:
             url = url_of(sock)
             following_ = following + ("; token required" if config.token else "")
         print(f"mstail: serving {url}  ({following_})", flush=True)
+        if state.path is not None:
+            print(f"mstail: history kept in {state.path} (--no-state: keep none)", file=sys.stderr, flush=True)
 
     try:
-        asyncio.run(serve(config, formats, sock, on_started=announce))
+        asyncio.run(serve(config, formats, sock, on_started=announce, state=state))
     except KeyboardInterrupt:
         pass
     return 0
@@ -247,6 +259,11 @@ def _build_parser() -> argparse.ArgumentParser:
         p.add_argument("--no-alerts", action="store_true", help="run no alert rules")
         p.add_argument("--webhook", action="append", metavar="[FORMAT=]URL", help="POST alerts here (repeatable); "
                        "FORMAT: generic (default), feishu, dingtalk, wecom, slack (guessed from the host)")
+        p.add_argument("--state-dir", metavar="DIR", help="where the history and read positions are kept, so a "
+                       "restarted mstail resumes with nothing lost or repeated (default: $MSTAIL_STATE_DIR or "
+                       "~/.local/state/mstail; local disk, outside the log folders)")
+        p.add_argument("--no-state", action="store_true", help="keep no history across restarts (a restart "
+                       "reads the logs from the start again)")
         p.add_argument("--poll", type=float, metavar="SECONDS", help="read on a timer only, ignoring file events "
                        "(for NFS/shared storage written from other nodes)")
         format_options(p)

@@ -38,6 +38,9 @@ class Config:
         alerts_file: a TOML file overriding the built-in alert rules (`--alerts`); None = built-ins.
         alerts_enabled: run the alert engine at all; default True.
         webhooks: alert webhook targets (`--webhook [FORMAT=]URL`, tailer/webhooks.py); empty = none.
+        state_dir: folder of the persisted history and read positions (`--state-dir`); None = the per-user
+            default (`tailer.state.default_state_dir`). Must be on local disk and outside the log folders.
+        persist: keep the history across restarts; False (`--no-state`) = a temporary database.
     """
 
     logs: Tuple[str, ...] = ()
@@ -62,3 +65,5 @@ class Config:
     alerts_file: Optional[str] = None
     alerts_enabled: bool = True
     webhooks: Tuple[str, ...] = ()
+    state_dir: Optional[str] = None
+    persist: bool = True

@@ -10,14 +10,27 @@ which also catches "truncated then regrown past the old offset" that a size chec
 
 from __future__ import annotations
 
+import errno
+import hashlib
+import logging
 import os
+import time
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from .discovery import rotated_backups
 from .lines import Line, LineSplitter
 
+log = logging.getLogger("mstail.follower")
+
 HEAD_BYTES = 1024  # identity signature: the first KiB, re-taken as the file grows (small files count too)
+SAVED_SEEN = 256  # files remembered in a checkpoint: more than any handler keeps as backups
+
+Signature = Tuple[int, str]  # (length of the head, its digest): compact enough to persist every pass
+
+
+def _signature(head: bytes) -> Signature:
+    return len(head), hashlib.blake2b(head, digest_size=12).hexdigest()
 
 
 class _OpenFile:
@@ -32,31 +45,67 @@ class _OpenFile:
         self.pos = 0  # bytes handed to the splitter
         self.head = b""
         self.idle_since: Optional[float] = None
+        self.size_seen = 0  # the largest size fstat showed (bytes beyond `pos` are known to exist)
+        self.retry_at = 0.0  # after an IO error (EIO): no read before this time
+        self.backoff = 0.0
 
     def read(self, budget: int) -> List[Line]:
         lines: List[Line] = []
         remaining = budget
         while remaining > 0:
-            data = os.pread(self.fd, min(remaining, 256 * 1024), self.pos)
+            try:
+                data = os.pread(self.fd, min(remaining, 256 * 1024), self.pos)
+            except OSError:
+                if lines:
+                    break  # hand out what was read; the error comes back on the next read
+                raise
             if not data:
                 break
             self.pos += len(data)
             remaining -= len(data)
             lines += self.splitter.feed(data)
         if len(self.head) < HEAD_BYTES and self.pos > len(self.head):
-            self.head = os.pread(self.fd, HEAD_BYTES, 0)
+            try:
+                self.head = os.pread(self.fd, HEAD_BYTES, 0)
+            except OSError:
+                pass  # taken on a later read
         return lines
 
     def replaced_in_place(self) -> bool:
-        """True when the file is shorter than what was read, or its first bytes changed (copytruncate)."""
-        if os.fstat(self.fd).st_size < self.pos:
+        """True when the file is shorter than what was read, or its first bytes changed (copytruncate).
+        read() is trusted over stat: a lagging attribute cache (NFS) may show an old, smaller size."""
+        size = os.fstat(self.fd).st_size
+        if size < self.pos and not os.pread(self.fd, 1, self.pos - 1):
             return True
-        return bool(self.head) and os.pread(self.fd, len(self.head), 0) != self.head
+        if self.head and os.pread(self.fd, len(self.head), 0) != self.head:
+            return True
+        self.size_seen = max(self.size_seen, size)  # still this file's size: bytes known to exist
+        return False
 
     def restart(self) -> None:
         self.splitter = LineSplitter(0, self.splitter.max_line_bytes)
         self.pos = 0
         self.head = b""
+
+    def matches(self, signature: Signature) -> bool:
+        """Whether this file starts with the bytes a signature was taken of."""
+        length, _ = signature
+        return _signature(os.pread(self.fd, length, 0)) == tuple(signature)
+
+    def resume(self, offset: int, number: int) -> None:
+        """Continue after a checkpoint: the next line starts at `offset` and is line `number`."""
+        self.splitter = LineSplitter(offset, self.splitter.max_line_bytes, first_number=number)
+        self.pos = offset
+        self.head = os.pread(self.fd, HEAD_BYTES, 0)
+
+    def checkpoint(self) -> Dict[str, Any]:
+        """Where reading resumes: identity, head signature, offset and number of the next complete line."""
+        return {
+            "id": list(self.identity),
+            "head": list(_signature(self.head)),
+            "offset": self.splitter.offset,
+            "line": self.splitter.next_number,
+        }
 
     def close(self) -> None:
         os.close(self.fd)
@@ -81,19 +130,23 @@ class FileFollower:
         self.state = "waiting"
         self.current: Optional[_OpenFile] = None
         self.draining: List[_OpenFile] = []  # older files still being read to their end, oldest first
-        self.counters = {"lines": 0, "bytes": 0, "rotations": 0, "truncations": 0, "cut_lines": 0, "bad_utf8_lines": 0}
+        self.counters = {"lines": 0, "bytes": 0, "rotations": 0, "truncations": 0, "cut_lines": 0, "bad_utf8_lines": 0,
+                         "nul_bytes": 0, "lost_bytes": 0, "io_errors": 0}
         self.last_data_time: Optional[float] = None
-        # Files already opened, by (dev, inode) -> their first bytes, so a backup is never read twice but a
-        # reused inode with other content is still new.
-        self._seen: Dict[Tuple[int, int], bytes] = {}
+        # Files already opened, by (dev, inode) -> signature of their first bytes, so a backup is never read
+        # twice but a reused inode with other content is still new.
+        self._seen: Dict[Tuple[int, int], Signature] = {}
 
     def read(self, budget: int, now: float) -> List[Line]:
         """Read up to about `budget` bytes of complete lines, oldest first; never raises for IO trouble."""
         lines: List[Line] = []
         if self.current is None and not self._open(now) and not self.draining:
             return lines
+        if self.current is not None and self._safe(self.current.replaced_in_place, False):
+            self._truncated(self.current, now)  # first: a copy it leaves is read below, before the new content
         for old in list(self.draining):
-            got = self._read_from(old, budget)
+            before = old.pos
+            got = self._read_from(old, budget, now)
             lines += got
             if not got and old.idle_since is not None and now - old.idle_since >= self.rotate_wait_s:
                 self._drop(old)
@@ -101,12 +154,11 @@ class FileFollower:
                 old.idle_since = None
             elif old.idle_since is None:
                 old.idle_since = now
+            if old.pos - before >= budget:
+                return lines  # this older file has more: newer files wait, so every line comes out in order
         if self.current is None and not self._open(now):
             return lines
-        if self._safe(self.current.replaced_in_place, False):
-            self.counters["truncations"] += 1
-            self.current.restart()
-        got = self._read_from(self.current, budget)
+        got = self._read_from(self.current, budget, now)
         lines += got
         if got:
             self.last_data_time = now
@@ -118,13 +170,59 @@ class FileFollower:
                 # progress line at the top of the new one before the parser's grace period runs out.
                 newer = self.draining[drained:] + ([self.current] if self.current else [])
                 for handle in newer:
-                    lines += self._read_from(handle, budget)
+                    lines += self._read_from(handle, budget, now)
         return lines
 
     def close(self) -> None:
         for handle in self.draining + ([self.current] if self.current else []):
             handle.close()
         self.draining, self.current = [], None
+
+    # -- persistence ------------------------------------------------------------------------------------------
+    def checkpoint(self) -> Dict[str, Any]:
+        """JSON-able position: the open files (oldest first) with their resume offsets, recently seen files,
+        counters. Taken between passes, so every offset is the start of a line not yet handed out."""
+        opened = self.draining + ([self.current] if self.current else [])
+        seen = list(self._seen.items())[-SAVED_SEEN:]
+        return {
+            "files": [handle.checkpoint() for handle in opened],
+            "seen": [[dev, ino, length, digest] for (dev, ino), (length, digest) in seen],
+            "counters": dict(self.counters),
+        }
+
+    def restore(self, checkpoint: Dict[str, Any]) -> bool:
+        """Resume from `checkpoint` (before the first read). Files it names are found again by identity and
+        head signature wherever rotation moved them (the path or a backup) and resume at their offsets; files
+        it saw are not read again; anything else under the path is new and read from its start.
+        Returns False when a file the checkpoint was still reading is gone or no longer matches (rotated away
+        and deleted, truncated, replaced while mstail was down): its unread rest cannot be recovered."""
+        self.counters.update(checkpoint.get("counters", {}))
+        self._seen = {(dev, ino): (length, digest) for dev, ino, length, digest in checkpoint.get("seen", [])}
+        pending = {tuple(entry["id"]): entry for entry in checkpoint.get("files", [])}
+        candidates = ([*rotated_backups(self.path)] if self.with_backups or pending else []) + [self.path]
+        for path in candidates:
+            try:
+                handle = _OpenFile(path, self.max_line_bytes)
+            except OSError:
+                continue
+            entry = pending.pop(handle.identity, None)
+            if entry is not None and handle.matches(entry["head"]) and os.fstat(handle.fd).st_size >= entry["offset"]:
+                handle.resume(entry["offset"], entry["line"])
+            elif entry is not None:
+                # Same inode, other content (reused) or shorter than what was read (truncated): a new file.
+                self.counters["truncations"] += 1
+                pending[handle.identity] = entry  # still unaccounted for
+            elif self._already_read(handle):
+                handle.close()
+                continue
+            self._remember(handle)
+            if path == self.path:
+                self.current = handle
+            else:
+                self.draining.append(handle)
+        if self.current is not None or self.draining:
+            self.state = "following"
+        return not pending
 
     def _open(self, now: float) -> bool:
         try:
@@ -134,7 +232,10 @@ class FileFollower:
         if self.with_backups or self.state != "waiting":
             # First open: the rotated history. After a rotation: the backups that were created and rotated
             # away between two of our passes (rotation faster than the poll interval).
-            self.draining += self._unseen_backups(exclude=current.identity)
+            unseen = self._unseen_backups(exclude=current.identity)
+            if self.state != "waiting":
+                self.counters["rotations"] += len(unseen)
+            self.draining += unseen
         self._remember(current)
         self.current = current
         self.state = "following"
@@ -155,11 +256,17 @@ class FileFollower:
         return opened
 
     def _already_read(self, handle: _OpenFile) -> bool:
-        head = self._seen.get(handle.identity)
-        return head is not None and os.pread(handle.fd, len(head), 0) == head
+        if any(open_.identity == handle.identity for open_ in self.draining):
+            return True  # still open here, so its inode cannot have been reused
+        signature = self._seen.get(handle.identity)
+        if signature is None:
+            return False
+        if signature[0] == 0:  # it was empty when last seen: a reused inode with content is another file
+            return os.fstat(handle.fd).st_size == 0
+        return handle.matches(signature)
 
     def _remember(self, handle: _OpenFile) -> None:
-        self._seen[handle.identity] = handle.head
+        self._seen[handle.identity] = _signature(handle.head)
         if len(self._seen) > 4096:  # bounded: only recent files can still show up as backups
             self._seen.pop(next(iter(self._seen)))
 
@@ -183,18 +290,103 @@ class FileFollower:
         self.current = None
         return self._open(now)
 
-    def _read_from(self, handle: _OpenFile, budget: int) -> List[Line]:
+    def _read_from(self, handle: _OpenFile, budget: int, now: Optional[float] = None) -> List[Line]:
+        now = time.time() if now is None else now
+        if now < handle.retry_at:
+            return []
         splitter = handle.splitter
-        cut, bad, before = splitter.cut_lines, splitter.replaced_lines, handle.pos
-        lines = self._safe(lambda: handle.read(budget), [])
+        cut, bad, nul, before = splitter.cut_lines, splitter.replaced_lines, splitter.nul_bytes, handle.pos
+        try:
+            lines = handle.read(budget)
+        except OSError as exc:
+            self._io_error(handle, exc, now)
+            return []
+        if handle.backoff:
+            log.warning("%s: reading works again", handle.path)
+            handle.backoff = 0.0
         self.counters["lines"] += len(lines)
         self.counters["bytes"] += handle.pos - before
         self.counters["cut_lines"] += splitter.cut_lines - cut
         self.counters["bad_utf8_lines"] += splitter.replaced_lines - bad
+        self.counters["nul_bytes"] += splitter.nul_bytes - nul
         return lines
 
+    def _truncated(self, handle: _OpenFile, now: float) -> None:
+        """The file was truncated (or rewritten) in place. With copytruncate the copy (`PATH.1`: another inode
+        starting with the bytes we read) holds what was not read yet: it is read from our offset. Whatever
+        is known to have existed beyond what was read or recovered is counted in `lost_bytes` and logged."""
+        self.counters["truncations"] += 1
+        start = handle.splitter.offset  # first byte not handed out as a complete line
+        known_end = max(handle.size_seen, handle.pos)
+        recovered = start
+        copy = self._copy_of(handle, start) if handle.head else None
+        if copy is not None:
+            copy.idle_since = now
+            self.draining.append(copy)
+            recovered = max(start, copy.size_seen)
+        lost = known_end - recovered
+        if lost > 0:
+            self.counters["lost_bytes"] += lost
+            log.warning("%s was truncated; %d bytes not read before that are lost%s", self.path, lost,
+                        "" if copy is None else f" (the copy {copy.path.name} was read)")
+        handle.restart()
+        handle.size_seen = 0
+
+    def _copy_of(self, handle: _OpenFile, start: int) -> Optional[_OpenFile]:
+        """The newest backup that is a copy of `handle` (same first bytes, another inode), opened at `start`."""
+        for backup in reversed(rotated_backups(self.path)):
+            try:
+                copy = _OpenFile(backup, self.max_line_bytes)
+                size = os.fstat(copy.fd).st_size
+                same = copy.identity != handle.identity and os.pread(copy.fd, len(handle.head), 0) == handle.head
+            except OSError:
+                continue
+            if same and size >= start and not self._already_read(copy):
+                copy.resume(start, handle.splitter.next_number)
+                copy.size_seen = size
+                self._remember(copy)  # a copy of what was read: never read as a backup of its own
+                return copy
+            copy.close()
+        return None
+
+    def _io_error(self, handle: _OpenFile, exc: OSError, now: float) -> None:
+        """ESTALE (NFS: the file handle went stale): open the path again. Other errors (EIO on a flaky mount):
+        retry with exponential backoff, 0.1 s doubling up to 30 s. Counted in `io_errors`; never raised."""
+        self.counters["io_errors"] += 1
+        if exc.errno == errno.ESTALE and self._reopen(handle):
+            return
+        if not handle.backoff:
+            log.warning("%s: %s; retrying with backoff", handle.path, exc)
+        handle.backoff = min(max(handle.backoff * 2, 0.1), 30.0)
+        handle.retry_at = now + handle.backoff
+
+    def _reopen(self, handle: _OpenFile) -> bool:
+        """Swap a stale descriptor for a new one when the path still names the same file; a stale file the
+        path no longer names cannot be read any more and is given up (a draining one) or rotated away."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+            st = os.fstat(fd)
+        except OSError:
+            return False
+        if (st.st_dev, st.st_ino) == handle.identity:
+            os.close(handle.fd)
+            handle.fd = fd
+            return True
+        os.close(fd)
+        if handle in self.draining:
+            unread = handle.size_seen - handle.splitter.offset
+            if unread > 0:
+                self.counters["lost_bytes"] += unread
+            log.warning("%s: stale file handle, the renamed-away file cannot be read any more", handle.path)
+            self._drop(handle)
+            return True
+        return False  # the current file: the rotation check moves to the file the path names now
+
     def _drop(self, handle: _OpenFile) -> None:
+        if handle not in self.draining:
+            return  # given up already (a stale handle)
         self.draining.remove(handle)
+        self._remember(handle)  # with the head it has now: an empty file remembered empty is not "read"
         handle.close()
 
     @staticmethod

@@ -18,8 +18,9 @@ from parsers import Format
 from .config import Config
 from .hub import Hub
 from .sidecar import Tailer
-from .webhooks import Webhooks
+from .state import StateDB, open_state
 from .store import Store
+from .webhooks import Webhooks
 
 
 class ServeError(Exception):
@@ -56,12 +57,15 @@ async def serve(
     formats: Sequence[Format],
     sock: socket.socket,
     on_started: Optional[Callable[[], None]] = None,
+    state: Optional[StateDB] = None,
 ) -> None:
-    """Tail and serve until Ctrl-C / SIGTERM; exits within `config.shutdown_timeout_s` + a little."""
+    """Tail and serve until Ctrl-C / SIGTERM; exits within `config.shutdown_timeout_s` + a little.
+    `state` is the history database (default: `open_state(config, formats)`)."""
     from web import create_app  # the composition root is the one place tailer may import web
 
-    store, hub = Store(), Hub()
+    store, hub = Store(state if state is not None else open_state(config, formats)), Hub()
     tailer = Tailer(config, formats, store, hub)
+    tailer.resume(store.load(on_item=tailer.alerts.replay if tailer.alerts is not None else None))
     app = create_app(
         store,
         hub,
@@ -94,6 +98,7 @@ async def serve(
         announce.cancel()
         await tailing
         await webhooks.stop()
+        store.close()
 
 
 def _alert_health(tailer: Tailer, webhooks: Webhooks) -> dict:

@@ -37,6 +37,12 @@ class _Source:
     id: str
     follower: FileFollower
     parser: SourceParser
+    #: the newest resume point (follower + parser state, items emitted by then), taken when the parser held
+    #: nothing; None until the first. Persisted with the items of the same pass.
+    snapshot: Optional[Dict[str, Any]] = None
+    #: items the parser will emit again after a restart that were stored before it (dropped, not stored twice).
+    skip: int = 0
+    committed: Optional[Dict[str, Any]] = None  # the checkpoint last handed to the store
 
 
 class Tailer:
@@ -70,7 +76,17 @@ class Tailer:
         self._patterns += [(p, self._jsonl) for p in config.jsonl]
         self._sources: Dict[Path, _Source] = {}
         self._namer = SourceNamer()
+        self._saved: Dict[Path, Dict[str, Any]] = {}  # checkpoints from the state, by path, until rediscovered
         self.passes = 0
+
+    def resume(self, checkpoints: Dict[str, Optional[Dict[str, Any]]]) -> None:
+        """Continue from the state's checkpoints (source id -> checkpoint; `Store.load`) before the first pass:
+        source ids are kept, and each file resumes where the committed history ends."""
+        for source_id, checkpoint in checkpoints.items():
+            path = Path(self.store.sources[source_id].path)
+            self._namer.adopt(path, source_id)
+            if checkpoint is not None:
+                self._saved[path.absolute()] = checkpoint
 
     def discover(self) -> List[_Source]:
         """Register files the patterns name now; returns the new ones (runs in the pass thread)."""
@@ -85,9 +101,23 @@ class Tailer:
                     follower=FileFollower(path, self.config.max_line_bytes),
                     parser=SourceParser(self.formats, forced=forced, grace_s=self.config.grace_s),
                 )
+                saved = self._saved.pop(key, None)
+                if saved is not None:
+                    self._restore(source, saved)
                 self._sources[key] = source
                 new.append(source)
         return new
+
+    def _restore(self, source: _Source, saved: Dict[str, Any]) -> None:
+        """Resume a source at its checkpoint. Items emitted after the checkpoint were stored already: the parser
+        emits them again from the same lines, and they are skipped. When a file the checkpoint was reading is
+        gone, those lines cannot be read again, so nothing is skipped."""
+        if not source.parser.restore(saved["parser"]):
+            log.warning("%s: saved state names an unknown format; reading it from the start", source.id)
+            return
+        intact = source.follower.restore(saved["follower"])
+        source.skip = saved["emitted"] - saved["emitted_at"] if intact else 0
+        source.snapshot = saved
 
     async def run(self, stop: asyncio.Event) -> None:
         """Tail until `stop` is set."""
@@ -151,6 +181,12 @@ class Tailer:
             for line in follower.read(budget, now):
                 items += parser.feed(line.text, line.number, now)
             items += parser.flush(now)
+            if source.skip:
+                dropped = min(source.skip, len(items))
+                source.skip -= dropped
+                items = items[dropped:]
+            if not parser.holding:
+                source.snapshot = {"follower": follower.checkpoint(), "parser": parser.snapshot(), "emitted_at": parser.emitted}
             more = more or follower.counters["bytes"] - before >= budget
             results.append((source, items))
         return results, more
@@ -179,8 +215,20 @@ class Tailer:
             states = {s.id: self.store.sources[s.id].state for s in self._sources.values() if s.id in self.store.sources}
             for change in self.alerts.tick(now, states):
                 batch += self._store_alerts(change["source"], [change])
+        self.store.commit(self._checkpoints(results))
         if batch:
             self.hub.publish({"type": "items", "items": batch})
+
+    def _checkpoints(self, results: List[Tuple[_Source, List[Item]]]) -> Dict[str, Tuple[str, Dict[str, Any]]]:
+        """What to commit with this pass's items: each source's newest snapshot and how many items it emitted."""
+        out = {}
+        for source, _items in results:
+            if source.snapshot is not None:
+                checkpoint = {**source.snapshot, "emitted": source.parser.emitted}
+                if checkpoint != source.committed:  # an idle source costs no write
+                    out[source.id] = (str(source.follower.path), checkpoint)
+                    source.committed = checkpoint
+        return out
 
     def _store_alerts(self, source_id: str, changes: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
         """Alert changes become events with a seq (SSE replay covers them); listeners hear the notable ones."""

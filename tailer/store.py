@@ -1,7 +1,7 @@
 """The history: every record and event in one sequence (`seq`), and per-metric columns for charts.
 
-Records and events get a global, gap-free `seq` starting at 1, so the item with seq N sits at index N-1
-of `self._items` and a replay after any seq is a slice. Each (source, metric, segment) also has a
+Records and events get a global, gap-free `seq` starting at 1 and are kept in SQLite (`tailer.state`), so a
+replay after any seq is one indexed query and a restart with `--state-dir` continues the same numbering. Each (source, metric, segment) also has a
 columnar series — steps and values in `array`s — that `series()` answers from, exactly or as min/max
 buckets, so no spike is hidden however far the chart is zoomed out.
 """
@@ -12,11 +12,12 @@ import math
 from array import array
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from parsers import Item
 
 from .encoding import finite_or_name, numbers, ordered
+from .state import StateDB
 
 # Keys of a record that are not metrics.
 _NOT_METRICS = frozenset({"seq", "source", "step", "epoch", "time", "segment", "line", "kind", "message"})
@@ -29,12 +30,15 @@ class Series:
     steps: array = field(default_factory=lambda: array("q"))
     values: array = field(default_factory=lambda: array("d"))
     nonfinite: List[int] = field(default_factory=list)  # indexes of NaN/Inf values, ascending
+    times: array = field(default_factory=lambda: array("d"))  # the record's `time` (unix s; NaN if none)
+    smoothed: Dict[float, "_Ema"] = field(default_factory=dict)  # weight -> EMA column, extended on demand
 
-    def append(self, step: int, value: float) -> None:
+    def append(self, step: int, value: float, time: float = math.nan) -> None:
         if not math.isfinite(value):
             self.nonfinite.append(len(self.values))
         self.steps.append(step)
         self.values.append(value)
+        self.times.append(time)
 
 
 @dataclass
@@ -70,17 +74,24 @@ class SourceInfo:
 
 
 class Store:
-    """In-memory history of all sources. Used from one thread (the event loop)."""
+    """The history of all sources. Used from one thread (the event loop).
 
-    def __init__(self) -> None:
-        self._items: List[Dict[str, Any]] = []
-        self._record_seqs: List[int] = []  # seqs of records only, for /api/records
+    Items live in a `StateDB` (SQLite: persisted with `--state-dir`, else a private temporary file), so memory
+    does not grow with the log; the per-metric columns the charts need stay in memory (16 bytes a point).
+
+    Args:
+        db: where items are kept; default a private temporary database (nothing survives a restart).
+    """
+
+    def __init__(self, db: Optional[StateDB] = None) -> None:
+        self.db = db if db is not None else StateDB(None)
+        self._last_seq = 0
         self._series: Dict[Tuple[str, str, int], Series] = {}
         self.sources: Dict[str, SourceInfo] = {}
 
     @property
     def last_seq(self) -> int:
-        return len(self._items)
+        return self._last_seq
 
     def add_source(self, source_id: str, path: str) -> SourceInfo:
         info = self.sources.get(source_id)
@@ -89,21 +100,46 @@ class Store:
         return info
 
     def add(self, source_id: str, items: Iterable[Item]) -> List[Dict[str, Any]]:
-        """Append a source's parsed items; returns them as stored (with `seq` and `source`)."""
+        """Append a source's parsed items; returns them as stored (with `seq` and `source`). They are visible
+        to queries at once and durable after the next `commit`."""
         info = self.sources[source_id]
         stored = []
         for item in items:
             data = dict(item.data)
             data.pop("line", None)  # line numbers belong to `mstail parse` output only
-            data["seq"] = len(self._items) + 1
+            self._last_seq += 1
+            data["seq"] = self._last_seq
             data["source"] = source_id
             data = ordered(data)
-            self._items.append(data)
             if item.kind == "record":
-                self._record_seqs.append(data["seq"])
                 self._index_record(info, data)
             stored.append(data)
+        self.db.insert(stored)
         return stored
+
+    def commit(self, checkpoints: Optional[Dict[str, Tuple[str, Dict[str, Any]]]] = None) -> None:
+        """Make the items added so far durable, together with the sources' checkpoints (id -> (path, checkpoint))."""
+        self.db.commit(checkpoints or {})
+
+    def load(self, on_item: Optional[Callable[[Dict[str, Any]], None]] = None) -> Dict[str, Optional[Dict[str, Any]]]:
+        """Rebuild sources and columns from the database (at start), passing every item to `on_item` too (the
+        alert engine's `replay`); returns each saved source's checkpoint (source id -> checkpoint or None)."""
+        saved = self.db.sources()
+        for source_id, (path, checkpoint) in saved.items():
+            info = self.add_source(source_id, path)
+            if checkpoint is not None:
+                info.counters = {**checkpoint["follower"]["counters"], **checkpoint["parser"]["counts"]}
+        for data in self.db.all_items():
+            self._last_seq = data["seq"]
+            info = self.add_source(data["source"], saved.get(data["source"], ("", None))[0])
+            if "kind" not in data:
+                self._index_record(info, data)
+            if on_item is not None:
+                on_item(data)
+        return {source_id: checkpoint for source_id, (_, checkpoint) in saved.items()}
+
+    def close(self) -> None:
+        self.db.close()
 
     def _index_record(self, info: SourceInfo, record: Dict[str, Any]) -> None:
         step, segment = record["step"], record.get("segment", 0)
@@ -112,6 +148,7 @@ class Store:
             info.first_step = step
         info.last_step = step
         info.last_time = record.get("time")
+        when = info.last_time if isinstance(info.last_time, (int, float)) else math.nan
         for key, value in record.items():
             if key in _NOT_METRICS or not isinstance(value, (int, float)):
                 continue
@@ -120,21 +157,18 @@ class Store:
                 series = self._series[(info.id, key, segment)] = Series()
                 if key not in info.metrics:
                     info.metrics.append(key)
-            series.append(step, float(value))
+            series.append(step, float(value), when)
 
     # -- queries ------------------------------------------------------------------------------------------
-    def items_after(self, seq: int, limit: Optional[int] = None) -> List[Dict[str, Any]]:
+    def items_after(self, seq: int, limit: int = 10_000) -> List[Dict[str, Any]]:
         """Records and events with seq > `seq`, in order (at most `limit`)."""
-        start = max(seq, 0)
-        end = len(self._items) if limit is None else min(len(self._items), start + limit)
-        return self._items[start:end]
+        return self.db.items_after(max(seq, 0), limit)
 
     def records_after(self, seq: int, limit: int) -> List[Dict[str, Any]]:
-        index = bisect_right(self._record_seqs, seq)
-        return [self._items[s - 1] for s in self._record_seqs[index : index + limit]]
+        return self.db.records_after(seq, limit)
 
     def events(self, kind: Optional[str] = None) -> List[Dict[str, Any]]:
-        return [item for item in self._items if "kind" in item and (kind is None or item["kind"] == kind)]
+        return self.db.events(kind)
 
     def metrics(self) -> List[str]:
         seen: Dict[str, None] = {}
@@ -158,19 +192,134 @@ class Store:
         start: Optional[int] = None,
         end: Optional[int] = None,
         points: int = 2000,
+        smooth: float = 0.0,
+        axis: str = "step",
     ) -> List[Dict[str, Any]]:
         """Per (source, segment) in [start, end]: exact points if there are at most `points`, else
-        `points` min/max buckets (non-finite values never enter min/max; they are listed in `nonfinite`)."""
+        `points` min/max buckets (non-finite values never enter min/max; they are listed in `nonfinite`).
+
+        Every entry also has `t` (the wall time of each x: the point's, or the bucket's last point's). With
+        `smooth` in (0, 1) it has `smooth`: the debiased, step-aware EMA of the full-resolution series (see
+        `_ema`) at each x, computed before bucketing, so neither zoom nor later steps change a value. With
+        `axis="samples"` it has `samples` (consumed samples at each x) when the source logs `consumed_samples`
+        or `global_batch_size`."""
         out = []
-        for (source, name, segment), series in self._series.items():
+        for (source, name, segment), series in list(self._series.items()):
             if name != metric or (sources and source not in sources):
                 continue
             lo = 0 if start is None else bisect_left(series.steps, start)
             hi = len(series.steps) if end is None else bisect_right(series.steps, end)
-            entry = _bucketed(series, lo, hi, points) if hi - lo > points else _exact(series, lo, hi)
+            bucketed = hi - lo > points
+            entry = _bucketed(series, lo, hi, points) if bucketed else _exact(series, lo, hi)
+            ends = _bucket_ends(lo, hi, points) if bucketed else range(lo, hi)
+            times = series.times
+            entry["t"] = [_finite_or_none(times[i]) for i in ends]
+            if 0.0 < smooth < 1.0:
+                column = _ema(series, smooth)
+                entry["smooth"] = [_finite_or_none(column[i]) for i in ends]
+                if hi == len(series.steps):  # the newest point: what a client needs to continue the EMA live
+                    ema = series.smoothed[smooth]
+                    entry["smooth_state"] = {"den": ema.den, "x": ema.last_x, "stride": ema.stride}
+            if axis == "samples":
+                samples = self._samples_at(source, segment, entry["x"])
+                if samples is not None:
+                    entry["samples"] = samples
             entry.update(source=source, segment=segment)
             out.append(entry)
         return out
+
+    def _samples_at(self, source: str, segment: int, steps: List[int]) -> Optional[List[Optional[float]]]:
+        """Consumed samples at each step: the logged `consumed_samples` (the latest at or before the step),
+        else step × `global_batch_size`; None when the source logs neither."""
+        consumed = self._series.get((source, "consumed_samples", segment))
+        if consumed is not None and consumed.steps:
+            out: List[Optional[float]] = []
+            for step in steps:
+                i = bisect_right(consumed.steps, step) - 1
+                out.append(_finite_or_none(consumed.values[i]) if i >= 0 else None)
+            return out
+        batch = self._series.get((source, "global_batch_size", segment))
+        if batch is not None and batch.steps:
+            out = []
+            for step in steps:
+                i = max(bisect_right(batch.steps, step) - 1, 0)
+                out.append(_finite_or_none(step * batch.values[i]))
+            return out
+        return None
+
+
+def _finite_or_none(value: float) -> Optional[float]:
+    return value if value - value == 0 else None
+
+
+class _Ema:
+    """The EMA column of one series for one weight, and the state to extend it when the series grows."""
+
+    __slots__ = ("stride", "column", "num", "den", "last_x")
+
+    def __init__(self, stride: int) -> None:
+        self.stride = stride
+        self.column = array("d")
+        self.num = 0.0
+        self.den = 0.0
+        self.last_x: Optional[int] = None
+
+
+_EMA_WEIGHTS_KEPT = 2  # EMA columns cached per series (the slider's current and previous value)
+
+
+def _stride(steps: array) -> int:
+    """The logging stride of a series: the smallest positive step difference among its first 16. It is fixed
+    once a series has 17 points, so a growing run never changes it."""
+    best = 0
+    for i in range(1, min(len(steps), 17)):
+        delta = steps[i] - steps[i - 1]
+        if delta > 0 and (best == 0 or delta < best):
+            best = delta
+    return best or 1
+
+
+def _ema(series: Series, weight: float) -> array:
+    """Debiased exponential moving average over the full-resolution series, aware of step gaps.
+
+    Each finite value enters with decay `d = weight ** (Δstep / stride)` (Δstep = its step distance to the
+    previous finite value; `stride` = the series' logging stride), and the running sums are debiased:
+    `num = d·num + (1-d)·v`, `den = d·den + (1-d)`, smoothed = num / den. For evenly logged steps this is
+    TensorBoard's debiased EMA; a gap of k strides decays like k points. The value at a point depends only on
+    the points before it, so it never changes when the run grows, and it is computed before any bucketing, so
+    zoom cannot change it. Non-finite values are skipped (the smoothed value carries over). The column is
+    cached per weight and extended incrementally."""
+    stride = _stride(series.steps)
+    state = series.smoothed.pop(weight, None)
+    if state is None or state.stride != stride:
+        state = _Ema(stride)
+    series.smoothed[weight] = state  # most recently used last
+    while len(series.smoothed) > _EMA_WEIGHTS_KEPT:
+        del series.smoothed[next(iter(series.smoothed))]
+    values, steps, column = series.values, series.steps, state.column
+    n = len(values)
+    if len(column) >= n:
+        return column
+    num, den, last_x = state.num, state.den, state.last_x
+    nan = math.nan
+    for i in range(len(column), n):
+        v = values[i]
+        if v - v == 0:  # finite
+            x = steps[i]
+            dx = stride if last_x is None else x - last_x
+            d = weight if dx == stride or dx <= 0 else weight ** (dx / stride)
+            num = d * num + (1.0 - d) * v
+            den = d * den + (1.0 - d)
+            last_x = x
+        column.append(num / den if den > 0 else nan)
+    state.num, state.den, state.last_x = num, den, last_x
+    return column
+
+
+def _bucket_ends(lo: int, hi: int, points: int) -> List[int]:
+    """The index of the last point of each bucket `_bucketed` makes (hi > lo)."""
+    size = -(-(hi - lo) // points)
+    return [*range(lo + size - 1, hi - 1, size), hi - 1]
 
 
 def _exact(series: Series, lo: int, hi: int) -> Dict[str, Any]:

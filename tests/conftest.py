@@ -38,6 +38,15 @@ _BANNER = re.compile(r"mstail: serving (http://127\.0\.0\.1:\d+)")
 PathLike = Union[str, "os.PathLike[str]"]
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never through an *_proxy
 
+
+@pytest.fixture(autouse=True, scope="session")
+def _state_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterable[None]:
+    # Every mstail the tests start (in-process or as a subprocess) keeps its history in one throwaway folder,
+    # never in the user's ~/.local/state/mstail.
+    os.environ["MSTAIL_STATE_DIR"] = str(tmp_path_factory.mktemp("mstail-state"))
+    yield
+    del os.environ["MSTAIL_STATE_DIR"]
+
 # -- the writer process ------------------------------------------------------------------------------------
 # MindFormers' file-handler format and MFLossMonitor's v1.8 step + progress lines, written on purpose here and
 # not imported from tailer/: a test oracle must not come from the code under test.

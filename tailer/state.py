@@ -1,0 +1,225 @@
+"""Where the history and the read positions survive restarts: one SQLite file per set of followed logs.
+
+Records, events and every source's checkpoint (file offsets + parser state) are committed in one
+transaction per tailing pass, so after `kill -9` or a reboot mstail resumes exactly where the committed
+history ends: nothing lost, nothing shown twice. The file lives on local disk in a per-user folder
+(`--state-dir`, default `$XDG_STATE_HOME/mstail` or `~/.local/state/mstail`), never in a log directory.
+Its name carries a fingerprint of what is followed and how it is parsed; a state written for other
+logs or formats is never reused, and a corrupt one is moved aside — both mean "read from the start".
+
+SQLite runs in WAL mode with `synchronous=NORMAL` (a commit is durable against a killed process and the
+database is never left inconsistent by a power loss); on a network filesystem WAL is unsafe (its shared
+memory index needs one host), so the rollback journal is used there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import re
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence, Tuple
+
+if TYPE_CHECKING:
+    from parsers import Format
+
+    from .config import Config
+
+log = logging.getLogger("mstail.state")
+
+SCHEMA_VERSION = 1
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS items (seq INTEGER PRIMARY KEY, source TEXT NOT NULL, kind TEXT, data TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS items_by_kind ON items (kind, seq) WHERE kind IS NOT NULL;
+CREATE TABLE IF NOT EXISTS sources (id TEXT PRIMARY KEY, path TEXT NOT NULL, checkpoint TEXT);
+"""
+
+
+class StateError(Exception):
+    """A user-facing reason the state folder cannot be used (not writable, inside a log directory)."""
+
+
+def default_state_dir() -> Path:
+    """`$MSTAIL_STATE_DIR`, else `$XDG_STATE_HOME/mstail`, else `~/.local/state/mstail`."""
+    if os.environ.get("MSTAIL_STATE_DIR"):
+        return Path(os.environ["MSTAIL_STATE_DIR"]).expanduser()
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(base) / "mstail"
+
+
+def fingerprint(parts: Sequence[str]) -> str:
+    """A short digest of what decides the history: followed patterns (absolute) and parsing options."""
+    return hashlib.sha256("\0".join(parts).encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def state_file(state_dir: Path, label: str, digest: str) -> Path:
+    """`<state_dir>/<readable label>-<digest>.sqlite`; the label only helps a person find the file."""
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", label).strip("_")[-48:] or "state"
+    return state_dir / f"{slug}-{digest}.sqlite"
+
+
+def open_state(config: "Config", formats: Sequence["Format"]) -> "StateDB":
+    """The state for this configuration: a file named by what is followed and how it is parsed (another
+    `--log` set, format or mstail version gets a fresh one), or a temporary database with `persist` off."""
+    from . import __version__
+    from .discovery import watch_roots
+    from .netfs import network_fs
+
+    if not config.persist:
+        return StateDB(None)
+    state_dir = Path(config.state_dir).expanduser() if config.state_dir else default_state_dir()
+    state_dir = state_dir.absolute()
+    for root, recursive in watch_roots(config.logs + config.jsonl):
+        if state_dir == root or (recursive and root in state_dir.parents):
+            raise StateError(
+                f"the state folder {state_dir} is inside the followed log folder {root}: mstail would wake itself "
+                "with every write; pick a folder outside the logs with --state-dir"
+            )
+    parts = [f"mstail {__version__}", f"schema {SCHEMA_VERSION}", f"format {config.format}"]
+    parts += sorted(f"log {os.path.abspath(os.path.expanduser(p))}" for p in config.logs)
+    parts += sorted(f"jsonl {os.path.abspath(os.path.expanduser(p))}" for p in config.jsonl)
+    for fmt in formats:  # a changed rule may parse the same lines differently: such a history is not reused
+        parts += [f"{fmt.name} {p.regex.pattern}" for p in fmt.prefixes]
+        parts += [f"{fmt.name} {r.name} {r.regex.pattern} {[f.name for f in r.fields]}" for r in fmt.rules]
+    digest = fingerprint(parts)
+    label = (config.logs + config.jsonl)[0] if config.logs or config.jsonl else "state"
+    return StateDB(state_file(state_dir, label, digest), expected=digest, network=network_fs(state_dir) is not None)
+
+
+# NaN/Infinity stay floats on the way back (json.loads reads its own non-standard tokens).
+_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
+class StateDB:
+    """The SQLite history of one mstail instance. Written from the event loop, read from it and from the web
+    server's worker threads (FastAPI runs plain `def` routes there): one connection behind a lock.
+
+    Args:
+        path: the database file; None = a private temporary database (no persistence, memory still bounded).
+        expected: fingerprint this state must carry; a file with another one (other logs, other formats,
+            older schema) is moved aside and a fresh state is started.
+        network: the file is on a network filesystem (no WAL there).
+    """
+
+    def __init__(self, path: Optional[Path], expected: str = "", network: bool = False) -> None:
+        self.path = path
+        self.expected = expected
+        #: why an existing state was not used ("mismatched", "corrupt"), or None when it was (or none existed).
+        self.discarded: Optional[str] = None
+        self._lock = threading.Lock()
+        self.conn = self._open(network)
+
+    # -- opening ----------------------------------------------------------------------------------------------
+    def _open(self, network: bool) -> sqlite3.Connection:
+        if self.path is None:
+            return self._prepare(sqlite3.connect("", isolation_level=None, check_same_thread=False), network)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StateError(f"cannot create the state folder {self.path.parent}: {exc.strerror or exc}") from None
+        try:
+            conn = self._prepare(sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False), network)
+            reason = self._unusable(conn)
+        except sqlite3.DatabaseError as exc:
+            conn, reason = None, f"corrupt ({exc})"
+        if reason is None:
+            return conn  # type: ignore[return-value]
+        if conn is not None:
+            conn.close()
+        self.discarded = reason
+        aside = self.path.with_name(f"{self.path.name}.{reason.split()[0]}-{int(time.time())}")
+        log.warning("state %s is %s: moved to %s; reading the logs from the start", self.path, reason, aside)
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            with contextlib.suppress(OSError):
+                os.replace(f"{self.path}{suffix}", f"{aside}{suffix}")
+        try:
+            return self._prepare(sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False), network)
+        except sqlite3.DatabaseError as exc:
+            raise StateError(f"cannot create the state file {self.path}: {exc}") from None
+
+    def _prepare(self, conn: sqlite3.Connection, network: bool) -> sqlite3.Connection:
+        conn.execute("PRAGMA journal_mode=" + ("DELETE" if network or self.path is None else "WAL"))
+        conn.execute("PRAGMA synchronous=NORMAL" if not network else "PRAGMA synchronous=FULL")
+        conn.executescript(_SCHEMA)
+        found = dict(conn.execute("SELECT key, value FROM meta"))
+        if not found:
+            conn.executemany(
+                "INSERT INTO meta VALUES (?, ?)",
+                [("schema", str(SCHEMA_VERSION)), ("fingerprint", self.expected), ("created", str(time.time()))],
+            )
+        return conn
+
+    def _unusable(self, conn: sqlite3.Connection) -> Optional[str]:
+        """Why this database must not be trusted, or None."""
+        if conn.execute("PRAGMA quick_check").fetchone()[0] != "ok":
+            return "corrupt (integrity check failed)"
+        meta = dict(conn.execute("SELECT key, value FROM meta"))
+        if meta.get("schema") != str(SCHEMA_VERSION) or meta.get("fingerprint") != self.expected:
+            return "mismatched (written for other logs, formats or mstail version)"
+        return None
+
+    # -- writing ----------------------------------------------------------------------------------------------
+    def insert(self, items: Sequence[Dict[str, Any]]) -> None:
+        """Add stored items (with their seq) to the open transaction (readers see them at once)."""
+        rows = [(item["seq"], item["source"], item.get("kind"), _dumps(item)) for item in items]
+        with self._lock:
+            if not self.conn.in_transaction:
+                self.conn.execute("BEGIN")
+            self.conn.executemany("INSERT INTO items VALUES (?, ?, ?, ?)", rows)
+
+    def commit(self, checkpoints: Dict[str, Tuple[str, Dict[str, Any]]]) -> None:
+        """Commit the inserted items together with these checkpoints (id -> (path, checkpoint))."""
+        rows = [(source, path, _dumps(checkpoint)) for source, (path, checkpoint) in checkpoints.items()]
+        with self._lock:
+            if not self.conn.in_transaction:
+                if not rows:
+                    return
+                self.conn.execute("BEGIN")
+            self.conn.executemany("INSERT OR REPLACE INTO sources VALUES (?, ?, ?)", rows)
+            self.conn.execute("COMMIT")
+
+    def close(self) -> None:
+        with self._lock:
+            self.conn.close()
+
+    # -- reading ----------------------------------------------------------------------------------------------
+    def _rows(self, sql: str, *params: Any) -> List[Tuple[Any, ...]]:
+        with self._lock:
+            return self.conn.execute(sql, params).fetchall()
+
+    def sources(self) -> Dict[str, Tuple[str, Optional[Dict[str, Any]]]]:
+        """Saved sources: id -> (path, checkpoint or None)."""
+        rows = self._rows("SELECT id, path, checkpoint FROM sources")
+        return {source: (path, json.loads(checkpoint) if checkpoint else None) for source, path, checkpoint in rows}
+
+    def all_items(self, batch: int = 10_000) -> Iterator[Dict[str, Any]]:
+        """Every item in seq order (for rebuilding the in-memory columns at start)."""
+        after = 0
+        while True:
+            rows = self._rows("SELECT seq, data FROM items WHERE seq > ? ORDER BY seq LIMIT ?", after, batch)
+            if not rows:
+                return
+            after = rows[-1][0]
+            yield from (json.loads(data) for _, data in rows)
+
+    def items_after(self, seq: int, limit: int) -> List[Dict[str, Any]]:
+        rows = self._rows("SELECT data FROM items WHERE seq > ? ORDER BY seq LIMIT ?", seq, limit)
+        return [json.loads(data) for (data,) in rows]
+
+    def records_after(self, seq: int, limit: int) -> List[Dict[str, Any]]:
+        rows = self._rows("SELECT data FROM items WHERE seq > ? AND kind IS NULL ORDER BY seq LIMIT ?", seq, limit)
+        return [json.loads(data) for (data,) in rows]
+
+    def events(self, kind: Optional[str] = None) -> List[Dict[str, Any]]:
+        if kind is None:
+            rows = self._rows("SELECT data FROM items WHERE kind IS NOT NULL ORDER BY seq")
+        else:
+            rows = self._rows("SELECT data FROM items WHERE kind = ? ORDER BY seq", kind)
+        return [json.loads(data) for (data,) in rows]

@@ -1,0 +1,296 @@
+"""Persistence (`--state-dir`): a restarted mstail resumes with nothing lost and nothing repeated.
+
+Scenario 9 of ../shared/research/tailing-and-sse.md §4 (restart with persisted offsets: `kill -9` and SIGTERM
+while a writer appends thousands of lines a second; files rotated, deleted or truncated while mstail is down;
+a corrupt or mismatched state) and the server-restart variant of scenario 10 (SSE ids stable across restarts).
+Every test runs real `mstail` processes against real writer processes (logging's RotatingFileHandler).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import List, Tuple
+
+import pytest
+
+from parsers import load_formats
+from tailer.config import Config
+from tailer.hub import Hub
+from tailer.sidecar import Tailer
+from tailer.state import StateDB
+from tailer.store import Store
+from tests.conftest import finish_writer, start_mstail, wait_until
+from tests.web.sse_client import collect, stream_seqs
+
+WRITER = Path(__file__).with_name("seq_writer.py")
+PATTERN = r"^line=(?P<step>\d+) padding=x+$"
+
+
+def write(path: Path, count: int, *args: str) -> "subprocess.Popen[bytes]":
+    cmd = [sys.executable, str(WRITER), str(path), str(count), *args]
+    return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+class Sidecar:
+    """Starts and restarts a real mstail on one log with one state folder; remembers every process."""
+
+    def __init__(self, log: Path, tmp_path: Path, *extra: str) -> None:
+        self.log, self.tmp_path = log, tmp_path
+        self.args = ["--pattern", PATTERN, "--format", "pattern", "--state-dir", str(tmp_path / "state"), "--no-alerts", *extra]
+        self.servers: list = []
+
+    def start(self):  # type: ignore[no-untyped-def]
+        server = start_mstail([self.log], self.tmp_path / f"run{len(self.servers)}", args=self.args)
+        self.servers.append(server)
+        return server
+
+    def records(self, server, expected: int) -> List[dict]:  # type: ignore[no-untyped-def]
+        """Wait (bounded) until `server` holds `expected` records, then return them all in seq order."""
+        server.wait_records(expected, timeout=60)
+        got: List[dict] = []
+        while True:
+            page = server.get_json(f"/api/records?after={got[-1]['seq'] if got else 0}&limit=10000")
+            if not page:
+                return got
+            got += page
+
+    def close(self) -> None:
+        for server in self.servers:
+            code = server.stop()
+            assert code is not None and "Traceback" not in server.stderr, server.stderr
+
+
+@pytest.fixture
+def sidecar(tmp_path: Path):  # type: ignore[no-untyped-def]
+    made: List[Sidecar] = []
+
+    def make(log: Path, *extra: str) -> Sidecar:
+        made.append(Sidecar(log, tmp_path, *extra))
+        return made[-1]
+
+    yield make
+    for one in made:
+        one.close()
+
+
+def steps_and_seqs(records: List[dict]) -> Tuple[List[int], List[int]]:
+    return [r["step"] for r in records], [r["seq"] for r in records]
+
+
+def assert_exactly_once(records: List[dict], expected: range) -> None:
+    steps, seqs = steps_and_seqs(records)
+    duplicated = sorted(step for step, n in Counter(steps).items() if n > 1)
+    missing = sorted(set(expected) - set(steps))
+    assert (missing[:10], duplicated[:10]) == ([], []), f"{len(missing)} missing, {len(duplicated)} duplicated"
+    assert steps == sorted(steps), "records out of order"
+    assert seqs == list(range(1, len(seqs) + 1)), "seqs are not gap-free from 1"
+
+
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM], ids=["kill-9", "sigterm"])
+def test_restart_while_a_fast_writer_rotates_loses_and_repeats_nothing(tmp_path: Path, sidecar, how: int) -> None:  # type: ignore[no-untyped-def]
+    log = tmp_path / "logs" / "info.log"
+    log.parent.mkdir()
+    total = 12_000
+    # ~60 bytes a line, 150 KB files: the file rotates ~5 times, also while mstail is down.
+    writer = write(log, total, "--interval", "0.0002", "--max-bytes", "150000", "--backups", "50")
+    side = sidecar(log)
+    first = side.start()
+    first.wait_records(2_000, timeout=30)
+    first.proc.send_signal(how)
+    first.proc.wait(timeout=10)
+    second = side.start()
+    finish_writer(writer)
+    assert_exactly_once(side.records(second, total), range(1, total + 1))
+    assert "Traceback" not in first.stderr
+
+
+def test_history_survives_the_deletion_of_its_rotated_files(tmp_path: Path, sidecar) -> None:  # type: ignore[no-untyped-def]
+    log = tmp_path / "logs" / "info.log"
+    log.parent.mkdir()
+    rotation = ("--max-bytes", "3000", "--backups", "10")  # ~50 lines a file, 11 files kept: older ones deleted
+    finish_writer(write(log, 300, *rotation))
+    side = sidecar(log)
+    first = side.start()
+    before = side.records(first, 300)
+    assert first.stop() == 0
+    # While mstail is down the run goes on and the handler deletes every file that held steps 1..300.
+    finish_writer(write(log, 700, "--start", "301", *rotation))
+    still_on_disk = sorted(
+        int(line.split()[0].split("=")[1])
+        for path in [log, *log.parent.glob("info.log.*")]
+        for line in path.read_text().splitlines()
+    )
+    assert still_on_disk[0] > 300  # the test means something: the first run's files are gone
+    second = side.start()
+    after = side.records(second, 300 + len(still_on_disk))
+    assert after[:300] == before  # same records, same seqs
+    steps = [r["step"] for r in after]
+    assert steps == list(range(1, 301)) + still_on_disk  # lines deleted unread while down are the only gap
+
+
+def test_a_log_truncated_while_down_is_read_again_as_a_new_segment(tmp_path: Path, sidecar) -> None:  # type: ignore[no-untyped-def]
+    log = tmp_path / "logs" / "worker_0.log"
+    log.parent.mkdir()
+    finish_writer(write(log, 100))
+    side = sidecar(log)
+    first = side.start()
+    side.records(first, 100)
+    assert first.stop() == 0
+    log.write_bytes(b"")  # msrun relaunch: the worker log starts again
+    finish_writer(write(log, 40))
+    second = side.start()
+    records = side.records(second, 140)
+    assert [(r["step"], r["segment"]) for r in records] == [(s, 0) for s in range(1, 101)] + [(s, 1) for s in range(1, 41)]
+
+
+def test_a_partial_line_pending_at_kill_9_is_read_whole_after_the_restart(tmp_path: Path, sidecar) -> None:  # type: ignore[no-untyped-def]
+    log = tmp_path / "logs" / "info.log"
+    log.parent.mkdir()
+    log.write_bytes(b"line=00000001 padding=xx\nline=00000002 padd")
+    side = sidecar(log)
+    first = side.start()
+    side.records(first, 1)
+    first.proc.kill()
+    first.proc.wait(timeout=10)
+    with open(log, "ab") as out:
+        out.write(b"ing=xx\nline=00000003 padding=xx\n")
+    second = side.start()
+    assert steps_and_seqs(side.records(second, 3)) == ([1, 2, 3], [1, 2, 3])
+
+
+def _state_file(tmp_path: Path) -> Path:
+    (found,) = (tmp_path / "state").glob("*.sqlite")
+    return found
+
+
+@pytest.mark.parametrize("damage", ["corrupt", "mismatched"])
+def test_a_damaged_state_is_set_aside_and_the_log_read_from_the_start(tmp_path: Path, sidecar, damage: str) -> None:  # type: ignore[no-untyped-def]
+    log = tmp_path / "logs" / "info.log"
+    log.parent.mkdir()
+    finish_writer(write(log, 200))
+    side = sidecar(log)
+    first = side.start()
+    side.records(first, 200)
+    assert first.stop() == 0
+    state = _state_file(tmp_path)
+    if damage == "corrupt":
+        with open(state, "r+b") as db:
+            db.write(b"\x00garbage" * 64)  # the SQLite header and the first page
+    else:
+        db = sqlite3.connect(str(state))
+        with db:
+            db.execute("UPDATE meta SET value = 'other' WHERE key = 'fingerprint'")
+        db.close()
+    second = side.start()
+    assert_exactly_once(side.records(second, 200), range(1, 201))
+    assert f"is {damage}" in second.stderr and "reading the logs from the start" in second.stderr
+    assert len(list((tmp_path / "state").glob(f"*.sqlite.{damage}-*"))) == 1  # kept for a look, not deleted
+
+
+def test_sse_ids_survive_a_restart_last_event_id_resumes_exactly(tmp_path: Path, sidecar) -> None:  # type: ignore[no-untyped-def]
+    log = tmp_path / "logs" / "info.log"
+    log.parent.mkdir()
+    finish_writer(write(log, 50))
+    side = sidecar(log)
+    first = side.start()
+    side.records(first, 50)
+    seen = collect(f"{first.url}/api/stream?after=0", until=lambda got: 50 in stream_seqs(got))
+    assert stream_seqs(seen)[:50] == list(range(1, 51))
+    assert first.stop() == 0
+    finish_writer(write(log, 30, "--start", "51"))  # written while the server is down
+    second = side.start()
+    side.records(second, 80)
+    resumed = collect(f"{second.url}/api/stream", headers={"Last-Event-ID": "50"}, until=lambda got: 80 in stream_seqs(got))
+    assert stream_seqs(resumed)[:30] == list(range(51, 81))
+    records = [r for m in resumed if m.get("event") == "records" for r in m.data]
+    assert [r["step"] for r in records if r["seq"] <= 80] == list(range(51, 81))
+
+
+def test_the_state_folder_may_not_be_inside_a_followed_log_folder(tmp_path: Path) -> None:
+    logs = tmp_path / "output" / "log"
+    logs.mkdir(parents=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "tailer", "--log", str(logs / "rank_*" / "info.log"), "--port", "0",
+         "--state-dir", str(logs / "state")],
+        capture_output=True, text=True, timeout=30,
+    )
+    assert done.returncode == 2
+    assert "inside the followed log folder" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_no_state_keeps_nothing(tmp_path: Path) -> None:
+    log = tmp_path / "logs" / "info.log"
+    log.parent.mkdir()
+    finish_writer(write(log, 20))
+    server = start_mstail([log], tmp_path / "run", args=["--pattern", PATTERN, "--no-state", "--state-dir", str(tmp_path / "state")])
+    try:
+        wait_until(lambda: server.get_json("/api/sources")[0]["records"] == 20, 15)
+    finally:
+        assert server.stop() == 0
+    assert not (tmp_path / "state").exists()
+
+
+# -- in-process: the resume point itself ---------------------------------------------------------------------
+STEP_LINE = ("2025-11-20 03:15:{s:02d},221 - mindformers[mindformers/core/callback/callback.py:821] - INFO - "
+             "{{ Epoch:[  1/  2], step:[{i:5d}/   12], loss:[15.507022/15.507022], per_step_time: 512ms, lr: 4e-05, "
+             "overflow cond: False, loss_scale: 1.0, global_norm: [1.23]")
+PROGRESS_LINE = ("2025-11-20 03:15:{s:02d},222 - mindformers[mindformers/core/callback/callback.py:838] - INFO -    "
+                 "4.2% |██          | 0.14181 samples/s/p  0:05:24 }}")
+
+
+def _tailer(state: Path, *logs: str, **options: object) -> Tailer:
+    config = Config(logs=logs, alerts_enabled=False, **options)  # type: ignore[arg-type]
+    formats = load_formats(patterns=config.patterns, user_dir=Path("/nonexistent"))
+    store = Store(StateDB(state, expected="test"))
+    tailer = Tailer(config, formats, store, Hub())
+    tailer.resume(store.load())
+    return tailer
+
+
+def _append(path: Path, *lines: str) -> None:
+    with open(path, "a", encoding="utf-8") as out:
+        out.write("".join(line + "\n" for line in lines))
+
+
+def test_a_restart_while_a_record_waits_for_its_progress_line_neither_loses_nor_repeats(tmp_path: Path) -> None:
+    log, state = tmp_path / "worker_0.log", tmp_path / "state.sqlite"
+    step = lambda i: STEP_LINE.format(s=i, i=i)  # noqa: E731
+    progress = lambda i: PROGRESS_LINE.format(s=i)  # noqa: E731
+    _append(log, step(1), progress(1))
+    first = _tailer(state, str(log))
+    asyncio.run(first.pass_once())
+    _append(log, step(2), progress(2), step(3))  # step 3 waits for its progress line when the pass ends
+    asyncio.run(first.pass_once())
+    first.store.close()  # the process dies here: what is committed is all there is
+    (checkpoint,) = [c for _, c in StateDB(state, expected="test").sources().values()]
+    assert checkpoint["emitted"] - checkpoint["emitted_at"] == 1  # step 2 is stored past the resume point
+
+    second = _tailer(state, str(log))
+    _append(log, progress(3))
+    asyncio.run(second.pass_once())
+    records = second.store.records_after(0, 100)
+    assert [(r["seq"], r["step"]) for r in records] == [(1, 1), (2, 2), (3, 3)]
+    assert all(r["samples_per_s"] == 0.14181 and r["loss"] == 15.507022 for r in records)  # progress merged
+
+
+def test_a_file_rotated_while_down_is_finished_from_its_offset_then_the_new_one_read(tmp_path: Path) -> None:
+    log, state = tmp_path / "info.log", tmp_path / "state.sqlite"
+    line = lambda i: f"line={i:08d} padding=xx"  # noqa: E731
+    options = {"patterns": (PATTERN,), "format": "pattern"}
+    _append(log, *map(line, range(1, 11)))
+    first = _tailer(state, str(log), **options)
+    asyncio.run(first.pass_once())
+    first.store.close()
+    os.rename(log, f"{log}.1")
+    _append(Path(f"{log}.1"), *map(line, range(11, 13)))  # late writes through the old descriptor
+    _append(log, *map(line, range(13, 16)))
+    second = _tailer(state, str(log), **options)
+    asyncio.run(second.pass_once())
+    assert [r["step"] for r in second.store.records_after(0, 100)] == list(range(1, 16))
