@@ -15,6 +15,7 @@ memory index needs one host), so the rollback journal is used there.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import logging
@@ -24,7 +25,7 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import IO, TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 if TYPE_CHECKING:
     from parsers import Format
@@ -114,6 +115,7 @@ class StateDB:
         #: why an existing state was not used ("mismatched", "corrupt"), or None when it was (or none existed).
         self.discarded: Optional[str] = None
         self._lock = threading.Lock()
+        self._owner: Optional[IO[str]] = None  # the open lock file that keeps a second mstail out
         self.conn = self._open(network)
 
     # -- opening ----------------------------------------------------------------------------------------------
@@ -122,8 +124,19 @@ class StateDB:
             return self._prepare(sqlite3.connect("", isolation_level=None, check_same_thread=False), network)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._owner = open(f"{self.path}.lock", "a")  # noqa: SIM115 - held open for the life of this object
         except OSError as exc:
-            raise StateError(f"cannot create the state folder {self.path.parent}: {exc.strerror or exc}") from None
+            raise StateError(f"cannot use the state folder {self.path.parent}: {exc.strerror or exc}") from None
+        try:
+            fcntl.flock(self._owner, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._owner.close()
+            raise StateError(
+                f"another mstail keeps its history in {self.path} (the same --log set): stop it first, or give this "
+                "one another --state-dir, or --no-state"
+            ) from None
+        except OSError:
+            pass  # a filesystem without locks: go on unguarded
         try:
             conn = self._prepare(sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False), network)
             reason = self._unusable(conn)
@@ -188,6 +201,8 @@ class StateDB:
     def close(self) -> None:
         with self._lock:
             self.conn.close()
+            if self._owner is not None:
+                self._owner.close()  # releases the lock
 
     # -- reading ----------------------------------------------------------------------------------------------
     def _rows(self, sql: str, *params: Any) -> List[Tuple[Any, ...]]:

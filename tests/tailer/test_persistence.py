@@ -294,3 +294,16 @@ def test_a_file_rotated_while_down_is_finished_from_its_offset_then_the_new_one_
     second = _tailer(state, str(log), **options)
     asyncio.run(second.pass_once())
     assert [r["step"] for r in second.store.records_after(0, 100)] == list(range(1, 16))
+
+
+def test_a_second_mstail_on_the_same_logs_and_state_is_refused_clearly(tmp_path: Path, sidecar) -> None:  # type: ignore[no-untyped-def]
+    log = tmp_path / "logs" / "info.log"
+    log.parent.mkdir()
+    finish_writer(write(log, 5))
+    side = sidecar(log)
+    side.records(side.start(), 5)
+    done = subprocess.run(
+        [sys.executable, "-m", "tailer", "--log", str(log), "--port", "0", *side.args],
+        capture_output=True, text=True, timeout=30,
+    )
+    assert done.returncode == 2 and "another mstail keeps its history in" in done.stderr, done.stderr
