@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
+from .prefilter import LineFinder, line_finder
 from .schema import RESERVED, Format, Rule
 
 Record = Dict[str, Any]
@@ -37,11 +38,22 @@ class _Match(NamedTuple):
     fmt: Format
     rule: Optional[Rule]
     groups: Dict[str, Optional[str]]
-    time: Optional[float]
     level: Optional[str]
     prefixed: bool
     message: str
     obj: Optional[Dict[str, Any]] = None  # a JSONL line's object
+    stamp: Optional[str] = None  # the prefix's time text
+    clock: Optional[Callable[[str], float]] = None  # the prefix's time parser
+
+    def when(self, now: float) -> float:
+        """The line's time in unix seconds, else `now` (no timestamp, or one that does not parse). Asked only for
+        a line that makes an item: most lines do not, and parsing a time is not free."""
+        if self.stamp and self.clock is not None:
+            try:
+                return self.clock(self.stamp)
+            except ValueError:
+                pass
+        return now
 
 
 class SourceParser:
@@ -71,6 +83,8 @@ class SourceParser:
         self._counted_step = 0
         self.last_match: Optional[_Match] = None  # how the last fed line matched (for --explain)
         self._event_steps: Dict[str, int] = {}  # the step of the last event of each kind (`same_step_as`)
+        self._found_for: Optional[Format] = None  # the format `_found` (feed_block's line finder) was made for
+        self._found: Optional[LineFinder] = None
 
     # -- public ---------------------------------------------------------------------------------------------
     def feed(self, text: str, line_no: int, now: float) -> List[Item]:
@@ -90,7 +104,6 @@ class SourceParser:
         if match.obj is not None:
             self._feed_json(match.obj, line_no, now, out)
             return out
-        when = match.time if match.time is not None else now
         rule = match.rule
         if rule is not None and rule.kind == "ignore":  # known, and deliberately not a record
             out += self.flush(now)
@@ -99,12 +112,13 @@ class SourceParser:
             if _METRIC_LOOKING.search(match.message):
                 self.counts["unmatched_metric_lines"] += 1
             if match.prefixed and match.level in match.fmt.error_levels:
-                self._open_event = ({"kind": "error", "time": when, "line": line_no, "level": match.level}, [match.message], now)
+                error = {"kind": "error", "time": match.when(now), "line": line_no, "level": match.level}
+                self._open_event = (error, [match.message], now)
             out += self.flush(now)
             return out
         if rule.kind == "record":
             self._emit_pending(out)
-            record = self._start_record(rule, match.groups, when, line_no)
+            record = self._start_record(rule, match.groups, match.when(now), line_no)
             if record is not None:
                 waiting = set(rule.wait_for)
                 if waiting:
@@ -112,8 +126,9 @@ class SourceParser:
                 else:
                     self._emit(record, out)
         elif rule.kind == "attach":
-            self._attach(rule, match.groups, when, line_no, out)
+            self._attach(rule, match.groups, lambda: match.when(now), line_no, out)  # the time only if a late record
         else:
+            when = match.when(now)
             event = {"kind": rule.event, "time": when, "line": line_no}
             if match.groups.get("step") is not None:  # e.g. "initial step: 500": the event's own step
                 try:
@@ -125,13 +140,14 @@ class SourceParser:
             values = self.values(rule, match.groups)
             event.update(values)
             if rule.record:  # eval results: the numbers are charted at the current step too
-                self._attach(rule, match.groups, when, line_no, out, dict(values))
+                self._attach(rule, match.groups, lambda: when, line_no, out, dict(values))
             if rule.multiline:
                 self._open_event = (event, [match.message], now)
             else:
                 event["message"] = match.message
                 self._emit_event(event, out)
-        out += self.flush(now)
+        if self._pending is not None or self._open_event is not None:
+            out += self.flush(now)
         return out
 
     def flush(self, now: float, force: bool = False) -> List[Item]:
@@ -147,6 +163,60 @@ class SourceParser:
     def holding(self) -> bool:
         """True while a record or event waits for more lines (the caller should call flush() later)."""
         return self._pending is not None or self._open_event is not None
+
+    def feed_block(self, block: bytes, line_no: int, now: float, decode: Callable[[bytes, int], str]) -> List[Item]:
+        """Parse many lines at once: the items (and counts) that `feed` gives line by line, faster.
+
+        Once a format is locked, the lines no rule can be about (most of a log) are found by searching the
+        block for the rules' literals (`prefilter`) and only counted; the others, and every line while a
+        multi-line event is open or before the format is known, go through `feed`. `last_match` is left at
+        the last line fed.
+
+        Args:
+            block: whole lines, each ending with b"\\n", as read from the file.
+            line_no: the number of the block's first line.
+            now: as for `feed` (one read time for the whole block).
+            decode: a line's bytes (without the newline) and its offset in `block` -> its text, exactly as the
+                line reader would hand it to `feed`. Lines are told apart by their bytes, so it may only cut text
+                off a line's ends (a BOM, `\\r` redraws), drop NUL bytes (a line holding one is always fed) and
+                replace invalid UTF-8 with U+FFFD.
+        """
+        out: List[Item] = []
+        pos, size = 0, len(block)
+        starts: Optional[List[int]] = None  # the lines that may matter, found once the format is known
+        index = 0
+        while pos < size:
+            if starts is None and self.format is not None:
+                finder = self._finder()
+                if finder is not None:
+                    starts = finder.starts(block, pos)
+            if starts is not None and not self._must_feed(now):
+                # Skip, at C speed, to the next line that may matter: the lines before it are only counted.
+                while index < len(starts) and starts[index] < pos:
+                    index += 1
+                start = starts[index] if index < len(starts) else size
+                if start > pos:
+                    skipped = block.count(b"\n", pos, start)
+                    self.counts["lines"] += skipped
+                    pos, line_no = start, line_no + skipped
+                    if pos >= size:
+                        break
+            end = block.index(b"\n", pos)
+            out += self.feed(decode(block[pos:end], pos), line_no, now)
+            pos, line_no = end + 1, line_no + 1
+        return out
+
+    def _must_feed(self, now: float) -> bool:
+        """Whether the next line must go through `feed` whatever it holds: it may continue an open event, or
+        its `flush(now)` would emit a record held past its grace."""
+        if self._open_event is not None:
+            return True
+        return self._pending is not None and now - self._pending[2] >= self.grace_s
+
+    def _finder(self) -> Optional[LineFinder]:
+        if self._found_for is not self.format:
+            self._found_for, self._found = self.format, line_finder(self.format, (_METRIC_LOOKING,))  # type: ignore[arg-type]
+        return self._found
 
     # -- matching -------------------------------------------------------------------------------------------
     def _match(self, text: str) -> Optional[_Match]:
@@ -217,6 +287,12 @@ class SourceParser:
             text = groups.get(field.group)
             if text is None:
                 continue  # an optional part of the line that is not there
+            if field.fast is not None:
+                try:
+                    values[field.name] = field.fast(text)
+                    continue
+                except ValueError:
+                    pass  # "[1.5]", "None", ...: the full converter knows
             try:
                 values[field.name] = field.value(text)
             except ValueError:
@@ -245,9 +321,11 @@ class SourceParser:
 
     # -- state transitions ----------------------------------------------------------------------------------
     def _attach(
-        self, rule: Rule, groups: Dict[str, Optional[str]], when: float, line_no: int, out: List[Item],
+        self, rule: Rule, groups: Dict[str, Optional[str]], when: Callable[[], float], line_no: int, out: List[Item],
         values: Optional[Record] = None,
     ) -> None:
+        """Add an attach line's values to the held record; when none is held, they make a record of the last
+        step (`when()` gives its time)."""
         if values is None:
             values = self.values(rule, groups)
         if rule.epoch_length:
@@ -264,7 +342,7 @@ class SourceParser:
             late: Record = {"step": self._last["step"]}
             if "epoch" in self._last:
                 late["epoch"] = self._last["epoch"]
-            late.update(time=when, line=line_no)
+            late.update(time=when(), line=line_no)
             late.update(values)
             self._emit(late, out)
 
@@ -399,11 +477,11 @@ def _match_format(fmt: Format, text: str) -> Optional[_Match]:
     """Strip the first matching prefix, then try the rules on the message (stateless)."""
     if fmt.jsonl:
         return _match_jsonl(fmt, text)
-    message, parts, parse_time = text, None, None
+    message, parts, clock = text, None, None
     for prefix in fmt.prefixes:
         found = prefix.regex.match(text)
         if found is not None:
-            parts, parse_time = found.groupdict(), prefix.parse_time
+            parts, clock = found.groupdict(), prefix.parse_time
             message = parts["message"]
             break
     rule, groups = None, {}
@@ -413,30 +491,22 @@ def _match_format(fmt: Format, text: str) -> Optional[_Match]:
             rule, groups = candidate, found.groupdict()
             break
     if parts is None:
-        return _Match(fmt, rule, groups, None, None, False, message)
-    level, when = parts.get("level"), None
-    # Only a line that makes an item needs its time (most lines do not, and parsing a time is not free).
-    makes_item = rule.kind != "ignore" if rule is not None else level in fmt.error_levels
-    if makes_item and parse_time is not None and parts.get("time"):
-        try:
-            when = parse_time(parts["time"])
-        except ValueError:
-            pass
-    return _Match(fmt, rule, groups, when, level, True, message)
+        return _Match(fmt, rule, groups, None, False, message)
+    return _Match(fmt, rule, groups, parts.get("level"), True, message, None, parts.get("time"), clock)
 
 
 def _match_jsonl(fmt: Format, text: str) -> Optional[_Match]:
     """A JSON object per line in DESIGN.md's record shape (what tailer.callback writes)."""
     stripped = text.strip()
     if not stripped.startswith("{"):
-        return _Match(fmt, None, {}, None, None, False, text)
+        return _Match(fmt, None, {}, None, False, text)
     try:
         obj = json.loads(stripped)
     except ValueError:
-        return _Match(fmt, None, {}, None, None, False, text)
+        return _Match(fmt, None, {}, None, False, text)
     if not isinstance(obj, dict):
         return None
-    return _Match(fmt, None, {}, None, None, False, text, obj)
+    return _Match(fmt, None, {}, None, False, text, obj)
 
 
 def jsonl_values(obj: Dict[str, Any]) -> Record:

@@ -33,7 +33,7 @@ def _bare(text: str, unit: str) -> str:
 
 def to_float(text: str, unit: str = "") -> Optional[float]:
     """'1.e-05' -> 1e-05, '[nan]' -> nan, 'inf' -> inf, 'None' -> None."""
-    if not unit:
+    if not unit and "[" not in text:
         try:
             return float(text)  # the common case, at once: float() itself strips whitespace
         except ValueError:
@@ -122,6 +122,9 @@ CONVERTERS: Dict[str, Callable[[str, str], Value]] = {
     "str": to_str,
     "duration": to_duration_s,
 }
+
+#: Converters whose first step, with no unit, is this builtin on the text as it is (what it accepts, it returns).
+PLAIN_BUILTINS: Dict[Callable[[str, str], Value], Callable[[str], Value]] = {to_float: float, to_int: int}
 
 #: Time formats accepted by a prefix's `time_format`: any strptime string, or one of these names.
 NAMED_TIME_FORMATS: Dict[str, Callable[[str], float]] = {

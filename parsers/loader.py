@@ -12,7 +12,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from .kinds import CONVERTERS, NAMED_TIME_FORMATS, Value, time_parser
+from .kinds import CONVERTERS, NAMED_TIME_FORMATS, PLAIN_BUILTINS, Value, time_parser
 from .pyliteral import parse_pydict
 from .schema import RESERVED, RULE_KINDS, STEP_GROUPS, Extractor, Field, Format, FormatError, Prefix, Rule
 
@@ -232,7 +232,8 @@ def _fields(table: Mapping[str, Any], regex: "re.Pattern[str]", origin: str, rul
             raise FormatError(origin, f"fields.{group}: null must be a list of strings", rule)
         if null:
             convert = _null_words(convert, frozenset(null))
-        fields.append(Field(group=group, name=out, convert=convert, unit=unit, scale=scale))
+        fast = PLAIN_BUILTINS.get(convert) if not unit and scale is None else None
+        fields.append(Field(group=group, name=out, convert=convert, unit=unit, scale=scale, fast=fast))
     return tuple(fields)
 
 

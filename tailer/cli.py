@@ -124,7 +124,7 @@ def _formats(args: argparse.Namespace, wanted: Optional[str]) -> List[Format]:
 def _config(args: argparse.Namespace, logs: Optional[tuple] = None) -> Config:
     if args.poll is not None and args.poll <= 0:
         raise UsageError("--poll needs a positive number of seconds")
-    return Config(
+    config = Config(
         logs=tuple(logs if logs is not None else args.log or ()),
         jsonl=tuple(getattr(args, "jsonl", None) or ()),
         format=getattr(args, "format", None),
@@ -141,6 +141,25 @@ def _config(args: argparse.Namespace, logs: Optional[tuple] = None) -> Config:
         persist=not args.no_state,
         **_alert_options(args),
     )
+    return _auto_poll(config)
+
+
+AUTO_POLL_S = 1.0
+
+
+def _auto_poll(config: Config) -> Config:
+    """Logs on a network filesystem (NFS, CIFS, Lustre, ...): file events miss what other nodes write, so
+    read on a timer, as `--poll 1` would (an explicit --poll wins). Says which paths and why on stderr."""
+    from .netfs import network_paths
+
+    found = network_paths(config.logs + config.jsonl) if config.poll_s is None else []
+    if not found:
+        return config
+    for pattern, fstype in found:
+        print(f"mstail: {pattern} is on a network filesystem ({fstype})", file=sys.stderr)
+    print(f"mstail: reading every {AUTO_POLL_S:g} s on a timer: file events miss writes from other nodes "
+          "(--poll SECONDS sets the interval)", file=sys.stderr)
+    return dataclasses.replace(config, poll_s=AUTO_POLL_S)
 
 
 def _alert_options(args: argparse.Namespace) -> dict:

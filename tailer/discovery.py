@@ -80,6 +80,10 @@ class SourceNamer:
     def __init__(self) -> None:
         self._by_path: Dict[Path, str] = {}
 
+    def adopt(self, path: Path, source: str) -> None:
+        """Keep the id a source had before a restart (ids must not depend on the order files turn up)."""
+        self._by_path[path.absolute()] = source
+
     def name(self, path: Path) -> str:
         key = path.absolute()
         if key in self._by_path:

@@ -33,6 +33,13 @@ def _signature(head: bytes) -> Signature:
     return len(head), hashlib.blake2b(head, digest_size=12).hexdigest()
 
 
+def _mtime(handle: "_OpenFile") -> int:
+    try:
+        return os.fstat(handle.fd).st_mtime_ns
+    except OSError:
+        return 0
+
+
 class _OpenFile:
     """One open file (inode) and how far it has been read."""
 
@@ -48,6 +55,7 @@ class _OpenFile:
         self.size_seen = 0  # the largest size fstat showed (bytes beyond `pos` are known to exist)
         self.retry_at = 0.0  # after an IO error (EIO): no read before this time
         self.backoff = 0.0
+        self.soft_errors = 0  # IO errors met after some data was read (the data is handed out, the error counted)
 
     def read(self, budget: int) -> List[Line]:
         lines: List[Line] = []
@@ -57,7 +65,8 @@ class _OpenFile:
                 data = os.pread(self.fd, min(remaining, 256 * 1024), self.pos)
             except OSError:
                 if lines:
-                    break  # hand out what was read; the error comes back on the next read
+                    self.soft_errors += 1
+                    break  # hand out what was read; a lasting error comes back on the next read
                 raise
             if not data:
                 break
@@ -68,7 +77,7 @@ class _OpenFile:
             try:
                 self.head = os.pread(self.fd, HEAD_BYTES, 0)
             except OSError:
-                pass  # taken on a later read
+                self.soft_errors += 1  # taken on a later read
         return lines
 
     def replaced_in_place(self) -> bool:
@@ -142,7 +151,7 @@ class FileFollower:
         lines: List[Line] = []
         if self.current is None and not self._open(now) and not self.draining:
             return lines
-        if self.current is not None and self._safe(self.current.replaced_in_place, False):
+        if self.current is not None and self._replaced(self.current, now):
             self._truncated(self.current, now)  # first: a copy it leaves is read below, before the new content
         for old in list(self.draining):
             before = old.pos
@@ -193,13 +202,15 @@ class FileFollower:
     def restore(self, checkpoint: Dict[str, Any]) -> bool:
         """Resume from `checkpoint` (before the first read). Files it names are found again by identity and
         head signature wherever rotation moved them (the path or a backup) and resume at their offsets; files
-        it saw are not read again; anything else under the path is new and read from its start.
+        it saw are not read again; a copy copytruncate left of a file it names that is truncated or gone (`PATH.1`,
+        starting with the bytes read) resumes at that file's offset; anything else under the path is new and read from its start.
         Returns False when a file the checkpoint was still reading is gone or no longer matches (rotated away
         and deleted, truncated, replaced while mstail was down): its unread rest cannot be recovered."""
         self.counters.update(checkpoint.get("counters", {}))
         self._seen = {(dev, ino): (length, digest) for dev, ino, length, digest in checkpoint.get("seen", [])}
         pending = {tuple(entry["id"]): entry for entry in checkpoint.get("files", [])}
         candidates = ([*rotated_backups(self.path)] if self.with_backups or pending else []) + [self.path]
+        opened: List[Tuple[Path, _OpenFile, bool]] = []  # (path, handle, named by the checkpoint)
         for path in candidates:
             try:
                 handle = _OpenFile(path, self.max_line_bytes)
@@ -212,9 +223,22 @@ class FileFollower:
                 # Same inode, other content (reused) or shorter than what was read (truncated): a new file.
                 self.counters["truncations"] += 1
                 pending[handle.identity] = entry  # still unaccounted for
-            elif self._already_read(handle):
+            opened.append((path, handle, entry is not None))
+        for path, handle, named in opened:
+            if not named and self._already_read(handle):
                 handle.close()
                 continue
+            if not named and path != self.path:
+                # copytruncate while mstail was down: the copy (another inode starting with the bytes that were
+                # read) holds the unread rest of a file now truncated or gone: read it from the checkpoint's offset.
+                # Of several candidates the longest matching head is the strongest evidence.
+                size = os.fstat(handle.fd).st_size
+                matching = [(entry["head"][0], entry["offset"], key) for key, entry in pending.items()
+                            if 0 < entry["offset"] <= size and handle.matches(entry["head"])]
+                if matching:
+                    key = max(matching)[2]
+                    handle.resume(pending[key]["offset"], pending[key]["line"])
+                    del pending[key]
             self._remember(handle)
             if path == self.path:
                 self.current = handle
@@ -228,6 +252,9 @@ class FileFollower:
         try:
             current = _OpenFile(self.path, self.max_line_bytes)
         except OSError:
+            if self.with_backups and self.state == "waiting":
+                # No file at the path but rotated backups (it was deleted after a rollover): read the history.
+                self.draining += self._unseen_backups(exclude=(-1, -1))
             return False
         if self.with_backups or self.state != "waiting":
             # First open: the rotated history. After a rotation: the backups that were created and rotated
@@ -253,6 +280,9 @@ class FileFollower:
                 continue
             self._remember(handle)
             opened.append(handle)
+        # Oldest first by modification time, not only by number: the handler may roll over while we list and
+        # open (`.1` becomes `.2` between the two), which would otherwise put a newer generation first.
+        opened.sort(key=_mtime)
         return opened
 
     def _already_read(self, handle: _OpenFile) -> bool:
@@ -276,6 +306,10 @@ class FileFollower:
         try:
             st = os.stat(self.path)
         except OSError:
+            # Files rotated away after the open one (it is at EOF now) are read before the path comes back.
+            unseen = self._unseen_backups(exclude=self.current.identity)
+            self.counters["rotations"] += len(unseen)
+            self.draining += unseen
             self.state = "gone"  # deleted or renamed away, nothing new yet; the open file is still read
             return False
         if (st.st_dev, st.st_ino) == self.current.identity:
@@ -296,6 +330,7 @@ class FileFollower:
             return []
         splitter = handle.splitter
         cut, bad, nul, before = splitter.cut_lines, splitter.replaced_lines, splitter.nul_bytes, handle.pos
+        soft = handle.soft_errors
         try:
             lines = handle.read(budget)
         except OSError as exc:
@@ -309,7 +344,17 @@ class FileFollower:
         self.counters["cut_lines"] += splitter.cut_lines - cut
         self.counters["bad_utf8_lines"] += splitter.replaced_lines - bad
         self.counters["nul_bytes"] += splitter.nul_bytes - nul
+        self.counters["io_errors"] += handle.soft_errors - soft
         return lines
+
+    def _replaced(self, handle: _OpenFile, now: float) -> bool:
+        if now < handle.retry_at:
+            return False
+        try:
+            return handle.replaced_in_place()
+        except OSError as exc:
+            self._io_error(handle, exc, now)
+            return False
 
     def _truncated(self, handle: _OpenFile, now: float) -> None:
         """The file was truncated (or rewritten) in place. With copytruncate the copy (`PATH.1`: another inode

@@ -2,7 +2,9 @@
 
 A line is handed out only once its newline has arrived (a partial last line waits), so an offset always
 points at the start of a line. Over-long lines are cut at `max_line_bytes` (the rest up to the newline is
-skipped and counted) so a 100 MB line from a crashed dump neither stalls tailing nor grows memory.
+skipped and counted) so a 100 MB line from a crashed dump neither stalls tailing nor grows memory. NUL bytes
+(the zero-filled tail a crash leaves with delayed allocation, a sparse hole) are dropped before that limit
+applies and counted, so the line a relaunch appends after megabytes of NULs still comes out whole.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class LineSplitter:
         self.next_number = first_number
         self.cut_lines = 0
         self.replaced_lines = 0  # lines with invalid UTF-8 (decoded with U+FFFD)
+        self.nul_bytes = 0  # NUL bytes dropped from lines
 
     @property
     def offset(self) -> int:
@@ -58,6 +61,8 @@ class LineSplitter:
             start = self._buffer_start
             for raw in data[pos:last_newline].split(b"\n"):
                 end = start + len(raw) + 1
+                if len(raw) > self.max_line_bytes and b"\x00" in raw:
+                    raw = self._without_nul(raw)
                 if len(raw) > self.max_line_bytes:
                     raw = raw[: self.max_line_bytes]
                     self.cut_lines += 1
@@ -77,6 +82,8 @@ class LineSplitter:
         if not self._skipping:
             room = self.max_line_bytes - len(self._buffer)
             piece = data[pos:chunk_end]
+            if b"\x00" in piece:
+                piece = self._without_nul(piece)
             if len(piece) > room:
                 piece = piece[: max(room, 0)]
                 self._skipping = True
@@ -94,7 +101,19 @@ class LineSplitter:
         self._skipping = False
         return newline + 1
 
+    def _without_nul(self, raw: bytes) -> bytes:
+        kept = raw.replace(b"\x00", b"")
+        self.nul_bytes += len(raw) - len(kept)
+        return kept
+
     def _line(self, raw: bytes, start: int, end: int) -> Line:
+        line = Line(self.decode(raw, start), start, end, self.next_number)
+        self.next_number += 1
+        return line
+
+    def decode(self, raw: bytes, start: int) -> str:
+        """The text of a line as `feed` hands it out, from its bytes (without the newline, within the length
+        limit) and its file offset `start`; counts it in `replaced_lines` / `nul_bytes` as `feed` does."""
         text = raw.decode("utf-8", errors="replace")
         if "\ufffd" in text and b"\xef\xbf\xbd" not in raw:
             self.replaced_lines += 1
@@ -104,9 +123,8 @@ class LineSplitter:
             # A `\r` progress bar redraws the line: what a terminal would show is the last redraw.
             text = text.rsplit("\r", 1)[1]
         if "\x00" in text:
+            self.nul_bytes += text.count("\x00")
             text = text.replace("\x00", "")
         if start == 0 and text.startswith(BOM):
             text = text[1:]
-        line = Line(text, start, end, self.next_number)
-        self.next_number += 1
-        return line
+        return text

@@ -91,11 +91,66 @@ def chain_lines(chain: Chain, progress=None) -> Iterator[Tuple[Path, Line]]:  # 
 
 
 def parse_chain(chain: Chain, parser: SourceParser, progress=None) -> Iterator[Item]:  # type: ignore[no-untyped-def]
-    """Items of one chain in order."""
+    """Items of one chain in order: the items `chain_lines` fed one by one would give."""
     now = time.time()
-    for _, line in chain_lines(chain, progress):
-        yield from parser.feed(line.text, line.number, now)
+    for path in chain.files:
+        yield from _file_items(path, parser, now, progress)
     yield from parser.flush(now, force=True)
+
+
+def _file_items(path: Path, parser: SourceParser, now: float, progress=None) -> Iterator[Item]:  # type: ignore[no-untyped-def]
+    """One file's items. Blocks of whole lines go to `SourceParser.feed_block`, decoded by the line reader; what
+    the reader must split itself (NUL bytes, a line that may reach its length limit, the unfinished last line)
+    goes through a `LineSplitter` and `feed`."""
+    reader = LineSplitter()
+    window = reader.max_line_bytes // 2  # when every window this long holds a newline, no line reaches the limit
+    long_line: Optional[LineSplitter] = None  # the reader, while inside a line that may be over-long
+    number, carry, end = 1, b"", 0  # carry: the unfinished line after the last block; end: bytes read
+    with open(path, "rb") as handle:
+        for data in iter(lambda: handle.read(READ_CHUNK), b""):
+            end += len(data)
+            if progress is not None:
+                progress(len(data))
+            cut = data.rfind(b"\n") + 1
+            if long_line is not None:
+                yield from _fed(parser, long_line.feed(data[:cut] if cut else data), now)
+                if cut:
+                    number, long_line, carry = long_line.next_number, None, data[cut:]
+                continue
+            if not cut:
+                carry += data
+                if len(carry) >= window:
+                    long_line = LineSplitter(end - len(carry), reader.max_line_bytes, number)
+                    long_line.feed(carry)  # no newline yet: no line
+                    carry = b""
+                continue
+            block, carry = carry + data[:cut], data[cut:]
+            base = end - len(carry) - len(block)  # the block's file offset
+            if _plain(block, window):
+                before = parser.counts["lines"]
+                yield from parser.feed_block(block, number, now, lambda raw, at, base=base: reader.decode(raw, base + at))
+                number += parser.counts["lines"] - before  # feed_block counts every line of the block
+            else:
+                lines = LineSplitter(base, reader.max_line_bytes, number).feed(block)
+                yield from _fed(parser, lines, now)
+                number += len(lines)
+    if long_line is None and carry:
+        long_line = LineSplitter(end - len(carry), reader.max_line_bytes, number)
+        long_line.feed(carry)
+    if long_line is not None and long_line.pending_bytes:  # a finished log may end without a newline
+        yield from _fed(parser, long_line.feed(b"\n"), now)
+
+
+def _fed(parser: SourceParser, lines: List[Line], now: float) -> Iterator[Item]:
+    for line in lines:
+        yield from parser.feed(line.text, line.number, now)
+
+
+def _plain(block: bytes, window: int) -> bool:
+    """Whether the reader would split `block` at its newlines and nothing else: no NUL byte, no long line."""
+    if b"\x00" in block:
+        return False
+    return all(block.find(b"\n", at, at + window) >= 0 for at in range(0, len(block), window))
 
 
 def run_explain(inputs: Sequence[str], formats: Sequence[Format], forced: Optional[Format], out: TextIO) -> None:

@@ -32,6 +32,7 @@ class Series:
     nonfinite: List[int] = field(default_factory=list)  # indexes of NaN/Inf values, ascending
     times: array = field(default_factory=lambda: array("d"))  # the record's `time` (unix s; NaN if none)
     smoothed: Dict[float, "_Ema"] = field(default_factory=dict)  # weight -> EMA column, extended on demand
+    blocks: Optional["_Blocks"] = None  # min/max per block of points, built and extended by queries
 
     def append(self, step: int, value: float, time: float = math.nan) -> None:
         if not math.isfinite(value):
@@ -211,15 +212,14 @@ class Store:
             hi = len(series.steps) if end is None else bisect_right(series.steps, end)
             bucketed = hi - lo > points
             entry = _bucketed(series, lo, hi, points) if bucketed else _exact(series, lo, hi)
-            ends = _bucket_ends(lo, hi, points) if bucketed else range(lo, hi)
+            ends = _bucket_ends(lo, hi, points) if bucketed else list(range(lo, hi))
             times = series.times
             entry["t"] = [_finite_or_none(times[i]) for i in ends]
-            if 0.0 < smooth < 1.0:
-                column = _ema(series, smooth)
-                entry["smooth"] = [_finite_or_none(column[i]) for i in ends]
+            if 0.0 < smooth < 1.0 and ends:
+                values, state = _smoothed_at(series, smooth, ends)
+                entry["smooth"] = [_finite_or_none(v) for v in values]
                 if hi == len(series.steps):  # the newest point: what a client needs to continue the EMA live
-                    ema = series.smoothed[smooth]
-                    entry["smooth_state"] = {"den": ema.den, "x": ema.last_x, "stride": ema.stride}
+                    entry["smooth_state"] = state
             if axis == "samples":
                 samples = self._samples_at(source, segment, entry["x"])
                 if samples is not None:
@@ -255,7 +255,7 @@ def _finite_or_none(value: float) -> Optional[float]:
 class _Ema:
     """The EMA column of one series for one weight, and the state to extend it when the series grows."""
 
-    __slots__ = ("stride", "column", "num", "den", "last_x")
+    __slots__ = ("column", "den", "last_x", "num", "stride")
 
     def __init__(self, stride: int) -> None:
         self.stride = stride
@@ -316,6 +316,109 @@ def _ema(series: Series, weight: float) -> array:
     return column
 
 
+_EMA_EPSILON = 1e-13  # a value whose EMA weight fell below this (relative) is left out of a windowed EMA
+
+
+def _smoothed_at(series: Series, weight: float, ends: List[int]) -> Tuple[List[float], Dict[str, Any]]:
+    """The EMA of `_ema` at the indexes `ends` (ascending), and the state at the last of them.
+
+    From the cached column when it covers the series. Otherwise, when cheaper than a full pass, each value is
+    computed over a window: the points within K strides before it, where weight ** K <= 1e-13, so the points
+    left out carry less than 1e-13 of the weight (relative error below 1e-13 × max|v| / |EMA|); windows that
+    overlap are scanned once. A full pass (cached, extended as the series grows) is used when the windows
+    would cover half the series or more."""
+    state = series.smoothed.get(weight)
+    if state is not None and len(state.column) == len(series.values) and state.stride == _stride(series.steps):
+        column = state.column
+        return [column[i] for i in ends], {"den": state.den, "x": state.last_x, "stride": state.stride}
+    stride = _stride(series.steps)
+    reach = stride * math.ceil(math.log(_EMA_EPSILON) / math.log(weight))
+    steps = series.steps
+    starts = [bisect_left(steps, steps[e] - reach) for e in ends]
+    cost = 0
+    covered = -1
+    for s_, e in zip(starts, ends):
+        cost += e - max(s_, covered + 1) + 1
+        covered = e
+    if cost * 2 >= len(series.values):
+        column = _ema(series, weight)
+        state = series.smoothed[weight]
+        if ends[-1] == len(column) - 1:
+            tail = {"den": state.den, "x": state.last_x, "stride": state.stride}
+        else:
+            tail = {"den": 1.0, "x": steps[ends[-1]], "stride": stride}
+        return [column[i] for i in ends], tail
+    values, bad = series.values, series.nonfinite
+    keep = 1.0 - weight
+    out: List[float] = []
+    num = den = 0.0
+    last_x: Optional[int] = None
+    pos = -1  # the last index folded into num/den
+    for s_, e in zip(starts, ends):
+        if s_ > pos + 1:  # a gap: start afresh at this window
+            num = den = 0.0
+            pos = s_ - 1
+            # the first point decays from the finite value before it, as in the full pass (that value's own
+            # weight is what the window leaves out)
+            j = s_ - 1
+            while j >= 0 and not math.isfinite(values[j]):
+                j -= 1
+            last_x = steps[j] if j >= 0 else None
+        a, b = pos + 1, e + 1
+        first_x = last_x + stride if last_x is not None else steps[a] if a < b else 0
+        if b - a > 8 and bisect_left(bad, a) == bisect_left(bad, b) and (
+            steps[a:b] == array("q", range(first_x, first_x + (b - a) * stride, stride))
+        ):
+            # The common case, every value finite and one stride apart: d is the weight at every point, so
+            # num/(1-w) runs as acc = acc·w + v, and den has a closed form.
+            acc = num / keep
+            for v in values[a:b]:
+                acc = acc * weight + v
+            num = acc * keep
+            decay = weight ** (b - a)
+            den = den * decay + (1.0 - decay)
+            last_x = steps[b - 1]
+            pos = e
+            out.append(num / den if den > 0 else math.nan)
+            continue
+        for i in range(pos + 1, e + 1):
+            v = values[i]
+            if v - v == 0:
+                x = steps[i]
+                dx = stride if last_x is None else x - last_x
+                d = weight if dx == stride or dx <= 0 else weight ** (dx / stride)
+                num = d * num + (1.0 - d) * v
+                den = d * den + (1.0 - d)
+                last_x = x
+        pos = e
+        out.append(num / den if den > 0 else math.nan)
+    return out, {"den": den, "x": last_x, "stride": stride}
+
+
+_BLOCK = 64  # points per block of the min/max summary
+
+
+class _Blocks:
+    """Min and max of each complete block of `_BLOCK` points (non-finite values left out: a block of only
+    NaN has min +inf and max -inf), so a wide bucket reads a few block values instead of every point."""
+
+    __slots__ = ("maxs", "mins")
+
+    def __init__(self) -> None:
+        self.mins = array("d")
+        self.maxs = array("d")
+
+    def extend(self, series: Series) -> None:
+        values, bad = series.values, series.nonfinite
+        for k in range(len(self.mins), len(values) // _BLOCK):
+            a, b = k * _BLOCK, (k + 1) * _BLOCK
+            chunk = values[a:b]
+            if bisect_left(bad, a) != bisect_left(bad, b):
+                chunk = [v for v in chunk if math.isfinite(v)]
+            self.mins.append(min(chunk) if chunk else math.inf)
+            self.maxs.append(max(chunk) if chunk else -math.inf)
+
+
 def _bucket_ends(lo: int, hi: int, points: int) -> List[int]:
     """The index of the last point of each bucket `_bucketed` makes (hi > lo)."""
     size = -(-(hi - lo) // points)
@@ -331,15 +434,32 @@ def _exact(series: Series, lo: int, hi: int) -> Dict[str, Any]:
 def _bucketed(series: Series, lo: int, hi: int, points: int) -> Dict[str, Any]:
     steps, values, bad = series.steps, series.values, series.nonfinite
     size = -(-(hi - lo) // points)  # ceil: every bucket but the last holds `size` points
-    xs, mins, maxs, lasts = [], [], [], []
-    for a in range(lo, hi, size):
-        b = min(a + size, hi)
+    blocks = None
+    if size >= 4 * _BLOCK:  # wide buckets: whole blocks from the summary, only the ragged edges point by point
+        blocks = series.blocks = series.blocks or _Blocks()
+        blocks.extend(series)
+    inf = math.inf
+
+    def edge(a: int, b: int) -> Tuple[float, float]:
         chunk = values[a:b]
         if bisect_left(bad, a) != bisect_left(bad, b):
             chunk = [v for v in chunk if math.isfinite(v)]  # rare: only buckets holding a NaN/Inf pay this
+        return (min(chunk), max(chunk)) if chunk else (inf, -inf)
+
+    xs, mins, maxs, lasts = [], [], [], []
+    for a in range(lo, hi, size):
+        b = min(a + size, hi)
+        if blocks is not None and b - a >= 2 * _BLOCK:
+            first, end = -(-a // _BLOCK), b // _BLOCK
+            low, high = edge(a, first * _BLOCK)
+            low2, high2 = edge(end * _BLOCK, b)
+            low = min(low, low2, min(blocks.mins[first:end]))
+            high = max(high, high2, max(blocks.maxs[first:end]))
+        else:
+            low, high = edge(a, b)
         xs.append(steps[b - 1])
-        mins.append(min(chunk) if chunk else None)
-        maxs.append(max(chunk) if chunk else None)
+        mins.append(low if low != inf else None)
+        maxs.append(high if high != -inf else None)
         lasts.append(finite_or_name(values[b - 1]))
     return {"x": xs, "min": mins, "max": maxs, "last": lasts, "nonfinite": _nonfinite(series, lo, hi)}
 

@@ -34,15 +34,19 @@ def series(
     start: Optional[int] = Query(None, ge=-MAX_SEQ, le=MAX_SEQ, description="first step (inclusive)"),
     end: Optional[int] = Query(None, ge=-MAX_SEQ, le=MAX_SEQ, description="last step (inclusive)"),
     points: int = Query(2000, ge=1, le=MAX_POINTS, description="exact points up to this many, else buckets"),
+    smooth: float = Query(0.0, ge=0.0, le=0.999, description="EMA weight: adds `smooth` (0 = none)"),
+    axis: str = Query("step", pattern="^(step|samples)$", description="samples: adds `samples` where known"),
 ) -> dict:
-    """One metric per (source, segment): x = steps; min/max/last equal when exact, else per bucket."""
+    """One metric per (source, segment): x = steps, t = wall times; min/max/last equal when exact, else per
+    bucket; `smooth` is the EMA of the full-resolution series at each x (see Store.series)."""
     if source is not None and (len(source) > MAX_SOURCES or any(len(s) > 1000 for s in source)):
         raise HTTPException(422, f"at most {MAX_SOURCES} source ids of at most 1000 characters each")
     store = _store(request)
     return {
         "metric": metric,
         "seq": store.last_seq,
-        "series": store.series(metric, sources=source, start=start, end=end, points=points),
+        "series": store.series(metric, sources=source, start=start, end=end, points=points,
+                               smooth=round(smooth, 3), axis=axis),
     }
 
 

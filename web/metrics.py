@@ -13,7 +13,7 @@ Families (all prefixed `mstail_`):
 - per-source counters from the follower and the parser: `lines_read_total`, `bytes_read_total`,
   `records_total`, `events_total`, `unmatched_metric_lines_total` (lines that looked like metrics but no rule
   matched: dropped), `cut_lines_total`, `bad_utf8_lines_total`, `parse_errors_total`, `rotations_total`,
-  `truncations_total`
+  `truncations_total`, `lost_bytes_total`, `io_errors_total`, `nul_bytes_total`
 - `sources{state}`, `store_items`, `tailer_passes_total`
 - SSE: `sse_clients`, `sse_messages_sent_total`, `sse_items_sent_total`, `sse_catch_ups_total`,
   `sse_clients_dropped_total`,
@@ -59,6 +59,9 @@ SOURCE_COUNTERS = (
     ("parse_errors", "field_errors", "Fields that failed to convert (parse errors)."),
     ("rotations", "rotations", "Log rotations followed."),
     ("truncations", "truncations", "Truncations of a followed file (it started over)."),
+    ("lost_bytes", "lost_bytes", "Bytes known to have existed but never read (a truncation without a copy)."),
+    ("io_errors", "io_errors", "Read errors (EIO, ESTALE on network mounts), retried with backoff."),
+    ("nul_bytes", "nul_bytes", "NUL bytes dropped from lines (a crashed writer's zero-filled tail, sparse holes)."),
 )
 
 

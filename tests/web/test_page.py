@@ -1,7 +1,8 @@
 """The dashboard in real headless Chromium (Debian's /usr/bin/chromium through Playwright) against a real mstail.
 
 Every test watches the page for console errors and warnings, uncaught exceptions, failed requests and HTTP
-errors, and fails on any of them. Screenshots go to tests/artifacts/ (page.png: a finished log; page-live.png: after live appends).
+errors, and fails on any of them. Screenshots go to tests/artifacts/ (page.png and page-dark.png: a finished log, light
+and dark theme; page-live.png: after live appends).
 """
 
 from __future__ import annotations
@@ -49,6 +50,9 @@ def test_every_metric_of_the_log_gets_a_chart(watched, mstail_server, log_writer
     assert watched.page.eval_on_selector_all("#sources .source .id", "els => els.map(e => e.textContent)") == ["rank_0"]
     assert watched.page.is_hidden("#empty")
     watched.page.screenshot(path=str(artifacts_dir / "page.png"), full_page=True)
+    watched.page.click("#theme")  # the dark theme, one rank
+    wait_js(watched.page, "() => document.documentElement.dataset.theme === 'dark'")
+    watched.page.screenshot(path=str(artifacts_dir / "page-dark.png"), full_page=True)
     watched.assert_clean()
 
 

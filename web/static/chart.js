@@ -1,0 +1,578 @@
+// One chart per metric. Data comes from /api/series (exact points, or min/max buckets of the visible range,
+// re-fetched on zoom) and from the live stream. Drawn on canvas by ECharts: nothing from the log becomes markup.
+
+import { bisectRight, csvCell, download, fmt, fmtAxis, fmtDuration, fmtTick, getJSON, metricGroup, num, safeName } from "./util.js";
+import { colorOf, state, themeColors, view } from "./state.js";
+
+const EVENT_STYLE = {
+  start: { symbol: "triangle", color: "#14c0ff", size: 8 },
+  checkpoint: { symbol: "diamond", color: "#3370ff", size: 9 },
+  eval: { symbol: "circle", color: "#2ea121", size: 8 },
+  resume: { symbol: "arrow", color: "#7f3bf5", size: 11 },
+  end: { symbol: "rect", color: "#8f959e", size: 9 },
+  overflow: { symbol: "triangle", color: "#ff8800", size: 7 },
+  error: { symbol: "pin", color: "#d83931", size: 18 },
+};
+export const EVENT_KINDS = Object.keys(EVENT_STYLE);
+const MAX_MARKERS = 3000;     // events drawn per chart (the newest ones beyond that are kept)
+const MAX_NAN_LINES = 300;    // non-finite markLines per chart
+const NAN_COLOR = "#d83931";
+
+function emptyLine(source, segment) {
+  return { source, segment, x: [], t: [], s: [], last: [], min: [], max: [], smooth: [], ema: null };
+}
+
+const COLUMNS = ["x", "t", "s", "last", "min", "max", "smooth"];
+
+export class ChartView {
+  constructor(metric, hooks) {
+    this.metric = metric;
+    this.group = metricGroup(metric);
+    this.hooks = hooks;
+    this.lines = new Map();      // "source#segment" -> columns (see emptyLine)
+    this.nonfinite = new Map();  // "source#step" -> {source, x, value}
+    this.latest = new Map();     // source -> latest value
+    this.seq = 0;
+    this.dirty = false;
+    this.build();
+  }
+
+  build() {
+    const box = document.createElement("section");
+    box.className = "chart";
+    box.dataset.metric = this.metric;
+    box.dataset.group = this.group;
+    const head = document.createElement("h3");
+    const name = document.createElement("span");
+    name.className = "name";
+    name.textContent = this.metric;
+    this.latestEl = document.createElement("span");
+    this.latestEl.className = "latest";
+    const tools = document.createElement("span");
+    tools.className = "tools";
+    this.logButton = this.tool(tools, "log", "log-scale y axis", () => this.hooks.toggleLog(this.metric));
+    this.tool(tools, "csv", "download the visible data as CSV", () => this.exportCSV());
+    this.tool(tools, "png", "download this chart as PNG", () => this.exportPNG());
+    head.append(name, this.latestEl, tools);
+    const plot = document.createElement("div");
+    plot.className = "plot";
+    box.append(head, plot);
+    this.el = box;
+    this.plot = plot;
+    this.hooks.place(box, this.group);
+    this.chart = echarts.init(plot, null, { renderer: "canvas" });
+    this.chart.group = "mstail";
+    this.chart.setOption(this.baseOption());
+    this.chart.on("datazoom", () => this.hooks.zoomed(this));
+    this.chart.on("legendselectchanged", (e) => this.hooks.legend(e.name, e.selected[e.name]));
+    this.chart.on("click", (p) => {
+      if (p.seriesId === "events" && p.data) this.hooks.eventClicked(p.data.item);
+    });
+  }
+
+  tool(parent, label, title, action) {
+    const button = document.createElement("button");
+    button.type = "button";
+    button.className = `tool tool-${label}`;
+    button.textContent = label;
+    button.title = title;
+    button.addEventListener("click", action);
+    parent.append(button);
+    return button;
+  }
+
+  baseOption() {
+    return {
+      animation: false,
+      backgroundColor: "transparent",
+      grid: { left: 56, right: 18, top: 30, bottom: 50 },
+      legend: { type: "scroll", top: 0, left: 0, right: 0, itemWidth: 14, itemHeight: 8, textStyle: { fontSize: 11 } },
+      tooltip: { trigger: "axis", renderMode: "richText", confine: true, formatter: (p) => this.tooltip(p) },
+      xAxis: { type: "value" },
+      yAxis: [{ type: "value", scale: true }, { type: "value", min: 0, max: 1, show: false }],
+      dataZoom: [
+        { type: "inside", xAxisIndex: 0, filterMode: "none" },
+        // No data shadow in the slider: it is drawn from the full series on every redraw (60 % of a chart's
+        // draw time); the slider is a range handle, the chart above shows the data.
+        { type: "slider", xAxisIndex: 0, filterMode: "none", height: 16, bottom: 6, showDetail: false, showDataShadow: false },
+      ],
+      series: [],
+    };
+  }
+
+  // ---- data ------------------------------------------------------------------------------------------
+  url(range, points) {
+    const params = new URLSearchParams({ metric: this.metric, points: String(points) });
+    if (range) { params.set("start", String(range[0])); params.set("end", String(range[1])); }
+    if (view.smooth > 0) params.set("smooth", String(view.smooth));
+    if (view.x === "samples") params.set("axis", "samples");
+    return `/api/series?${params}`;
+  }
+
+  points() {
+    // About one bucket per pixel column: min/max buckets at that density hide nothing the screen could show.
+    return Math.max(200, Math.min(2000, Math.round(this.plot.clientWidth || 600)));
+  }
+
+  async fetch(range, pending) {
+    // `pending`: an answer already asked for (boot asks for every chart's data before building the charts)
+    const response = await (pending || getJSON(this.url(range, this.points())));
+    this.load(response, range);
+    return response;
+  }
+
+  load(response, range) {
+    const seen = new Set();
+    for (const s of response.series) {
+      const key = `${s.source}#${s.segment}`;
+      seen.add(key);
+      let line = this.lines.get(key);
+      if (!line) { line = emptyLine(s.source, s.segment); this.lines.set(key, line); }
+      const n = s.x.length;
+      const fresh = {
+        x: s.x, t: s.t || new Array(n).fill(null), s: s.samples || new Array(n).fill(null),
+        last: s.last.map(num), min: s.min.map(num), max: s.max.map(num),
+        smooth: s.smooth || new Array(n).fill(null),
+      };
+      if (range) {
+        const i0 = bisectRight(line.x, range[0] - 1) + 1;
+        const i1 = bisectRight(line.x, range[1]) + 1;
+        for (const c of COLUMNS) line[c] = line[c].slice(0, i0).concat(fresh[c], line[c].slice(i1));
+      } else {
+        for (const c of COLUMNS) line[c] = fresh[c];
+        if (n) this.latest.set(s.source, s.last[n - 1]);
+      }
+      if (s.smooth_state) line.ema = { ...s.smooth_state, w: view.smooth };
+      else if (!range) line.ema = null;
+      for (let i = 0; i < s.nonfinite.x.length; i++) {
+        this.nonfinite.set(`${s.source}#${s.nonfinite.x[i]}`, { source: s.source, x: s.nonfinite.x[i], value: s.nonfinite.value[i] });
+      }
+    }
+    if (!range) for (const key of [...this.lines.keys()]) if (!seen.has(key)) this.lines.delete(key);
+    if (!range) this.seq = Math.max(this.seq, response.seq);
+    this.dirty = true;
+  }
+
+  append(record) {
+    if (record.seq <= this.seq) return;
+    this.seq = record.seq;
+    const value = record[this.metric];
+    const y = num(value);
+    if (y === null) return;
+    const segment = record.segment || 0;
+    const key = `${record.source}#${segment}`;
+    let line = this.lines.get(key);
+    if (!line) { line = emptyLine(record.source, segment); this.lines.set(key, line); }
+    const n = line.x.length;
+    if (n && record.step <= line.x[n - 1]) return;  // already in a fetched answer
+    const finite = Number.isFinite(y);
+    line.x.push(record.step);
+    line.t.push(typeof record.time === "number" ? record.time : null);
+    line.s.push(samplesOf(record));
+    line.last.push(y);
+    line.min.push(finite ? y : null);
+    line.max.push(finite ? y : null);
+    line.smooth.push(this.continueEma(line, record.step, finite ? y : null));
+    if (!finite) this.nonfinite.set(`${record.source}#${record.step}`, { source: record.source, x: record.step, value });
+    this.latest.set(record.source, value);
+    this.dirty = true;
+  }
+
+  continueEma(line, step, y) {
+    // The server's EMA continued exactly: its debias denominator and last step came with the last answer.
+    const ema = line.ema;
+    if (!(view.smooth > 0) || !ema || ema.w !== view.smooth) return null;
+    const prev = line.smooth.length ? line.smooth[line.smooth.length - 1] : null;
+    if (y === null) return prev;
+    const dx = ema.x === null ? ema.stride : step - ema.x;
+    const d = dx === ema.stride || dx <= 0 ? ema.w : Math.pow(ema.w, dx / ema.stride);
+    const numerator = prev === null ? 0 : prev * ema.den;
+    ema.den = d * ema.den + (1 - d);
+    ema.x = step;
+    return (d * numerator + (1 - d) * y) / ema.den;
+  }
+
+  // ---- x axis ----------------------------------------------------------------------------------------
+  disp(line, i) {
+    switch (view.x) {
+      case "time": return line.t[i] === null ? null : line.t[i] * 1000;
+      case "relative": {
+        const t0 = state.firstTime.get(line.source);
+        return line.t[i] === null || t0 === undefined ? null : line.t[i] - t0;
+      }
+      case "samples": return line.s[i];
+      default: return line.x[i];
+    }
+  }
+
+  // Where a step of a source sits on the current x axis (events, NaN marks): its own time for time axes,
+  // else the nearest logged point at or before it.
+  dispOfStep(source, step, time) {
+    if (view.x === "step") return step;
+    if (view.x === "time" && typeof time === "number") return time * 1000;
+    if (view.x === "relative" && typeof time === "number" && state.firstTime.has(source)) return time - state.firstTime.get(source);
+    for (const line of this.lines.values()) {
+      if (line.source !== source || !line.x.length || step < line.x[0] || step > line.x[line.x.length - 1]) continue;
+      const i = Math.max(0, bisectRight(line.x, step));
+      return this.disp(line, i);
+    }
+    return null;
+  }
+
+  xRange() {
+    let lo = Infinity;
+    let hi = -Infinity;
+    for (const line of this.lines.values()) {
+      if (view.hidden.has(line.source)) continue;
+      for (const i of [0, line.x.length - 1]) {
+        if (i < 0) continue;
+        const v = this.disp(line, i);
+        if (v !== null && Number.isFinite(v)) { lo = Math.min(lo, v); hi = Math.max(hi, v); }
+      }
+    }
+    return lo <= hi ? [lo, hi] : null;
+  }
+
+  // The steps behind a range of the x axis (zoom -> /api/series start/end).
+  stepsOf(range) {
+    if (view.x === "step") return [Math.floor(range[0]), Math.ceil(range[1])];
+    let lo = Infinity;
+    let hi = -Infinity;
+    for (const line of this.lines.values()) {
+      for (let i = 0; i < line.x.length; i++) {
+        const v = this.disp(line, i);
+        if (v === null) continue;
+        if (v >= range[0] && v <= range[1]) {
+          lo = Math.min(lo, line.x[Math.max(0, i - 1)]);
+          hi = Math.max(hi, line.x[Math.min(line.x.length - 1, i + 1)]);
+        }
+      }
+    }
+    return lo <= hi ? [lo, hi] : null;
+  }
+
+  // ---- drawing -----------------------------------------------------------------------------------------
+  value(line, i) {
+    // The y of the main line: smoothed when smoothing is on.
+    return view.smooth > 0 && line.smooth[i] !== null && line.smooth[i] !== undefined ? line.smooth[i] : line.last[i];
+  }
+
+  sortedLines() {
+    return [...this.lines.values()].sort((a, b) => a.source.localeCompare(b.source) || a.segment - b.segment);
+  }
+
+  yOk(y) {
+    if (y === null || y === undefined || !Number.isFinite(y)) return null;
+    return view.log.has(this.metric) && y <= 0 ? null : y;
+  }
+
+  overlaySeries(lines) {
+    const series = [];
+    const smoothing = view.smooth > 0;
+    const base = view.baseline && view.baseline !== "" ? this.baselineLookup() : null;
+    for (const line of lines) {
+      if (base && line.source === view.baseline) continue;
+      const color = colorOf(line.source);
+      const id = `${line.source}#${line.segment}`;
+      const n = line.x.length;
+      const raw = new Array(n);
+      const smooth = smoothing ? new Array(n) : null;
+      let banded = false;
+      for (let i = 0; i < n; i++) {
+        const x = this.disp(line, i);
+        let r = line.last[i];
+        let s = smoothing ? line.smooth[i] : null;
+        if (base) {
+          const b = base(line.x[i]);
+          r = b === null || r === null ? null : r - b.raw;
+          s = b === null || s === null ? null : s - b.smooth;
+        }
+        raw[i] = [x, base ? (Number.isFinite(r) ? r : null) : this.yOk(r)];
+        if (smoothing) smooth[i] = [x, base ? (Number.isFinite(s) ? s : null) : this.yOk(s)];
+        if (!banded && line.min[i] !== line.max[i]) banded = true;
+      }
+      if (banded && !base) {
+        // The raw min/max of each bucket as a band under the lines: a spike inside a bucket still shows.
+        const band = [];
+        for (let i = 0; i < n; i++) band.push([this.disp(line, i), this.yOk(line.min[i]), this.yOk(line.max[i])]);
+        series.push(bandSeries(`${id}|band`, line.source, color, band));
+      }
+      series.push({
+        id: `${id}|raw`, name: line.source, type: "line", data: raw, color, connectNulls: false,
+        showSymbol: n < 60 && !smoothing, symbolSize: 4, emphasis: { disabled: true },
+        lineStyle: { width: smoothing ? 1 : 1.5, opacity: smoothing ? 0.35 : 1 },
+      });
+      if (smoothing) {
+        series.push({ id: `${id}|smooth`, name: line.source, type: "line", data: smooth, color, connectNulls: true,
+          showSymbol: false, emphasis: { disabled: true }, lineStyle: { width: 2 } });
+      }
+    }
+    return series;
+  }
+
+  baselineLookup() {
+    // Step-aligned: the baseline's value at the same step, else at the closest step before it when that is no
+    // farther than the baseline's own spacing there (bucketed answers of runs of different lengths).
+    const lines = [...this.lines.values()].filter((l) => l.source === view.baseline);
+    if (!lines.length) return null;
+    const xs = [];
+    for (const line of lines) for (let i = 0; i < line.x.length; i++) xs.push([line.x[i], line.last[i], this.value(line, i)]);
+    xs.sort((a, b) => a[0] - b[0]);
+    const steps = xs.map((p) => p[0]);
+    return (step) => {
+      const i = bisectRight(steps, step);
+      if (i < 0) return null;
+      if (steps[i] !== step) {
+        const gap = i + 1 < steps.length ? steps[i + 1] - steps[i] : (i > 0 ? steps[i] - steps[i - 1] : 0);
+        if (step - steps[i] > gap) return null;
+      }
+      return { raw: xs[i][1], smooth: xs[i][2] };
+    };
+  }
+
+  meanSeries(lines) {
+    // Many ranks: the mean over the shown sources and the min-max band across them, per step.
+    const byStep = new Map();
+    for (const line of lines) {
+      for (let i = 0; i < line.x.length; i++) {
+        const y = this.value(line, i);
+        if (y === null || !Number.isFinite(y)) continue;
+        let cell = byStep.get(line.x[i]);
+        if (!cell) { cell = { x: this.disp(line, i), sum: 0, n: 0, lo: Infinity, hi: -Infinity }; byStep.set(line.x[i], cell); }
+        cell.sum += y;
+        cell.n += 1;
+        cell.lo = Math.min(cell.lo, Number.isFinite(line.min[i]) ? Math.min(line.min[i], y) : y);
+        cell.hi = Math.max(cell.hi, Number.isFinite(line.max[i]) ? Math.max(line.max[i], y) : y);
+      }
+    }
+    const cells = [...byStep.entries()].sort((a, b) => a[0] - b[0]).map((e) => e[1]);
+    const color = "#3370ff";
+    const ranks = new Set(lines.map((l) => l.source)).size;
+    return [
+      bandSeries("mean|band", "min–max", color, cells.map((c) => [c.x, this.yOk(c.lo), this.yOk(c.hi)])),
+      { id: "mean|line", name: `mean of ${ranks}`, type: "line", symbol: "none", color, lineStyle: { width: 2 },
+        emphasis: { disabled: true }, data: cells.map((c) => [c.x, this.yOk(c.sum / c.n)]) },
+    ];
+  }
+
+  markerSeries() {
+    const items = [];
+    const push = (item, kind, source, step, time) => {
+      if (view.hidden.has(source)) return;
+      const x = this.dispOfStep(source, step, time);
+      if (x === null || x === undefined) return;
+      const style = EVENT_STYLE[kind];
+      items.push({ value: [x, 0.035], symbol: style.symbol, symbolSize: style.size, itemStyle: { color: style.color }, item });
+    };
+    const firstStep = new Map();
+    for (const line of this.lines.values()) {
+      if (line.x.length && !(firstStep.get(line.source) <= line.x[0])) firstStep.set(line.source, line.x[0]);
+    }
+    for (const event of state.events) {
+      if (!EVENT_STYLE[event.kind]) continue;
+      // A start logged before the first step sits at that first step.
+      const step = typeof event.step === "number" ? event.step : event.kind === "start" ? firstStep.get(event.source) : undefined;
+      if (typeof step === "number") push(event, event.kind, event.source, step, event.time);
+    }
+    const overflow = state.charts.get("overflow");
+    if (overflow) {
+      for (const line of overflow.lines.values()) {
+        for (let i = 0; i < line.x.length; i++) {
+          if (line.max[i] >= 1) push({ kind: "overflow", source: line.source, step: line.x[i], message: "overflow cond: True" }, "overflow", line.source, line.x[i], line.t[i]);
+        }
+      }
+    }
+    const shown = items.length > MAX_MARKERS ? items.slice(items.length - MAX_MARKERS) : items;
+    this.el.dataset.markers = String(shown.length);
+    return { id: "events", name: "events", type: "scatter", yAxisIndex: 1, data: shown, z: 5, cursor: "pointer",
+      tooltip: { show: false }, emphasis: { scale: 1.4 } };
+  }
+
+  nonfiniteSeries() {
+    const marks = [];
+    for (const p of this.nonfinite.values()) {
+      if (view.hidden.has(p.source)) continue;
+      const x = this.dispOfStep(p.source, p.x, null);
+      if (x !== null && x !== undefined) marks.push({ xAxis: x, text: `${p.value} @ ${p.x}` });
+    }
+    const shown = marks.slice(-MAX_NAN_LINES);
+    const labels = shown.length <= 12;
+    return {
+      id: "nonfinite", name: "non-finite", type: "line", data: [], color: NAN_COLOR, silent: true,
+      markLine: { symbol: ["none", "circle"], symbolSize: 6, silent: true, animation: false,
+        lineStyle: { color: NAN_COLOR, type: "dashed", width: 1.5 },
+        label: { show: labels, formatter: (p) => String(p.data.text), color: NAN_COLOR, fontSize: 10 },
+        data: shown },
+    };
+  }
+
+  alertSeries() {
+    const marks = this.metric === "loss" ? this.hooks.alertMarks() : [];
+    this.el.dataset.alertMarks = String(marks.length);
+    const shown = [];
+    for (const m of marks) {
+      const x = this.dispOfStep(m.source, m.step, null);
+      if (x !== null && x !== undefined) shown.push({ xAxis: x, text: m.text });
+    }
+    return {
+      id: "alerts", name: "alerts", type: "line", data: [], color: NAN_COLOR, silent: true,
+      markLine: { symbol: "none", silent: true, animation: false,
+        lineStyle: { color: NAN_COLOR, type: "solid", width: 1, opacity: 0.7 },
+        label: { formatter: (p) => String(p.data.text), color: NAN_COLOR, position: "insideEndTop", fontSize: 10 },
+        data: shown },
+    };
+  }
+
+  xAxisOption() {
+    const c = themeColors();
+    const common = {
+      min: state.extent ? state.extent[0] : null, max: state.extent ? state.extent[1] : null,
+      axisLine: { lineStyle: { color: c.axis } }, axisLabel: { color: c.muted, hideOverlap: true },
+      splitLine: { show: false },
+    };
+    if (view.x === "time") return { ...common, type: "time", name: "" };
+    if (view.x === "relative") return { ...common, type: "value", name: "", axisLabel: { ...common.axisLabel, formatter: (v) => fmtDuration(v) } };
+    return { ...common, type: "value", name: "",
+      axisLabel: { ...common.axisLabel, formatter: (v) => fmtTick(v, this.interval("xAxis")) } };
+  }
+
+  interval(axis) {
+    // The tick spacing ECharts chose (read while it formats the labels), for just-enough label precision.
+    try {
+      return this.chart.getModel().getComponent(axis, 0).axis.scale.getInterval() || 0;
+    } catch (err) {
+      return 0;
+    }
+  }
+
+  yLabels() {
+    const axis = this.chart.getModel().getComponent("yAxis", 0).axis;
+    const ctx = document.createElement("canvas").getContext("2d");
+    ctx.font = "12px sans-serif";
+    return axis.getViewLabels().map((l) => [l.formattedLabel, ctx.measureText(l.formattedLabel).width]);
+  }
+
+  render() {
+    this.dirty = false;
+    const c = themeColors();
+    const lines = this.sortedLines();
+    const shownLines = lines.filter((l) => !view.hidden.has(l.source));
+    const mean = view.ranks === "mean" && !view.baseline;
+    const series = mean ? this.meanSeries(shownLines) : this.overlaySeries(lines);
+    // Marker series only when they have something to show: an empty markLine still costs a redraw.
+    for (const extra of [this.markerSeries(), this.nonfiniteSeries(), this.alertSeries()]) {
+      if ((extra.data && extra.data.length) || (extra.markLine && extra.markLine.data.length)) series.push(extra);
+    }
+    const sources = [...new Set(lines.map((l) => l.source))];
+    const legendNames = mean ? [`mean of ${new Set(shownLines.map((l) => l.source)).size}`, "min–max"]
+      : sources.filter((s) => !(view.baseline && s === view.baseline));
+    const selected = {};
+    if (!mean) for (const s of sources) selected[s] = !view.hidden.has(s);
+    const logScale = view.log.has(this.metric);
+    this.chart.setOption({
+      legend: { data: legendNames, selected, textStyle: { color: c.text }, pageTextStyle: { color: c.muted } },
+      tooltip: { backgroundColor: c.tooltip, borderColor: c.axis, textStyle: { color: c.text } },
+      xAxis: this.xAxisOption(),
+      yAxis: [{
+        type: logScale ? "log" : "value", scale: true, name: view.baseline ? `Δ vs ${view.baseline}` : "",
+        nameTextStyle: { color: c.muted, align: "left" }, nameGap: 6,
+        axisLine: { show: false }, axisLabel: { color: c.muted, formatter: (v) => fmtTick(v, this.interval("yAxis")) },
+        splitLine: { lineStyle: { color: c.split } },
+      }, { type: "value", min: 0, max: 1, show: false }],
+      dataZoom: [{}, { borderColor: c.axis, textStyle: { color: c.muted }, fillerColor: "rgba(51,112,255,0.15)",
+        moveHandleStyle: { color: c.axis }, handleStyle: { color: c.panel, borderColor: c.muted } }],
+      series,
+    }, { replaceMerge: ["series"] });
+    const ds = this.el.dataset;
+    ds.points = String(lines.reduce((n, l) => n + l.x.length, 0));
+    ds.nonfinite = String(this.nonfinite.size);
+    ds.bucketed = lines.some((l) => l.min.some((v, i) => v !== l.max[i])) ? "1" : "0";
+    ds.visible = shownLines.map((l) => l.source).filter((s, i, a) => a.indexOf(s) === i).join(",");
+    ds.log = logScale ? "1" : "0";
+    ds.x = view.x;
+    this.logButton.classList.toggle("on", logScale);
+    this.logButton.setAttribute("aria-pressed", String(logScale));
+    this.latestEl.textContent = [...this.latest.entries()].filter(([s]) => !view.hidden.has(s))
+      .map(([source, v]) => `${source}: ${fmt(v)}`).join("  ");
+  }
+
+  tooltip(params) {
+    const list = Array.isArray(params) ? params : [params];
+    if (!list.length) return "";
+    const x = list[0].axisValue;
+    const head = view.x === "time" ? new Date(x).toLocaleString() : view.x === "relative" ? `+${fmtDuration(x)}` : `${view.x} ${fmtAxis(x)}`;
+    const rows = [];
+    for (const p of list) {
+      const id = String(p.seriesId || "");
+      if (!/\|(raw|smooth|line)$/.test(id) || !Array.isArray(p.value) || p.value[1] === null) continue;
+      const kind = id.endsWith("|raw") && view.smooth > 0 ? " raw" : id.endsWith("|smooth") ? " smoothed" : "";
+      rows.push(`${p.seriesName}${kind}: ${fmt(p.value[1])}`);
+      if (rows.length >= 16) { rows.push("…"); break; }
+    }
+    return [head, ...rows].join("\n");
+  }
+
+  // ---- export ----------------------------------------------------------------------------------------
+  visibleRows() {
+    const range = view.zoom;
+    const rows = [["source", "segment", "step", "time", "samples", "value", "min", "max", "smoothed"]];
+    for (const line of this.sortedLines()) {
+      if (view.hidden.has(line.source)) continue;
+      for (let i = 0; i < line.x.length; i++) {
+        const x = this.disp(line, i);
+        if (range && (x === null || x < range[0] || x > range[1])) continue;
+        const t = line.t[i] === null ? "" : new Date(line.t[i] * 1000).toISOString();
+        rows.push([line.source, line.segment, line.x[i], t, line.s[i], line.last[i], line.min[i], line.max[i],
+          view.smooth > 0 ? line.smooth[i] : null]);
+      }
+    }
+    return rows;
+  }
+
+  exportCSV() {
+    const text = this.visibleRows().map((row) => row.map((v) => csvCell(typeof v === "number" && !Number.isFinite(v) ? String(v) : v)).join(",")).join("\n") + "\n";
+    const url = URL.createObjectURL(new Blob([text], { type: "text/csv" }));
+    download(`mstail-${safeName(this.metric)}.csv`, url);
+    setTimeout(() => URL.revokeObjectURL(url), 10_000);
+  }
+
+  exportPNG() {
+    const url = this.chart.getDataURL({ type: "png", pixelRatio: 2, backgroundColor: themeColors().panel });
+    download(`mstail-${safeName(this.metric)}.png`, url);
+  }
+}
+
+// A min/max band as one custom series: polygons over the runs of points that have both bounds. Its data (each
+// point's low and high) also sets the y extent, so the band is never cut off.
+function bandSeries(id, name, color, band) {
+  const data = [];
+  for (const [x, lo, hi] of band) if (x !== null && lo !== null && hi !== null) data.push([x, lo], [x, hi]);
+  return {
+    id, name, type: "custom", data, color, silent: true, clip: true, z: 1, tooltip: { show: false },
+    encode: { x: 0, y: 1 },
+    renderItem(params, api) {
+      if (params.dataIndex !== 0) return null;
+      const children = [];
+      let run = [];
+      const flush = () => {
+        if (run.length > 1) {
+          const points = run.map((p) => api.coord([p[0], p[1]])).concat(run.slice().reverse().map((p) => api.coord([p[0], p[2]])));
+          children.push({ type: "polygon", shape: { points }, style: { fill: color, opacity: 0.16 } });
+        }
+        run = [];
+      };
+      for (const p of band) {
+        if (p[0] === null || p[1] === null || p[2] === null) flush(); else run.push(p);
+      }
+      flush();
+      return { type: "group", children };
+    },
+  };
+}
+
+function samplesOf(record) {
+  const consumed = num(record.consumed_samples);
+  if (consumed !== null && Number.isFinite(consumed)) return consumed;
+  const batch = num(record.global_batch_size);
+  return batch !== null && Number.isFinite(batch) ? record.step * batch : null;
+}

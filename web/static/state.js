@@ -1,0 +1,74 @@
+// The page's state, shared by its modules. What a link must reproduce (view settings) lives in `view` and is
+// mirrored into the URL's fragment (#s=0.6&x=step...), so copying the address bar reproduces the view.
+
+import { PALETTE } from "./util.js";
+
+export const view = {
+  smooth: 0.6,          // EMA weight (0 = off), computed by the server on the full-resolution series
+  x: "step",            // step | time | relative | samples
+  ranks: "overlay",     // overlay | mean
+  baseline: "",         // a source id: charts show each other source minus this one, step-aligned
+  theme: "light",       // light | dark
+  hidden: new Set(),    // source ids toggled off
+  log: new Set(),       // metrics drawn on a log y axis
+  zoom: null,           // [from, to] in x-axis units, or null (everything)
+};
+
+export const state = {
+  charts: new Map(),    // metric -> ChartView
+  sources: new Map(),   // id -> /api/sources entry (kept up to date by the stream)
+  colors: new Map(),
+  events: [],           // /api/events + stream `event`s (not alerts)
+  alerts: new Map(),    // alert id -> alert
+  recentStepMs: new Map(), // source -> last step times (ms), for the header's median and ETA
+  firstTime: new Map(), // source -> time of its first record (relative time axis)
+  ended: new Set(),     // sources that logged "training over"
+  extent: null,         // [min, max] of x over every chart (all charts share it: linked zoom by percent)
+  lastSeq: 0,
+  stream: null,
+  retryMs: 500,
+};
+
+export function colorOf(source) {
+  if (!state.colors.has(source)) state.colors.set(source, PALETTE[state.colors.size % PALETTE.length]);
+  return state.colors.get(source);
+}
+
+export function isDark() {
+  return view.theme === "dark";
+}
+
+export function themeColors() {
+  return isDark()
+    ? { text: "#c9d1d9", muted: "#8b949e", axis: "#484f58", split: "#262c36", panel: "#161b22", tooltip: "#1f2630" }
+    : { text: "#1f2329", muted: "#646a73", axis: "#bbbfc4", split: "#eff0f1", panel: "#ffffff", tooltip: "#ffffff" };
+}
+
+export function readURL() {
+  const params = new URLSearchParams(window.location.hash.slice(1));
+  const smooth = Number(params.get("s"));
+  if (params.has("s") && Number.isFinite(smooth) && smooth >= 0 && smooth <= 0.99) view.smooth = smooth;
+  if (["step", "time", "relative", "samples"].includes(params.get("x"))) view.x = params.get("x");
+  if (["overlay", "mean"].includes(params.get("r"))) view.ranks = params.get("r");
+  if (params.has("b")) view.baseline = params.get("b");
+  if (["light", "dark"].includes(params.get("t"))) view.theme = params.get("t");
+  else if (!params.has("t") && window.matchMedia && window.matchMedia("(prefers-color-scheme: dark)").matches) view.theme = "dark";
+  if (params.get("h")) view.hidden = new Set(params.get("h").split(","));
+  if (params.get("l")) view.log = new Set(params.get("l").split(","));
+  const zoom = (params.get("z") || "").split(",").map(Number);
+  if (zoom.length === 2 && zoom.every(Number.isFinite) && zoom[0] < zoom[1]) view.zoom = zoom;
+}
+
+export function writeURL() {
+  const params = new URLSearchParams();
+  params.set("s", String(view.smooth));
+  params.set("x", view.x);
+  params.set("r", view.ranks);
+  if (view.baseline) params.set("b", view.baseline);
+  params.set("t", view.theme);
+  if (view.hidden.size) params.set("h", [...view.hidden].join(","));
+  if (view.log.size) params.set("l", [...view.log].join(","));
+  if (view.zoom) params.set("z", view.zoom.map((v) => String(Number(v.toPrecision(12)))).join(","));
+  // The query string (e.g. ?token=...) stays as it is; the view lives in the fragment, never sent to the server.
+  history.replaceState(null, "", `${window.location.pathname}${window.location.search}#${params}`);
+}

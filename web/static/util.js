@@ -1,0 +1,131 @@
+// Small helpers shared by the page's modules. Nothing here touches the DOM with markup: text only.
+
+export const RESERVED = new Set(["seq", "source", "step", "epoch", "time", "segment", "line", "kind", "message"]);
+
+export const PALETTE = ["#3370ff", "#f54a45", "#2ea121", "#ff8800", "#7f3bf5", "#14c0ff", "#c9a800", "#a23b72",
+  "#2a9d8f", "#e76f51", "#5b6b7f", "#8ab17d"];
+
+export const GROUPS = [
+  ["loss", "Losses"],
+  ["optim", "Optimisation"],
+  ["speed", "Speed"],
+  ["eval", "Evaluation"],
+  ["other", "Other"],
+];
+
+export function metricGroup(metric) {
+  if (metric.startsWith("eval_")) return "eval";
+  if (/loss/.test(metric) && metric !== "loss_scale") return "loss";
+  if (/^(lr|grad_norm|global_norm|loss_scale|overflow)$/.test(metric) || /(^|_)lr$/.test(metric)) return "optim";
+  if (/(time|throughput|samples|tflops|tokens)/.test(metric)) return "speed";
+  return "other";
+}
+
+export function num(value) {
+  // Non-finite values travel as strings ("NaN", "Infinity", "-Infinity"); null means "no value".
+  if (typeof value === "number") return value;
+  if (typeof value === "boolean") return value ? 1 : 0;
+  if (value === "NaN") return NaN;
+  if (value === "Infinity") return Infinity;
+  if (value === "-Infinity") return -Infinity;
+  return null;
+}
+
+export function fmt(value) {
+  if (value === null || value === undefined) return "–";
+  if (typeof value === "string") return value;  // "NaN", "Infinity"
+  if (typeof value === "boolean") return value ? "1" : "0";
+  if (!Number.isFinite(value)) return String(value);
+  if (Number.isInteger(value) && Math.abs(value) < 1e7) return String(value);
+  const abs = Math.abs(value);
+  if (abs !== 0 && (abs < 1e-3 || abs >= 1e6)) return value.toExponential(3);
+  return String(Number(value.toPrecision(6)));
+}
+
+// Axis labels: short enough for a fixed 56 px gutter (65536 -> 65.5k, 0.0002 -> 2e-4), so no label is clipped
+// and every chart's plot starts at the same pixel (the linked crosshair lines up).
+export function fmtAxis(value) {
+  if (!Number.isFinite(value)) return "";
+  const abs = Math.abs(value);
+  if (abs === 0) return "0";
+  if (abs >= 1e15 || abs < 1e-3) return value.toExponential(1).replace("e+", "e");
+  const units = [[1e12, "T"], [1e9, "G"], [1e6, "M"], [1e4, "k"]];
+  for (const [scale, unit] of units) {
+    if (abs >= scale) return `${Number((value / scale).toPrecision(3))}${unit}`;
+  }
+  return String(Number(value.toPrecision(4)));
+}
+
+// Tick labels: plain when short (65536, 0.0002), else compact with just the digits the tick spacing needs
+// (1.25M, 1.75e-4), so labels fit the fixed gutter and neighbouring ticks never print the same text.
+export function fmtTick(value, interval) {
+  if (!Number.isFinite(value)) return "";
+  const plain = String(Number(value.toPrecision(12)));
+  if (plain.length <= 7) return plain;
+  const abs = Math.abs(value);
+  const sig = interval > 0 && abs > 0 ? Math.min(12, Math.max(2, Math.ceil(Math.log10(abs / interval)) + 2)) : 3;
+  if (abs >= 1e4 && abs < 1e15) {
+    for (const [scale, unit] of [[1e12, "T"], [1e9, "G"], [1e6, "M"], [1e3, "k"]]) {
+      if (abs >= scale) return `${Number((value / scale).toPrecision(sig))}${unit}`;
+    }
+  }
+  return Number(value.toPrecision(sig)).toExponential().replace("e+", "e");
+}
+
+export function fmtDuration(seconds) {
+  if (seconds === null || !Number.isFinite(seconds)) return "–";
+  const s = Math.max(0, Math.round(seconds));
+  const d = Math.floor(s / 86400);
+  const h = Math.floor((s % 86400) / 3600);
+  const m = Math.floor((s % 3600) / 60);
+  const sec = s % 60;
+  if (d) return `${d}d ${h}h`;
+  if (h) return `${h}h ${String(m).padStart(2, "0")}m`;
+  if (m) return `${m}m ${String(sec).padStart(2, "0")}s`;
+  return `${sec}s`;
+}
+
+export function median(values) {
+  const sorted = values.filter(Number.isFinite).sort((a, b) => a - b);
+  if (!sorted.length) return null;
+  const mid = sorted.length >> 1;
+  return sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
+}
+
+export async function getJSON(url) {
+  const response = await fetch(url, { cache: "no-store" });
+  if (!response.ok) throw new Error(`${url}: HTTP ${response.status}`);
+  return response.json();
+}
+
+// Largest index i with arr[i] <= x in an ascending array (-1 if none).
+export function bisectRight(arr, x) {
+  let lo = 0;
+  let hi = arr.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (arr[mid] <= x) lo = mid + 1; else hi = mid;
+  }
+  return lo - 1;
+}
+
+export function csvCell(value) {
+  if (value === null || value === undefined) return "";
+  let text = String(value);
+  if (/^[=+\-@\t\r]/.test(text) && typeof value === "string" && !/^-?\d/.test(text)) text = `'${text}`;
+  return /[",\n\r]/.test(text) ? `"${text.replace(/"/g, '""')}"` : text;
+}
+
+export function download(name, href) {
+  const a = document.createElement("a");
+  a.href = href;
+  a.download = name;
+  a.rel = "noopener";
+  document.body.append(a);
+  a.click();
+  a.remove();
+}
+
+export function safeName(text) {
+  return String(text).replace(/[^\w.-]+/g, "_").slice(0, 80) || "chart";
+}
