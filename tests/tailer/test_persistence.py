@@ -80,6 +80,17 @@ def sidecar(tmp_path: Path):  # type: ignore[no-untyped-def]
         one.close()
 
 
+def log_read_once(tmp_path: Path, sidecar, count: int, name: str = "info.log"):  # type: ignore[no-untyped-def]
+    """A finished log of `count` lines and a first mstail that has read all of it: (log, sidecar, server)."""
+    log = tmp_path / "logs" / name
+    log.parent.mkdir()
+    finish_writer(write(log, count))
+    side = sidecar(log)
+    first = side.start()
+    side.records(first, count)
+    return log, side, first
+
+
 def steps_and_seqs(records: List[dict]) -> Tuple[List[int], List[int]]:
     return [r["step"] for r in records], [r["seq"] for r in records]
 
@@ -136,12 +147,7 @@ def test_history_survives_the_deletion_of_its_rotated_files(tmp_path: Path, side
 
 
 def test_a_log_truncated_while_down_is_read_again_as_a_new_segment(tmp_path: Path, sidecar) -> None:  # type: ignore[no-untyped-def]
-    log = tmp_path / "logs" / "worker_0.log"
-    log.parent.mkdir()
-    finish_writer(write(log, 100))
-    side = sidecar(log)
-    first = side.start()
-    side.records(first, 100)
+    log, side, first = log_read_once(tmp_path, sidecar, 100, "worker_0.log")
     assert first.stop() == 0
     log.write_bytes(b"")  # msrun relaunch: the worker log starts again
     finish_writer(write(log, 40))
@@ -172,12 +178,7 @@ def _state_file(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize("damage", ["corrupt", "mismatched"])
 def test_a_damaged_state_is_set_aside_and_the_log_read_from_the_start(tmp_path: Path, sidecar, damage: str) -> None:  # type: ignore[no-untyped-def]
-    log = tmp_path / "logs" / "info.log"
-    log.parent.mkdir()
-    finish_writer(write(log, 200))
-    side = sidecar(log)
-    first = side.start()
-    side.records(first, 200)
+    _, side, first = log_read_once(tmp_path, sidecar, 200)
     assert first.stop() == 0
     state = _state_file(tmp_path)
     if damage == "corrupt":
@@ -195,12 +196,7 @@ def test_a_damaged_state_is_set_aside_and_the_log_read_from_the_start(tmp_path: 
 
 
 def test_sse_ids_survive_a_restart_last_event_id_resumes_exactly(tmp_path: Path, sidecar) -> None:  # type: ignore[no-untyped-def]
-    log = tmp_path / "logs" / "info.log"
-    log.parent.mkdir()
-    finish_writer(write(log, 50))
-    side = sidecar(log)
-    first = side.start()
-    side.records(first, 50)
+    log, side, first = log_read_once(tmp_path, sidecar, 50)
     seen = collect(f"{first.url}/api/stream?after=0", until=lambda got: 50 in stream_seqs(got))
     assert stream_seqs(seen)[:50] == list(range(1, 51))
     assert first.stop() == 0
@@ -297,11 +293,7 @@ def test_a_file_rotated_while_down_is_finished_from_its_offset_then_the_new_one_
 
 
 def test_a_second_mstail_on_the_same_logs_and_state_is_refused_clearly(tmp_path: Path, sidecar) -> None:  # type: ignore[no-untyped-def]
-    log = tmp_path / "logs" / "info.log"
-    log.parent.mkdir()
-    finish_writer(write(log, 5))
-    side = sidecar(log)
-    side.records(side.start(), 5)
+    log, side, _ = log_read_once(tmp_path, sidecar, 5)
     done = subprocess.run(
         [sys.executable, "-m", "tailer", "--log", str(log), "--port", "0", *side.args],
         capture_output=True, text=True, timeout=30,
