@@ -25,7 +25,9 @@ class Config:
             from other nodes); None = events plus a safety timer.
         safety_poll_s: with events on, read anyway this often (events are hints and can be missed); 1 s.
         watch_step_ms: watchfiles' `step`: delay before reporting a change; latency is 1-2x this. 10 ms.
-        read_budget_bytes: bytes read per file per pass, so a flooding file cannot starve the others; 1 MiB.
+        read_budget_bytes: bytes read per file per pass at most; 1 MiB.
+        pass_time_s: a pass stops starting new read rounds after this long, so a flooding file cannot delay
+            the others' lines by more than about one pass (tailer/sidecar.py); 0.02 s.
         max_line_bytes: longer lines are cut and counted; 1 MiB.
         grace_s: how long a step record waits for its progress line before it is published anyway; 0.5 s.
         idle_after_s: a source with no new line for this long is shown as "idle"; 60 s.
@@ -55,6 +57,7 @@ class Config:
     safety_poll_s: float = 1.0
     watch_step_ms: int = 10
     read_budget_bytes: int = 1 << 20
+    pass_time_s: float = 0.01
     max_line_bytes: int = 1 << 20
     grace_s: float = 0.5
     idle_after_s: float = 60.0

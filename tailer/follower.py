@@ -179,7 +179,10 @@ class FileFollower:
                 # progress line at the top of the new one before the parser's grace period runs out.
                 newer = self.draining[drained:] + ([self.current] if self.current else [])
                 for handle in newer:
+                    before = handle.pos
                     lines += self._read_from(handle, budget, now)
+                    if handle.pos - before >= budget:
+                        break  # it has more: the newer ones wait, so every line comes out in order
         return lines
 
     def close(self) -> None:

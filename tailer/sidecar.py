@@ -1,11 +1,11 @@
 """The tailing loop: discover files, read them, parse lines, store records, publish batches.
 
 How it runs: one asyncio task. Each *pass* runs in a worker thread (file IO and regex work must not
-block the web server): it expands the `--log` patterns, lets every follower read up to its byte budget
-(so one flooding file cannot starve the others), feeds the lines to that source's parser and returns the
-parsed items. Back on the event loop the items enter the store (which numbers them) and go out to the
+block the web server): it expands the `--log` patterns, reads every file in rounds of small slices (so one
+flooding file cannot starve the others: a pass ends after `pass_time_s`), feeds the lines to that source's
+parser and returns the parsed items. Back on the event loop the items enter the store (which numbers them) and go out to the
 hub as one batch. Then the loop sleeps until a watchfiles event, the safety timer, or — when a record
-is waiting for its progress line — the parser's grace period; if a follower hit its budget it goes again
+is waiting for its progress line — the parser's grace period; if a file had more to read it goes again
 at once.
 """
 
@@ -30,6 +30,9 @@ from .store import Store
 from .watch import watch_directories
 
 log = logging.getLogger("mstail.sidecar")
+
+#: bytes one file gives per round of a pass: small enough that a round over a flooding file is a few ms of parsing.
+READ_SLICE = 8 << 10
 
 
 @dataclass
@@ -78,6 +81,7 @@ class Tailer:
         self._namer = SourceNamer()
         self._saved: Dict[Path, Dict[str, Any]] = {}  # checkpoints from the state, by path, until rediscovered
         self.passes = 0
+        self._deliver_s_per_item = 20e-6  # storing + publishing one item on the event loop (measured, see _deliver)
 
     def resume(self, checkpoints: Dict[str, Optional[Dict[str, Any]]]) -> None:
         """Continue from the state's checkpoints (source id -> checkpoint; `Store.load`) before the first pass:
@@ -152,7 +156,7 @@ class Tailer:
                 source.follower.close()
 
     async def pass_once(self) -> bool:
-        """One read pass; True when some file had more to read than its budget allowed."""
+        """One read pass; True when some file had more to read than the pass took."""
         results, more = await asyncio.to_thread(self._read_pass, time.time())
         self._deliver(results)
         self.passes += 1
@@ -170,28 +174,59 @@ class Tailer:
                 waiter.cancel()
 
     def _read_pass(self, now: float) -> Tuple[List[Tuple[_Source, List[Item]]], bool]:
+        """Read every source in rounds of at most `READ_SLICE` bytes each until all are drained, each reached
+        `read_budget_bytes`, or the pass (reading, plus storing what it read at the measured cost per item)
+        would run over `pass_time_s`: a quiet file's new lines are read in the first round of every pass, so
+        they wait for about one short pass however much a flooding file has queued."""
         self.discover()
-        results = []
-        more = False
+        start = time.monotonic()
         budget = self.config.read_budget_bytes
-        for source in list(self._sources.values()):
-            follower, parser = source.follower, source.parser
-            before = follower.counters["bytes"]
-            items: List[Item] = []
-            for line in follower.read(budget, now):
-                items += parser.feed(line.text, line.number, now)
-            items += parser.flush(now)
-            if source.skip:
-                dropped = min(source.skip, len(items))
-                source.skip -= dropped
-                items = items[dropped:]
-            if not parser.holding:
-                source.snapshot = {"follower": follower.checkpoint(), "parser": parser.snapshot(), "emitted_at": parser.emitted}
-            more = more or follower.counters["bytes"] - before >= budget
-            results.append((source, items))
-        return results, more
+        sources = list(self._sources.values())
+        items: Dict[str, List[Item]] = {s.id: [] for s in sources}
+        taken = dict.fromkeys(items, 0)
+        more = False  # some file has more than its budget allowed: the next pass starts at once
+        unfinished = sources
+        while unfinished:
+            behind = []
+            for source in unfinished:
+                allowance = min(READ_SLICE, budget - taken[source.id])
+                before = source.follower.counters["bytes"]
+                for line in source.follower.read(allowance, now):
+                    items[source.id] += source.parser.feed(line.text, line.number, now)
+                taken[source.id] += source.follower.counters["bytes"] - before
+                if source.follower.counters["bytes"] - before >= allowance:
+                    if taken[source.id] < budget:
+                        behind.append(source)
+                    else:
+                        more = True
+            unfinished = behind
+            storing = sum(map(len, items.values())) * self._deliver_s_per_item
+            if time.monotonic() - start + storing >= self.config.pass_time_s:
+                break
+        results = [(source, self._finish_pass(source, items[source.id], now)) for source in sources]
+        return results, more or bool(unfinished)
+
+    def _finish_pass(self, source: _Source, items: List[Item], now: float) -> List[Item]:
+        """Flush what waited too long, drop items stored before a restart, note a resume point."""
+        parser = source.parser
+        items += parser.flush(now)
+        if source.skip:
+            dropped = min(source.skip, len(items))
+            source.skip -= dropped
+            items = items[dropped:]
+        if not parser.holding:
+            source.snapshot = {"follower": source.follower.checkpoint(), "parser": parser.snapshot(), "emitted_at": parser.emitted}
+        return items
 
     def _deliver(self, results: List[Tuple[_Source, List[Item]]]) -> None:
+        started = time.monotonic()
+        self._deliver_items(results)
+        count = sum(len(items) for _, items in results)
+        if count >= 100:  # a moving average of the cost per item, which the next passes plan with
+            cost = (time.monotonic() - started) / count
+            self._deliver_s_per_item = 0.8 * self._deliver_s_per_item + 0.2 * cost
+
+    def _deliver_items(self, results: List[Tuple[_Source, List[Item]]]) -> None:
         now = time.time()
         batch = []
         for source, items in results:

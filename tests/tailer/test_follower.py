@@ -71,6 +71,23 @@ def test_history_includes_rotated_backups_oldest_first(tmp_path: Path) -> None:
     assert seen == list(range(1, 1001))
 
 
+def test_backups_found_at_a_rotation_come_out_in_order_under_a_small_budget(tmp_path: Path) -> None:
+    path = tmp_path / "info.log"
+    spawn(path, 10).wait(timeout=20)
+    follower = FileFollower(path)
+    seen = numbers(follower.read(1 << 20, time.time()))
+    # Many rollovers between two reads: the files created and rotated away meanwhile are found when the old
+    # file ends, and each is bigger than one read's budget.
+    spawn(path, 1000, "--start", "11", "--max-bytes", "8192", "--backups", "50").wait(timeout=20)
+    for _ in range(1000):
+        got = follower.read(1024, time.time())
+        seen += numbers(got)
+        if not got and len(seen) >= 1010:
+            break
+    assert follower.counters["rotations"] > 3
+    assert seen == list(range(1, 1011))
+
+
 def test_partial_line_waits_for_its_newline(tmp_path: Path) -> None:
     path = tmp_path / "a.log"
     path.write_bytes(b"line=00000001\nline=0000")

@@ -19,7 +19,7 @@ import pytest
 from parsers import load_formats
 from tailer.config import Config
 from tailer.hub import Hub
-from tailer.sidecar import Tailer
+from tailer.sidecar import READ_SLICE, Tailer
 from tailer.store import Store
 
 WRITER = Path(__file__).with_name("seq_writer.py")
@@ -137,3 +137,27 @@ def test_step_line_before_a_rotation_meets_its_progress_line_after_it(tmp_path: 
     assert tailer.store.sources["rank_0"].counters["rotations"] >= 5
     assert [r["step"] for r in records] == list(range(1, 61))
     assert all("samples_per_s" in r and "loss" in r for r in records)
+
+
+def test_a_flooded_pass_ends_after_one_round_and_quiet_files_go_first(tmp_path: Path) -> None:
+    """With `pass_time_s=0` a pass is one round: every file gives at most one slice, so a file with a large
+    backlog cannot hold back another file's new lines for more than one slice of parsing."""
+    flood, quiet = tmp_path / "rank0.log", tmp_path / "rank1.log"
+    flood.write_text("".join(f"line={n} padding={'x' * 40}\n" for n in range(1, 20_001)))  # ~1.2 MB
+    quiet.write_text("line=1 padding=x\n")
+    config = Config(logs=(str(tmp_path / "rank*.log"),), patterns=(PATTERN,), pass_time_s=0.0, persist=False)
+    tailer = Tailer(config, load_formats(patterns=config.patterns, user_dir=Path("/nonexistent")), Store(), Hub())
+
+    async def passes() -> List[bool]:
+        more = [await tailer.pass_once()]
+        with quiet.open("a") as f:
+            f.write("line=2 padding=x\n")
+        more.append(await tailer.pass_once())
+        return more
+
+    assert asyncio.run(passes()) == [True, True]
+    assert steps_of(tailer.store, "rank1") == [1, 2]
+    flood_steps = steps_of(tailer.store, "rank0")
+    assert flood_steps == list(range(1, len(flood_steps) + 1))
+    read = tailer.store.sources["rank0"].counters["bytes"]
+    assert 0 < read <= 2 * READ_SLICE < config.read_budget_bytes

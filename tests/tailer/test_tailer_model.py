@@ -59,6 +59,7 @@ import asyncio
 import os
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -127,7 +128,8 @@ class TailerModel(RuleBasedStateMachine):
         self.formats = load_formats(patterns=self.config.patterns, user_dir=Path("/nonexistent"))
         self.clock = FakeClock()
         self._real_time = sidecar_module.time
-        sidecar_module.time = SimpleNamespace(time=self.clock.time)  # type: ignore[assignment]
+        # The wall clock is the model's; a pass's own duration (monotonic) stays real.
+        sidecar_module.time = SimpleNamespace(time=self.clock.time, monotonic=time.monotonic)  # type: ignore[assignment]
         self.loop = asyncio.new_event_loop()
         self._boot()
         # the writer and the files
