@@ -16,10 +16,12 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from parsers import Format, Item, SourceParser, format_table
+from parsers.interleave import PART_KEY, InterleavedParser
 
 from .alerts import AlertEngine, load_alert_rules
 from .config import Config
@@ -39,7 +41,7 @@ READ_SLICE = 8 << 10
 class _Source:
     id: str
     follower: FileFollower
-    parser: SourceParser
+    parser: InterleavedParser  # one SourceParser per launcher tag (`[rank3]:`), mostly just one
     #: the newest resume point (follower + parser state, items emitted by then), taken when the parser held
     #: nothing; None until the first. Persisted with the items of the same pass.
     snapshot: Optional[Dict[str, Any]] = None
@@ -103,7 +105,7 @@ class Tailer:
                 source = _Source(
                     id=self._namer.name(path),
                     follower=FileFollower(path, self.config.max_line_bytes),
-                    parser=SourceParser(self.formats, forced=forced, grace_s=self.config.grace_s),
+                    parser=InterleavedParser(partial(SourceParser, self.formats, forced=forced, grace_s=self.config.grace_s)),
                 )
                 saved = self._saved.pop(key, None)
                 if saved is not None:
@@ -230,24 +232,29 @@ class Tailer:
         now = time.time()
         batch = []
         for source, items in results:
-            info = self.store.add_source(source.id, str(source.follower.path))
-            old_state = info.state
-            info.format = source.parser.format.name if source.parser.format else None
-            info.total_steps = source.parser.meta.get("total_steps", info.total_steps)
-            info.counters = {**source.follower.counters, **source.parser.counts}
-            if items:
-                stored = self.store.add(source.id, items)
-                batch += stored
-                if self.alerts is not None:
-                    changes = []
-                    for data in stored:
-                        changes += self.alerts.observe(source.id, data, now)
-                    batch += self._store_alerts(source.id, changes)
-            info.state = self._state(source, now)
-            if info.state != old_state:
-                self.hub.publish({"type": "source", "source": info.as_json()})
+            for source_id, parser, part_items in _by_part(source, items):
+                info = self.store.add_source(source_id, str(source.follower.path))
+                old_state = info.state
+                info.format = parser.format.name if parser.format else None
+                info.total_steps = parser.meta.get("total_steps", info.total_steps)
+                info.counters = {**source.follower.counters, **parser.counts}
+                if part_items:
+                    stored = self.store.add(source_id, part_items)
+                    batch += stored
+                    if self.alerts is not None:
+                        changes = []
+                        for data in stored:
+                            changes += self.alerts.observe(source_id, data, now)
+                        batch += self._store_alerts(source_id, changes)
+                info.state = self._state(source, now)
+                if info.state != old_state:
+                    self.hub.publish({"type": "source", "source": info.as_json()})
         if self.alerts is not None:
-            states = {s.id: self.store.sources[s.id].state for s in self._sources.values() if s.id in self.store.sources}
+            states = {}
+            for source in self._sources.values():
+                for source_id, _, _ in _by_part(source, []):
+                    if source_id in self.store.sources:
+                        states[source_id] = self.store.sources[source_id].state
             for change in self.alerts.tick(now, states):
                 batch += self._store_alerts(change["source"], [change])
         self.store.commit(self._checkpoints(results))
@@ -287,3 +294,14 @@ class Tailer:
         if last is not None and now - last >= self.config.idle_after_s:
             return "idle"
         return "following"
+
+
+def _by_part(source: _Source, items: List[Item]) -> List[Tuple[str, Any, List[Item]]]:
+    """(source id, parser, items) for a file's own source and for each launcher-tagged part seen in it
+    (`ID/rank3`), with or without new items, so every part's state and counters stay current."""
+    parts = source.parser.parts
+    out: Dict[Optional[str], Tuple[str, Any, List[Item]]] = {None: (source.id, source.parser.main, [])}
+    out.update({name: (f"{source.id}/{name}", parser, []) for name, parser in parts.items()})
+    for item in items:
+        out[item.data.pop(PART_KEY, None)][2].append(item)
+    return list(out.values())

@@ -98,6 +98,8 @@ class Store:
         info = self.sources.get(source_id)
         if info is None:
             info = self.sources[source_id] = SourceInfo(id=source_id, path=path)
+        elif not info.path:
+            info.path = path  # a source known from its items only (a part of a file: `ID/rank3`) until now
         return info
 
     def add(self, source_id: str, items: Iterable[Item]) -> List[Dict[str, Any]]:

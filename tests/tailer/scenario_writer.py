@@ -14,6 +14,9 @@
         [--garbage-after K]                                 after line K: random bytes, a NUL run, a sparse hole,
                                                             ANSI-coloured lines (that still count as lines)
         [--traceback-after K,..]                            after line K: a raw Python traceback, split over 2 writes
+        [--torchrun N [--traceback-after K]]                N ranks' lines in one file, each tagged `[rankR]: ` (tag R);
+                                                            after line K the last rank crashes: its traceback's lines
+                                                            come one per line of the others, which go on
 
 Lines are `w=<tag> seq=<8 digits> pad=xxxx`, parsed by `PATTERN` (tests/tailer/scenario_support.py) into
 records with `step` = seq and `w` = tag, so missing / duplicate / out-of-order lines are exact. Writes go on an
@@ -80,11 +83,15 @@ def main() -> None:
     ap.add_argument("--tqdm-seconds", type=float, default=1.0)
     ap.add_argument("--garbage-after", type=int, default=0)
     ap.add_argument("--traceback-after", default="", help="comma-separated line numbers")
+    ap.add_argument("--torchrun", type=int, default=0, help="ranks writing to the one file, tagged as torchrun does")
     args = ap.parse_args()
     global JSONL_TEXT
     JSONL_TEXT = args.jsonl_text
     if args.jsonl_text is not None or args.giant_after or args.tqdm_after or args.garbage_after or args.traceback_after:
         args.raw = True
+    args.raw = args.raw or bool(args.torchrun)
+    ranks = list(range(args.torchrun))
+    crash_lines = []  # the crashed rank's traceback lines still to come, one per line of the others
 
     os.makedirs(os.path.dirname(os.path.abspath(args.path)), exist_ok=True)
     handler = None
@@ -158,6 +165,14 @@ def main() -> None:
             write(before + text[: args.split_at], [s for s in seqs if s < args.split_line])
             time.sleep(args.split_pause)
             write(text[args.split_at:] + after, [s for s in seqs if s >= args.split_line])
+        elif args.torchrun:
+            text = ""
+            for s in seqs:
+                for r in ranks:
+                    if crash_lines and r == ranks[0]:
+                        text += "[rank%d]: %s\n" % (args.torchrun - 1, crash_lines.pop(0))
+                    text += "[rank%d]: %s\n" % (r, line_of(r, s, args.pad))
+            write(text, seqs)
         else:
             write("".join(line_of(args.tag, s, args.pad) + "\n" for s in seqs), seqs)
         seq += n
@@ -191,7 +206,12 @@ def main() -> None:
                 os.write(fd, ("\x1b[32m%s\x1b[0m\n" % line_of(args.tag, seq, args.pad)).encode())
                 seq += 1
             end += 5  # the lines above carry the next sequence numbers: the count stays `count` plain lines
-        if str(last) in args.traceback_after.split(","):
+        if args.torchrun and str(last) in args.traceback_after.split(","):
+            ranks.pop()  # the last rank crashes here
+            crash_lines += ["Traceback (most recent call last):", '  File "train.py", line 10, in <module>', "    main()",
+                            '  File "train.py", line 7, in main', '    raise ValueError("w=1 seq=1 pad=x")',
+                            "ValueError: w=1 seq=1 pad=x"]
+        elif str(last) in args.traceback_after.split(","):
             os.write(fd, b"Traceback (most recent call last):\n  File \"train.py\", line 10, in <module>\n")
             time.sleep(0.2)  # the rest arrives in a later write (and likely a later read pass)
             os.write(fd, b"    main()\n  File \"train.py\", line 7, in main\n    raise ValueError(\"w=1 seq=1 pad=x\")\n"

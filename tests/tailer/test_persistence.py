@@ -276,6 +276,30 @@ def test_a_restart_while_a_record_waits_for_its_progress_line_neither_loses_nor_
     assert all(r["samples_per_s"] == 0.14181 and r["loss"] == 15.507022 for r in records)  # progress merged
 
 
+def test_torchrun_tagged_ranks_resume_after_a_restart_each_in_its_own_source(tmp_path: Path) -> None:
+    """Ranks tagged `[rankN]: ` in one file; mstail dies while rank 1's step waits for its progress line."""
+    log, state = tmp_path / "train.log", tmp_path / "state.sqlite"
+    step = lambda r, i: f"[rank{r}]: " + STEP_LINE.format(s=i, i=i)  # noqa: E731
+    progress = lambda r, i: f"[rank{r}]: " + PROGRESS_LINE.format(s=i)  # noqa: E731
+    _append(log, step(0, 1), step(1, 1), progress(0, 1), progress(1, 1))
+    first = _tailer(state, str(log))
+    asyncio.run(first.pass_once())
+    _append(log, step(0, 2), step(1, 2), progress(0, 2))
+    asyncio.run(first.pass_once())
+    first.store.close()
+
+    second = _tailer(state, str(log))
+    _append(log, progress(1, 2))
+    asyncio.run(second.pass_once())
+    records = second.store.records_after(0, 100)
+    (file_id,) = [source for source in second.store.sources if "/" not in source]
+    assert sorted(second.store.sources) == [file_id, f"{file_id}/rank0", f"{file_id}/rank1"]
+    assert [(r["seq"], r["source"][len(file_id):], r["step"]) for r in records] == [
+        (1, "/rank0", 1), (2, "/rank1", 1), (3, "/rank0", 2), (4, "/rank1", 2)]
+    assert all(r["samples_per_s"] == 0.14181 for r in records)  # each progress line met its own rank's step
+    assert second.store.sources[f"{file_id}/rank1"].path == str(log)
+
+
 def test_a_file_rotated_while_down_is_finished_from_its_offset_then_the_new_one_read(tmp_path: Path) -> None:
     log, state = tmp_path / "info.log", tmp_path / "state.sqlite"
     line = lambda i: f"line={i:08d} padding=xx"  # noqa: E731

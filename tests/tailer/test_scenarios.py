@@ -30,7 +30,9 @@ from typing import Any, Dict, List
 
 import pytest
 
+from parsers import load_formats
 from tailer.follower import FileFollower
+from tailer.sidecar import Tailer
 
 from .scenario_support import (
     MODES,
@@ -536,17 +538,19 @@ regex = '^Traceback \(most recent call last\):'
 """
 
 
+def traceback_tailer(tmp_path: Path, mode: str, log: Path) -> Tailer:
+    fmt = tmp_path / "scenario_tb.toml"
+    fmt.write_text(TRACEBACK_FORMAT)
+    tailer = make_tailer(mode, str(log), patterns=(), format="scenario_tb", format_files=(str(fmt),))
+    formats = load_formats(files=(str(fmt),), user_dir=Path("/nonexistent"))
+    return Tailer(tailer.config, formats, tailer.store, tailer.hub)
+
+
 def test_13_tracebacks_between_metric_lines(tmp_path: Path, mode: str) -> None:
     """Three raw tracebacks, each split over two writes 0.2 s apart, between numbered lines: one error event
     per traceback holding all of it, and no metric line swallowed."""
-    fmt = tmp_path / "scenario_tb.toml"
-    fmt.write_text(TRACEBACK_FORMAT)
     log = tmp_path / "a.log"
-    tailer = make_tailer(mode, str(log), patterns=(), format="scenario_tb", format_files=(str(fmt),))
-    from parsers import load_formats
-
-    tailer.formats = load_formats(files=(str(fmt),), user_dir=Path("/nonexistent"))
-    tailer = type(tailer)(tailer.config, tailer.formats, tailer.store, tailer.hub)
+    tailer = traceback_tailer(tmp_path, mode, log)
 
     async def scenario() -> None:
         async with Running(tailer) as run:
@@ -562,6 +566,31 @@ def test_13_tracebacks_between_metric_lines(tmp_path: Path, mode: str) -> None:
         lines = event["message"].splitlines()
         assert lines[0] == "Traceback (most recent call last):" and lines[-1] == "ValueError: w=1 seq=1 pad=x", lines
         assert len(lines) == 6
+
+
+def test_13_torchrun_tagged_ranks_interleaved_in_one_file(tmp_path: Path, mode: str) -> None:
+    """torchrun's `[rankN]: ` tags: 3 ranks write one file; rank 2 crashes after its line 10 and its traceback's
+    lines come one between each of the others' lines. Each rank becomes a source of its own (`a/rank0` ...),
+    the traceback is one error event of `a/rank2` holding all of it, and no metric line is swallowed."""
+    log = tmp_path / "a.log"
+    tailer = traceback_tailer(tmp_path, mode, log)
+
+    async def scenario() -> None:
+        async with Running(tailer) as run:
+            await finished(spawn(log, 40, rate=100, torchrun=3, traceback_after="10"))
+            await run.until(lambda: count(tailer) >= 90 and tailer.store.events("error"), 10, "90 lines, 1 error")
+            await run.settle(1.0)
+
+    asyncio.run(scenario())
+    assert_exact(records(tailer), {0: range(1, 41), 1: range(1, 41), 2: range(1, 11)})
+    assert {r["source"]: r["w"] for r in records(tailer)} == {"a/rank0": 0, "a/rank1": 1, "a/rank2": 2}
+    assert sorted(tailer.store.sources) == ["a", "a/rank0", "a/rank1", "a/rank2"]
+    assert tailer.store.sources["a/rank2"].format == "scenario_tb"
+    errors = tailer.store.events("error")
+    assert [e["source"] for e in errors] == ["a/rank2"]
+    lines = errors[0]["message"].splitlines()
+    assert lines[0] == "Traceback (most recent call last):" and lines[-1] == "ValueError: w=1 seq=1 pad=x", lines
+    assert len(lines) == 6
 
 
 # -- 14. slow / stalled SSE client: tests/web/test_slow_client.py

@@ -1,0 +1,103 @@
+"""One file holding several processes' lines, each tagged by its launcher: one parser per tag.
+
+torchrun (`--tee`, and PyTorch's error output) starts every line of worker N with `[rankN]:` (or, with its
+older default template, `[defaultN]:`); `mpirun --tag-output` with `[1,N]<stdout>:`. The ranks' lines
+interleave, so a rank-3 traceback can be cut by a rank-0 step line. `InterleavedParser` strips the tag and
+feeds each rank's lines to that rank's own `SourceParser`: a traceback groups with its own continuation
+lines, steps never mix across ranks, and every item comes out marked with its part (`PART_KEY`: "rank3"),
+which the caller turns into a source of its own. Untagged lines (the launcher's own, or a file with no tags
+at all) go to the main parser and carry no mark, so a normal log parses exactly as with a `SourceParser`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable, Dict, List, Optional
+
+from .engine import Item, SourceParser
+from .schema import Format
+
+#: The key an item of a tagged part carries (the part's name); callers pop it before storing the item.
+PART_KEY = "_part"
+_TAG = re.compile(r"\[(?:(?P<word>rank|default)(?P<n>\d+)\]|\d+,(?P<mpi>\d+)\]<std(?:out|err)>): ?")
+
+
+def part_of(text: str) -> Optional[re.Match]:
+    """The launcher's tag at the start of a line, if any."""
+    return _TAG.match(text) if text[:1] == "[" else None
+
+
+class InterleavedParser:
+    """A `SourceParser` look-alike (feed, flush, holding, emitted, counts, snapshot, restore) that keeps one
+    parser per launcher tag.
+
+    Args:
+        make: builds a fresh `SourceParser` (same formats, forced format and grace period for every part).
+    """
+
+    def __init__(self, make: Callable[[], SourceParser]) -> None:
+        self._make = make
+        self.main = make()
+        self.parts: Dict[str, SourceParser] = {}
+
+    def feed(self, text: str, line_no: int, now: float) -> List[Item]:
+        tag = part_of(text)
+        if tag is None:
+            return self.main.feed(text, line_no, now)
+        name = f"{tag['word'] or 'rank'}{tag['n'] or tag['mpi']}"
+        parser = self.parts.get(name)
+        if parser is None:
+            parser = self.parts[name] = self._make()
+        return _marked(parser.feed(text[tag.end():], line_no, now), name)
+
+    def flush(self, now: float, force: bool = False) -> List[Item]:
+        out = self.main.flush(now, force)
+        for name, parser in self.parts.items():
+            out += _marked(parser.flush(now, force), name)
+        return out
+
+    @property
+    def holding(self) -> bool:
+        return self.main.holding or any(parser.holding for parser in self.parts.values())
+
+    @property
+    def emitted(self) -> int:
+        return self.main.emitted + sum(parser.emitted for parser in self.parts.values())
+
+    @property
+    def counts(self) -> Dict[str, int]:
+        total = dict(self.main.counts)
+        for parser in self.parts.values():
+            for key, value in parser.counts.items():
+                total[key] = total.get(key, 0) + value
+        return total
+
+    @property
+    def format(self) -> Optional[Format]:
+        """The main part's format, else the first tagged part's that has one."""
+        for parser in (self.main, *self.parts.values()):
+            if parser.format is not None:
+                return parser.format
+        return None
+
+    @property
+    def meta(self) -> Dict[str, Any]:
+        return self.main.meta
+
+    def snapshot(self) -> Dict[str, Any]:
+        return {**self.main.snapshot(), "parts": {name: parser.snapshot() for name, parser in self.parts.items()}}
+
+    def restore(self, state: Dict[str, Any]) -> bool:
+        parts = {name: self._make() for name in state.get("parts", {})}
+        if not all(parser.restore(state["parts"][name]) for name, parser in parts.items()):
+            return False
+        if not self.main.restore(state):
+            return False
+        self.parts = parts
+        return True
+
+
+def _marked(items: List[Item], name: str) -> List[Item]:
+    for item in items:
+        item.data[PART_KEY] = name
+    return items
