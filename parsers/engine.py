@@ -84,6 +84,7 @@ class SourceParser:
         self.last_match: Optional[_Match] = None  # how the last fed line matched (for --explain)
         self._event_steps: Dict[str, int] = {}  # the step of the last event of each kind (`same_step_as`)
         self._found_for: Optional[Format] = None  # the format `_found` (feed_block's line finder) was made for
+        self._plans: Dict[int, tuple] = {}  # id(rule) -> its `plan` for `values`, when this log needs another one
         self._found: Optional[LineFinder] = None
 
     # -- public ---------------------------------------------------------------------------------------------
@@ -94,13 +95,15 @@ class SourceParser:
         if "\x1b" in text:
             text = _ANSI.sub("", text)
         out: List[Item] = []
-        match = self.last_match = self._match(text)  # kept for `mstail parse --explain`
+        fmt = self.format
+        match = self.last_match = _match_format(fmt, text) if fmt is not None else self._match(text)  # for --explain
         if match is None:
             return self.flush(now)
         if match.obj is None and not match.prefixed and self._continues_event(match.rule):
             self._continue_event(match.message)
             return out
-        self._close_event(out)
+        if self._open_event is not None:
+            self._close_event(out)
         if match.obj is not None:
             self._feed_json(match.obj, line_no, now, out)
             return out
@@ -116,8 +119,10 @@ class SourceParser:
                 self._open_event = (error, [match.message], now)
             out += self.flush(now)
             return out
-        if rule.kind == "record":
-            self._emit_pending(out)
+        kind = rule.kind
+        if kind == "record":
+            if self._pending is not None:
+                self._emit_pending(out)
             record = self._start_record(rule, match.groups, match.when(now), line_no)
             if record is not None:
                 waiting = set(rule.wait_for)
@@ -125,7 +130,7 @@ class SourceParser:
                     self._pending = (record, waiting, now)
                 else:
                     self._emit(record, out)
-        elif rule.kind == "attach":
+        elif kind == "attach":
             self._attach(rule, match.groups, lambda: match.when(now), line_no, out)  # the time only if a late record
         else:
             when = match.when(now)
@@ -146,7 +151,10 @@ class SourceParser:
             else:
                 event["message"] = match.message
                 self._emit_event(event, out)
-        if self._pending is not None or self._open_event is not None:
+        pending, event = self._pending, self._open_event
+        if (pending is not None and now - pending[2] >= self.grace_s) or (
+            event is not None and now - event[2] >= self.grace_s
+        ):  # what `flush(now)` would emit (checked here: most lines have nothing to flush)
             out += self.flush(now)
         return out
 
@@ -164,7 +172,9 @@ class SourceParser:
         """True while a record or event waits for more lines (the caller should call flush() later)."""
         return self._pending is not None or self._open_event is not None
 
-    def feed_block(self, block: bytes, line_no: int, now: float, decode: Callable[[bytes, int], str]) -> List[Item]:
+    def feed_block(
+        self, block: bytes, line_no: int, now: float, decode: Callable[[bytes, int], str], offset: int = 0
+    ) -> List[Item]:
         """Parse many lines at once: the items (and counts) that `feed` gives line by line, faster.
 
         Once a format is locked, the lines no rule can be about (most of a log) are found by searching the
@@ -176,42 +186,42 @@ class SourceParser:
             block: whole lines, each ending with b"\\n", as read from the file.
             line_no: the number of the block's first line.
             now: as for `feed` (one read time for the whole block).
-            decode: a line's bytes (without the newline) and its offset in `block` -> its text, exactly as the
-                line reader would hand it to `feed`. Lines are told apart by their bytes, so it may only cut text
-                off a line's ends (a BOM, `\\r` redraws), drop NUL bytes (a line holding one is always fed) and
-                replace invalid UTF-8 with U+FFFD.
+            decode: a line's bytes (without the newline) and `offset` + its offset in `block` -> its text, exactly
+                as the line reader would hand it to `feed`. Lines are told apart by their bytes, so it may only cut
+                text off a line's ends (a BOM, `\\r` redraws), drop NUL bytes (a line holding one is always fed)
+                and replace invalid UTF-8 with U+FFFD.
+            offset: added to the offsets passed to `decode` (the block's offset in its file, say).
         """
         out: List[Item] = []
         pos, size = 0, len(block)
         starts: Optional[List[int]] = None  # the lines that may matter, found once the format is known
-        index = 0
+        index = count = 0
+        feed, counts, grace_s = self.feed, self.counts, self.grace_s
         while pos < size:
             if starts is None and self.format is not None:
                 finder = self._finder()
                 if finder is not None:
                     starts = finder.starts(block, pos)
-            if starts is not None and not self._must_feed(now):
-                # Skip, at C speed, to the next line that may matter: the lines before it are only counted.
-                while index < len(starts) and starts[index] < pos:
+                    count = len(starts)
+            # Unless the next line must be fed whatever it holds (it may continue an open event, or its
+            # `flush(now)` would emit a record held past its grace) ...
+            if starts is not None and self._open_event is None and (
+                self._pending is None or now - self._pending[2] < grace_s
+            ):
+                # ... skip, at C speed, to the next line that may matter: the lines before it are only counted.
+                while index < count and starts[index] < pos:
                     index += 1
-                start = starts[index] if index < len(starts) else size
+                start = starts[index] if index < count else size
                 if start > pos:
                     skipped = block.count(b"\n", pos, start)
-                    self.counts["lines"] += skipped
+                    counts["lines"] += skipped
                     pos, line_no = start, line_no + skipped
                     if pos >= size:
                         break
             end = block.index(b"\n", pos)
-            out += self.feed(decode(block[pos:end], pos), line_no, now)
+            out += feed(decode(block[pos:end], offset + pos), line_no, now)
             pos, line_no = end + 1, line_no + 1
         return out
-
-    def _must_feed(self, now: float) -> bool:
-        """Whether the next line must go through `feed` whatever it holds: it may continue an open event, or
-        its `flush(now)` would emit a record held past its grace."""
-        if self._open_event is not None:
-            return True
-        return self._pending is not None and now - self._pending[2] >= self.grace_s
 
     def _finder(self) -> Optional[LineFinder]:
         if self._found_for is not self.format:
@@ -244,30 +254,36 @@ class SourceParser:
         if step is None:
             return None
         record: Record = {"step": step}
-        if groups.get("epoch") is not None:
-            record["epoch"] = int(groups["epoch"])  # type: ignore[arg-type]
+        epoch = groups.get("epoch")
+        if epoch is not None:
+            record["epoch"] = int(epoch)
         record["time"] = when
         record["line"] = line_no
-        record.update(self.values(rule, groups))
+        self.values(rule, groups, record)
         return record
 
     def _global_step(self, groups: Dict[str, Optional[str]]) -> Optional[int]:
+        get = groups.get
         try:
-            if groups.get("total_steps") is not None:
-                self.meta["total_steps"] = int(groups["total_steps"])  # type: ignore[arg-type]
-            if groups.get("step") is not None:
-                return int(groups["step"])  # type: ignore[arg-type]
-            if groups.get("step_in_epoch") is None:
+            total_steps = get("total_steps")
+            if total_steps is not None:
+                self.meta["total_steps"] = int(total_steps)
+            step = get("step")
+            if step is not None:
+                return int(step)
+            step_in_epoch = get("step_in_epoch")
+            if step_in_epoch is None:
                 # A --pattern without a step group: the step counts the matching lines.
                 self._counted_step += 1
                 return self._counted_step
-            in_epoch = int(groups["step_in_epoch"])  # type: ignore[arg-type]
-            epoch = int(groups.get("epoch") or 1)
-            per_epoch = groups.get("steps_per_epoch")
+            in_epoch = int(step_in_epoch)
+            epoch = int(get("epoch") or 1)
+            per_epoch = get("steps_per_epoch")
             if per_epoch is not None:
                 spe = int(per_epoch)
-                if groups.get("epochs") is not None:
-                    self.meta["total_steps"] = spe * int(groups["epochs"])  # type: ignore[arg-type]
+                epochs = get("epochs")
+                if epochs is not None:
+                    self.meta["total_steps"] = spe * int(epochs)
             else:
                 # MindSpore's LossMonitor prints the step within the epoch only: learn the epoch length
                 # from the largest step seen in an earlier epoch.
@@ -280,21 +296,25 @@ class SourceParser:
             self.counts["field_errors"] += 1
             return None
 
-    def values(self, rule: Rule, groups: Dict[str, Optional[str]]) -> Record:
-        """The typed values a rule extracts from its groups (conversion failures are counted, not raised)."""
-        values: Record = {}
-        for field in rule.fields:
-            text = groups.get(field.group)
+    def values(self, rule: Rule, groups: Dict[str, Optional[str]], into: Optional[Record] = None) -> Record:
+        """The typed values a rule extracts from its groups (conversion failures are counted, not raised); added to
+        `into` (as `into.update` would) and returned, if given."""
+        values: Record = {} if into is None else into
+        get = groups.get
+        plan = self._plans.get(id(rule), rule.plan)
+        for entry in plan:
+            group, name, fast, convert = entry
+            text = get(group)
             if text is None:
                 continue  # an optional part of the line that is not there
-            if field.fast is not None:
+            if fast is not None:
                 try:
-                    values[field.name] = field.fast(text)
+                    values[name] = fast(text)
                     continue
-                except ValueError:
-                    pass  # "[1.5]", "None", ...: the full converter knows
+                except (ValueError, KeyError):  # "[1.5]", "None", ...: the full converter knows
+                    self._skip_fast(rule, plan, entry)
             try:
-                values[field.name] = field.value(text)
+                values[name] = convert(text)
             except ValueError:
                 self.counts["field_errors"] += 1
         for extract in rule.extract:  # multi-valued fields: pydict, pairs
@@ -302,6 +322,11 @@ class SourceParser:
             values.update(found)
             self.counts["field_errors"] += errors
         return values
+
+    def _skip_fast(self, rule: Rule, plan: Tuple[tuple, ...], entry: tuple) -> None:
+        """A field whose text the fast converter refused (a log that prints `[1.5]`) goes straight to the full one
+        from now on: raising costs more than the full converter. Only speed changes: both give the same values."""
+        self._plans[id(rule)] = tuple(e if e is not entry else (e[0], e[1], None, e[3]) for e in plan)
 
     def _feed_json(self, obj: Dict[str, Any], line_no: int, now: float, out: List[Item]) -> None:
         values = jsonl_values(obj)
@@ -367,9 +392,10 @@ class SourceParser:
             record = self._pending[0]
             self._pending = None
             self._emit(record, out)
-            deferred, self._deferred = self._deferred, []
-            for event in deferred:
-                self._emit_event(event, out)
+            if self._deferred:
+                deferred, self._deferred = self._deferred, []
+                for event in deferred:
+                    self._emit_event(event, out)
 
     def _emit(self, record: Record, out: List[Item]) -> None:
         if self._last is not None and record["step"] < self._last["step"]:
@@ -477,16 +503,17 @@ def _match_format(fmt: Format, text: str) -> Optional[_Match]:
     """Strip the first matching prefix, then try the rules on the message (stateless)."""
     if fmt.jsonl:
         return _match_jsonl(fmt, text)
+    prefixes, rules = fmt.plan
     message, parts, clock = text, None, None
-    for prefix in fmt.prefixes:
-        found = prefix.regex.match(text)
+    for match, parse_time in prefixes:
+        found = match(text)
         if found is not None:
-            parts, clock = found.groupdict(), prefix.parse_time
+            parts, clock = found.groupdict(), parse_time
             message = parts["message"]
             break
     rule, groups = None, {}
-    for candidate in fmt.rules:
-        found = candidate.regex.search(message)
+    for search, candidate in rules:
+        found = search(message)
         if found is not None:
             rule, groups = candidate, found.groupdict()
             break

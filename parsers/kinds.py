@@ -123,8 +123,13 @@ CONVERTERS: Dict[str, Callable[[str, str], Value]] = {
     "duration": to_duration_s,
 }
 
-#: Converters whose first step, with no unit, is this builtin on the text as it is (what it accepts, it returns).
-PLAIN_BUILTINS: Dict[Callable[[str, str], Value], Callable[[str], Value]] = {to_float: float, to_int: int}
+#: Converters whose first step, with no unit, is this builtin on the text as it is (what it accepts, it returns;
+#: what it refuses raises ValueError or KeyError, and the converter itself decides).
+PLAIN_BUILTINS: Dict[Callable[[str, str], Value], Callable[[str], Value]] = {
+    to_float: float,
+    to_int: int,
+    to_bool: {"False": 0, "True": 1, "false": 0, "true": 1}.__getitem__,  # as logs print them
+}
 
 #: Time formats accepted by a prefix's `time_format`: any strptime string, or one of these names.
 NAMED_TIME_FORMATS: Dict[str, Callable[[str], float]] = {
@@ -142,12 +147,18 @@ def time_parser(fmt: str) -> Callable[[str], float]:
     if fmt in NAMED_TIME_FORMATS:
         return NAMED_TIME_FORMATS[fmt]
     if fmt.endswith("%f") and len(fmt) > 3:
-        separator, whole_seconds = fmt[-3], _cached_parser(fmt[:-3])
+        separator = fmt[-3]
+        last = ["", 0, 0.0]  # the last minute parsed by `whole_seconds` ("2026-01-20 03:15:"), its zone, unix time
+        whole_seconds = _cached_parser(fmt[:-3], last)
 
         def parse(text: str) -> float:
             head, found, fraction = text.strip().rpartition(separator)
             if not found or not fraction.isdigit() or len(fraction) > 6:
                 return parse_local_time(text, fmt)
+            if head[:-2] == last[0] and last[1] == time.timezone:  # `whole_seconds` inlined for the last minute
+                seconds = head[-2:]
+                if seconds.isdigit() and seconds < "62":
+                    return last[2] + int(seconds) + int(fraction) / 10 ** len(fraction)
             return whole_seconds(head, time.timezone) + int(fraction) / 10 ** len(fraction)
 
         return parse
@@ -155,7 +166,9 @@ def time_parser(fmt: str) -> Callable[[str], float]:
     return lambda text: cached(text, time.timezone)
 
 
-def _cached_parser(fmt: str) -> Callable[[str, int], float]:
+def _cached_parser(fmt: str, last: Optional[list] = None) -> Callable[[str, int], float]:
+    """`parse_local_time(text, fmt)` cached, by (text, zone). With `last` ([minute, zone, seconds]), the last minute
+    parsed whole is kept there (`time_parser` adds a line's seconds to it without a call)."""
     # The zone is part of the key: local time means the zone in force (TZ may be changed and tzset() called).
     cached = functools.lru_cache(maxsize=1024)(lambda text, zone: parse_local_time(text, fmt))
     if not fmt.endswith(":%S"):
@@ -166,7 +179,10 @@ def _cached_parser(fmt: str) -> Callable[[str, int], float]:
         # parsed once and its two-digit seconds are added (a zone's offset never changes within a minute).
         head, seconds = text[:-2], text[-2:]
         if head.endswith(":") and seconds.isdigit() and seconds < "62":
-            return cached(head + "00", zone) + int(seconds)
+            minute = cached(head + "00", zone)
+            if last is not None:
+                last[:] = head, zone, minute
+            return minute + int(seconds)
         return cached(text, zone)
 
     return by_minute

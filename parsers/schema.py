@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Callable, Dict, Optional, Pattern, Tuple
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Optional, Pattern, Tuple
 
 from .kinds import Value
 
@@ -83,6 +83,13 @@ class Rule:
     record: bool = False
     same_step_as: str = ""
     epoch_length: Tuple[str, ...] = ()
+    #: For the engine's hot path, made once: (group, name, fast, value) per field (not compared, hashed or shown).
+    plan: Tuple[Tuple[str, str, Any, Callable[[str], Value]], ...] = field(
+        default=(), init=False, repr=False, compare=False
+    )
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "plan", tuple((f.group, f.name, f.fast, f.value) for f in self.fields))
 
 
 @dataclass(frozen=True)
@@ -106,4 +113,14 @@ class Format:
     rules: Tuple[Rule, ...] = ()
     error_levels: Tuple[str, ...] = ()
     jsonl: bool = False
+    #: For the engine's hot path, made once: (regex.match, parse_time) per prefix, (regex.search, rule) per rule.
+    plan: Tuple[Tuple[Tuple[Any, Any], ...], Tuple[Tuple[Any, Rule], ...]] = field(
+        default=((), ()), init=False, repr=False, compare=False
+    )
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "plan", (
+            tuple((prefix.regex.match, prefix.parse_time) for prefix in self.prefixes),
+            tuple((rule.regex.search, rule) for rule in self.rules),
+        ))
 

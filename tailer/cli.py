@@ -9,13 +9,11 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import dataclasses
 import logging
 import os
 import re
 import sys
-import tempfile
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
@@ -59,6 +57,8 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
+    import tempfile
+
     from .demo import start_demo
 
     folder = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="mstail-demo-"))
@@ -76,7 +76,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _parse(args: argparse.Namespace) -> int:
-    from .offline import open_output, run_explain, run_parse
+    from .offline import ParseError, open_output, run_explain, run_parse
 
     formats = _formats(args, args.format)
     forced = format_table(formats)[args.format] if args.format else None
@@ -93,6 +93,9 @@ def _parse(args: argparse.Namespace) -> int:
         summary = run_parse(args.logs, formats, forced, args.to, out, with_events=args.events)
     except FileNotFoundError as exc:
         raise UsageError(f"no such log file: {exc.args[0]}") from None
+    except ParseError as exc:  # a worker process failed: one line, its chain named
+        print(f"mstail: {exc}", file=sys.stderr)
+        return 1
     finally:
         out.flush()
         if out is not sys.stdout and args.output not in (None, "-"):
@@ -207,6 +210,8 @@ def with_token(config: Config) -> Tuple[Config, bool]:
 
 
 def _run_server(config: Config, formats: Sequence[Format]) -> int:
+    import asyncio  # here, not at the top: `mstail parse` and `formats` start faster without it
+
     from .discovery import expand
     from .serve import ServeError, bind, serve, url_of
     from .state import StateError, open_state

@@ -8,7 +8,12 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Iterable, List
+from typing import Any, Callable, Iterable, List, Optional
+
+try:
+    import orjson
+except ImportError:  # pragma: no cover - orjson is a dependency; without it `dumps_owned` is `dumps`
+    orjson = None  # type: ignore[assignment]
 
 _NAMES = {math.inf: "Infinity", -math.inf: "-Infinity"}
 
@@ -46,6 +51,40 @@ def dumps(obj: Any) -> str:
         return _ENCODER.encode(obj)  # most objects hold finite numbers only: no copy is needed
     except ValueError:  # a non-finite number (allow_nan=False): encode a copy with the names
         return _ENCODER.encode(jsonable(obj))
+
+
+def dumps_owned(obj: dict) -> str:
+    """`dumps(obj)` for a flat dict the caller throws away after (a row of `mstail parse`), byte for byte, about
+    three times faster: orjson when every value is a str, int, bool, None or float. orjson writes a float as `repr`
+    does when it is 0 or 1e-4 <= |x| < 1e16 (`repr` writes 1e-05 and 1e+16 where orjson writes 0.00001 and 1e16):
+    other floats, and non-finite ones, are replaced in `obj` by their written form (`orjson.Fragment`, the names),
+    so no copy is made. Anything else, and what orjson refuses (an int beyond 64 bits, a lone surrogate), goes to
+    `dumps` with the values as they were."""
+    fragment = orjson.Fragment  # type: ignore[union-attr]
+    replaced = None
+    for key, value in obj.items():
+        cls = value.__class__
+        if cls is float:
+            if not (1e-4 <= value < 1e16 or -1e16 < value <= -1e-4 or value == 0):
+                if replaced is None:
+                    replaced = []
+                replaced.append((key, value))
+                obj[key] = fragment(repr(value)) if value - value == 0 else finite_or_name(value)  # same keys
+        elif cls is not str and cls is not int and value is not None and cls is not bool:
+            break
+    else:
+        try:
+            return _orjson_dumps(obj).decode()  # type: ignore[misc]
+        except TypeError:
+            pass
+    for key, value in replaced or ():  # what orjson cannot write: the standard encoder, on the values as they were
+        obj[key] = value
+    return dumps(obj)
+
+
+_orjson_dumps: Optional[Callable[[Any], bytes]] = orjson.dumps if orjson is not None else None
+if orjson is None or not hasattr(orjson, "Fragment"):  # pragma: no cover - no orjson, or one older than 3.9
+    dumps_owned = dumps  # noqa: F811
 
 
 #: The order keys appear in a record's JSON (reserved keys first, then metrics as the log had them).

@@ -15,18 +15,19 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Sequence, TextIO, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, TextIO, Tuple
 
 from parsers import Format, Item, SourceParser
 from parsers.explain import Explainer
 
 from .discovery import SourceNamer, expand, rotated_backups
-from .encoding import dumps, finite_or_name, ordered
+from .encoding import RECORD_KEY_ORDER, dumps_owned, finite_or_name, ordered
 from .lines import Line, LineSplitter
 
 _ROTATED = re.compile(r"^(?P<base>.+)\.(?P<n>\d+)$")
 READ_CHUNK = 1 << 20
 PROGRESS_MIN_BYTES = 8 << 20  # smaller inputs parse too fast for a progress bar to help
+_ROW_ORDER = RECORD_KEY_ORDER[RECORD_KEY_ORDER.index("source") + 1:]
 
 
 @dataclass
@@ -128,7 +129,7 @@ def _file_items(path: Path, parser: SourceParser, now: float, progress=None) -> 
             base = end - len(carry) - len(block)  # the block's file offset
             if _plain(block, window):
                 before = parser.counts["lines"]
-                yield from parser.feed_block(block, number, now, lambda raw, at, base=base: reader.decode(raw, base + at))
+                yield from parser.feed_block(block, number, now, reader.decode, base)
                 number += parser.counts["lines"] - before  # feed_block counts every line of the block
             else:
                 lines = LineSplitter(base, reader.max_line_bytes, number).feed(block)
@@ -173,34 +174,251 @@ def run_parse(
     to: str,
     out: TextIO,
     with_events: bool = False,
+    jobs: Optional[int] = None,
 ) -> Summary:
-    """Parse every chain and write records (and events, if asked) to `out` as `to` ("jsonl" or "csv")."""
+    """Parse every chain and write records (and events, if asked) to `out` as `to` ("jsonl" or "csv").
+
+    Chains are independent: with more than one, they are parsed in worker processes (at most `jobs`, default
+    one per usable CPU; inputs under PARALLEL_MIN_BYTES stay in this process unless `jobs` is given) and written
+    in their order, exactly as one process would. `jobs=1` parses here. A worker's failure raises ParseError
+    (a missing file still raises FileNotFoundError)."""
     groups = chains(inputs)
+    sizes = [sum(os.path.getsize(f) for f in g.files) for g in groups]
+    workers = _worker_count(len(groups), sum(sizes), jobs)
+    if workers > 1:
+        return _run_parallel(groups, sizes, workers, formats, forced, to, out, with_events)
     summary = Summary(files=sum(len(g.files) for g in groups))
-    total_bytes = sum(os.path.getsize(f) for g in groups for f in g.files)
-    bar = _progress_bar(total_bytes)
+    bar = _progress_bar(sum(sizes))
     rows: List[dict] = []
-    for group in groups:
-        parser = SourceParser(formats, forced=forced)
-        for item in parse_chain(group, parser, progress=bar.update if bar else None):
-            if item.kind == "event":
-                summary.events += 1
-                if not with_events:
-                    continue
-            else:
-                summary.records += 1
-            row = ordered({"source": group.source, **item.data})
-            if to == "jsonl":
-                out.write(dumps(row) + "\n")
-            else:
-                rows.append(row)
-        summary.formats[group.source] = parser.format.name if parser.format else "none"
-        summary.unmatched += parser.counts["unmatched_metric_lines"]
-    if bar:
-        bar.close()
+    try:
+        for group in groups:
+            try:
+                part = _parse_group(group, formats, forced, to, out.write, rows, with_events, bar.update if bar else None)
+            except FileNotFoundError:
+                raise
+            except OSError as exc:  # a log that cannot be read (EIO, EACCES ...): one clear line, as from a worker
+                raise ParseError(f"{group.source}: {type(exc).__name__}: {exc}") from None
+            _add(summary, group, part)
+    finally:
+        if bar:
+            bar.close()
     if to == "csv":
         _write_csv(rows, out)
     return summary
+
+
+class ParseError(Exception):
+    """A chain could not be parsed (an unreadable file, a worker that died): one line for the user."""
+
+
+@dataclass
+class _Part:
+    """What parsing one chain counted (its output went to a writer, or to `rows` for CSV)."""
+
+    records: int = 0
+    events: int = 0
+    unmatched: int = 0
+    format: str = "none"
+    rows: Optional[List[dict]] = None
+
+
+def _add(summary: Summary, group: Chain, part: _Part) -> None:
+    summary.records += part.records
+    summary.events += part.events
+    summary.unmatched += part.unmatched
+    summary.formats[group.source] = part.format
+
+
+def _parse_group(
+    group: Chain, formats: Sequence[Format], forced: Optional[Format], to: str, write: Callable[[str], object],
+    rows: List[dict], with_events: bool, progress: Optional[Callable[[int], object]],
+) -> _Part:
+    """Parse one chain: JSONL lines go to `write`, CSV rows are appended to `rows`."""
+    parser = SourceParser(formats, forced=forced)
+    part = _Part()
+    source = group.source
+    jsonl = to == "jsonl"
+    for kind, data in parse_chain(group, parser, progress=progress):
+        if kind == "event":
+            part.events += 1
+            if not with_events:
+                continue
+        else:
+            part.records += 1
+        if "seq" in data or "source" in data:  # never from the engine: the general way
+            row = ordered({"source": source, **data})
+        else:  # what `ordered` gives, without the copy: the reserved keys first, then the rest in their order
+            row = {"source": source}
+            for key in _ROW_ORDER:
+                if key in data:
+                    row[key] = data[key]
+            row.update(data)
+        if jsonl:
+            write(dumps_owned(row) + "\n")  # the row is not used after: written in place
+        else:
+            rows.append(row)
+    part.format = parser.format.name if parser.format else "none"
+    part.unmatched = parser.counts["unmatched_metric_lines"]
+    return part
+
+
+# -- parallel: one chain per worker process ----------------------------------------------------------------------------
+#: Below this many bytes in all, chains are parsed in this process: starting workers would cost more than it saves.
+PARALLEL_MIN_BYTES = 4 << 20
+_POLL_S = 0.2  # how often the parent updates the progress bar while workers parse
+
+
+def _usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))  # type: ignore[attr-defined]  # the CPUs this process may run on
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def _worker_count(chains_: int, total_bytes: int, jobs: Optional[int]) -> int:
+    if chains_ < 2 or jobs == 1 or not _can_fork():
+        return 1
+    if jobs is None:
+        if total_bytes < PARALLEL_MIN_BYTES:
+            return 1
+        jobs = _usable_cpus()
+    return max(1, min(chains_, jobs))
+
+
+def _can_fork() -> bool:
+    # Workers inherit the formats (compiled regexes, closures: not picklable) by fork.
+    import multiprocessing
+
+    return "fork" in multiprocessing.get_all_start_methods()
+
+
+@dataclass
+class _Job:
+    """What every worker needs, inherited through fork (set before the workers start)."""
+
+    groups: List[Chain]
+    formats: Sequence[Format]
+    forced: Optional[Format]
+    to: str
+    with_events: bool
+    folder: str
+    progress: "Sequence[int]"  # a shared array: bytes read so far, per chain
+
+
+_JOB: Optional[_Job] = None
+
+
+def _worker_init() -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it stops the workers
+
+
+def _parse_in_worker(index: int) -> _Part:
+    job = _JOB
+    assert job is not None, "a parse worker started without its job"
+    group, progress = job.groups[index], job.progress
+
+    def advance(n_bytes: int) -> None:
+        progress[index] += n_bytes
+
+    rows: List[dict] = []
+    if job.to == "jsonl":
+        with open(os.path.join(job.folder, f"{index}.jsonl"), "w", encoding="utf-8", newline="") as handle:
+            part = _parse_group(group, job.formats, job.forced, job.to, handle.write, rows, job.with_events, advance)
+    else:
+        part = _parse_group(group, job.formats, job.forced, job.to, _no_write, rows, job.with_events, advance)
+        part.rows = rows
+    return part
+
+
+def _no_write(text: str) -> None:  # pragma: no cover - CSV output is collected as rows
+    raise AssertionError("CSV rows are not written line by line")
+
+
+def _run_parallel(
+    groups: List[Chain], sizes: List[int], workers: int, formats: Sequence[Format], forced: Optional[Format], to: str,
+    out: TextIO, with_events: bool,
+) -> Summary:
+    import multiprocessing
+    import tempfile
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+    from concurrent.futures.process import BrokenProcessPool
+
+    global _JOB
+    context = multiprocessing.get_context("fork")
+    summary = Summary(files=sum(len(g.files) for g in groups))
+    rows: List[dict] = []
+    with tempfile.TemporaryDirectory(prefix="mstail-parse-") as folder:
+        progress = context.Array("q", len(groups), lock=False)
+        _JOB = _Job(groups, formats, forced, to, with_events, folder, progress)
+        pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_worker_init)
+        bar = None
+        index = 0
+        try:
+            # The biggest chains first: the last worker to finish then has the least left.
+            order = sorted(range(len(groups)), key=lambda i: -sizes[i])
+            futures = {i: pool.submit(_parse_in_worker, i) for i in order}
+            bar = _progress_bar(sum(sizes))  # after the workers forked: tqdm may start a thread
+            for index, group in enumerate(groups):  # written in the chains' order, as each is ready
+                future = futures[index]
+                while not future.done():
+                    wait([future], timeout=_POLL_S if bar else None, return_when=FIRST_COMPLETED)
+                    if bar:
+                        bar.update(sum(progress) - bar.n)
+                try:
+                    part = future.result()
+                except (FileNotFoundError, BrokenProcessPool):
+                    raise
+                except Exception as exc:  # noqa: BLE001 - one clear line, not the worker's traceback
+                    raise ParseError(f"{group.source}: {type(exc).__name__}: {exc}") from None
+                _add(summary, group, part)
+                if to == "jsonl":
+                    _copy(os.path.join(folder, f"{index}.jsonl"), out)
+                else:
+                    rows += part.rows or []
+            if bar:
+                bar.update(sum(sizes) - bar.n)
+        except BrokenProcessPool as exc:  # killed (the OOM killer, a signal): which chain it held is not known
+            unfinished = ", ".join(group.source for group in groups[index:])
+            raise ParseError(f"a parse worker process died ({exc}); not parsed: {unfinished}") from None
+        except BaseException:  # an error, Ctrl-C: workers still parsing are stopped, not waited for
+            _stop(pool)
+            raise
+        finally:
+            _JOB = None
+            if bar:
+                bar.close()
+            pool.shutdown(wait=True)
+    if to == "csv":
+        _write_csv(rows, out)
+    return summary
+
+
+def _copy(path: str, out: TextIO) -> None:
+    """A worker's JSONL (UTF-8, "\\n" line ends) onto `out`, as the serial run would have written it: bytes as they
+    are onto an `open_output` stream (UTF-8, no newline translation), else as text."""
+    if isinstance(out, _Output):
+        import shutil
+
+        out.flush()
+        with open(path, "rb") as handle:
+            shutil.copyfileobj(handle, out.buffer, READ_CHUNK)
+        return
+    with open(path, encoding="utf-8", newline="") as handle:
+        for chunk in iter(lambda: handle.read(READ_CHUNK), ""):
+            out.write(chunk)
+
+
+def _stop(pool) -> None:  # type: ignore[no-untyped-def]
+    """Cancel what has not started and terminate the workers (ProcessPoolExecutor has no public way before 3.14)."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    for process in processes:
+        process.join()
 
 
 def _write_csv(rows: List[dict], out: TextIO) -> None:
@@ -216,13 +434,20 @@ def _write_csv(rows: List[dict], out: TextIO) -> None:
 def _progress_bar(total: int):  # type: ignore[no-untyped-def]
     if total < PROGRESS_MIN_BYTES:
         return None
+    isatty = getattr(sys.stderr, "isatty", None)
+    if isatty is not None and not isatty():
+        return None  # what tqdm's disable=None does, without importing tqdm (about 70 ms)
     from tqdm import tqdm
 
     # tqdm turns itself off when stderr is not a terminal (disable=None), so pipes and CI stay clean.
     return tqdm(total=total, unit="B", unit_scale=True, desc="parsing", file=sys.stderr, disable=None)
 
 
+class _Output(io.TextIOWrapper):
+    """The output of `mstail parse`: UTF-8, "\\n" written as it is (so a worker's bytes can be copied onto it)."""
+
+
 def open_output(path: Optional[str]) -> TextIO:
     if path is None or path == "-":
-        return io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", newline="\n", write_through=False)
-    return open(path, "w", encoding="utf-8", newline="")
+        return _Output(sys.stdout.buffer, encoding="utf-8", newline="\n", write_through=False)
+    return _Output(open(path, "wb"), encoding="utf-8", newline="")

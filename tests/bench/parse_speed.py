@@ -19,7 +19,8 @@ Measured in the same run, alternating, best of --rounds (default 3):
   strip the logger prefix first), fields converted by their declared types, non-finite numbers encoded,
   `json.dumps` per record;
 - mstail: `python -m tailer parse FILES -o OUT` as a subprocess (start-up included), and the same command
-  in-process (`tailer.cli.main`).
+  in-process (`tailer.cli.main`). The two sources are parsed in worker processes (one per usable CPU), so wall
+  time gains from a second CPU; CPU time counts the workers too.
 The naive baseline's records are checked against mstail's (same steps, same values).
 
 Run: python tests/bench/parse_speed.py [--size-mb 100] [--rounds 3] [--keep DIR]

@@ -1,0 +1,54 @@
+"""The JSON lines of `mstail parse` (`tailer.encoding.dumps_owned`: orjson with fallbacks) are byte for byte what
+the standard library encoding (`dumps`) writes: floats as `repr` writes them (1e-05, 1e+16, 65536.0), non-finite
+numbers as their names, strings with the same escapes, key order kept; what orjson cannot write goes to `dumps`."""
+
+from __future__ import annotations
+
+import math
+import random
+import struct
+from typing import Any, Dict
+
+import pytest
+
+from tailer import encoding
+from tailer.encoding import dumps, dumps_owned
+
+EDGES = [
+    0.0, -0.0, 1e-4, -1e-4, 0.00009999999999999999, 1e-05, 7.579544029403025e-05, 1.5e-07, 5e-324,
+    9999999999999998.0, 1e16, -1e16, 1.2345e16, 1.7976931348623157e308, 65536.0, 0.1, 2.0 ** 53,
+    math.nan, math.inf, -math.inf, True, False, None, 0, -1, 2 ** 63 - 1, -(2 ** 63), 2 ** 64 - 1, 2 ** 64, -(2 ** 70),
+    "", "rank_0", "ünïcødé ✓ 🚀", "\x00\x01\x1f\x7f\"\\/\b\f\n\r\t", "\u2028\u2029\ufeff", "\ud800 lone surrogate",
+    [1.0, math.nan], {"nested": 1e-7},
+]
+
+
+def same(record: Dict[str, Any]) -> None:
+    try:
+        expected = dumps(record)
+    except Exception as exc:  # noqa: BLE001 - then dumps_owned must refuse it the same way
+        with pytest.raises(type(exc)):
+            dumps_owned(dict(record))
+        return
+    assert dumps_owned(dict(record)) == expected, record  # it may change its own copy: odd floats written in place
+
+
+@pytest.mark.skipif(encoding.orjson is None, reason="orjson is not installed: dumps_owned is dumps")
+def test_dumps_owned_is_dumps_byte_for_byte() -> None:
+    assert dumps_owned is not dumps
+    for value in EDGES:
+        same({"source": "rank_0", "step": 1, "value": value})
+        same({"value": value, "lr": 1.5e-07, "loss": 2.5})  # an odd float before and after
+    rng = random.Random(7)
+    for _ in range(20000):
+        record: Dict[str, Any] = {"source": "rank_0", "step": rng.randrange(10 ** 6)}
+        for key in range(rng.randrange(1, 12)):
+            pick = rng.random()
+            if pick < 0.3:
+                value: Any = struct.unpack("d", struct.pack("Q", rng.getrandbits(64)))[0]  # any double, NaN included
+            elif pick < 0.7:
+                value = rng.choice((1, -1)) * rng.random() * 10 ** rng.randint(-9, 18)
+            else:
+                value = rng.choice(EDGES)
+            record[f"m{key}"] = value
+        same(record)
