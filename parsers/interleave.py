@@ -20,6 +20,8 @@ from .schema import Format
 #: The key an item of a tagged part carries (the part's name); callers pop it before storing the item.
 PART_KEY = "_part"
 _TAG = re.compile(r"\[(?:(?P<word>rank|default)(?P<n>\d+)\]|\d+,(?P<mpi>\d+)\]<std(?:out|err)>): ?")
+#: Literals a block holding a tagged line must contain (three `bytes.find`s: ~1.5 ms per MiB; a regex: ~4 ms).
+_TAG_LITERALS = (b"[rank", b"[default", b"]<std")
 
 
 def part_of(text: str) -> Optional[re.Match]:
@@ -49,6 +51,20 @@ class InterleavedParser:
         if parser is None:
             parser = self.parts[name] = self._make()
         return _marked(parser.feed(text[tag.end():], line_no, now), name)
+
+    def feed_block(
+        self, block: bytes, line_no: int, now: float, decode: Callable[[bytes, int], str], offset: int = 0
+    ) -> List[Item]:
+        """`SourceParser.feed_block`: the main parser's fast path while no tagged line has been seen, else line by
+        line (each line to its part)."""
+        if not self.parts and not any(literal in block for literal in _TAG_LITERALS):
+            return self.main.feed_block(block, line_no, now, decode, offset)
+        out: List[Item] = []
+        start = 0
+        for number, raw in enumerate(block.split(b"\n")[:-1], line_no):
+            out += self.feed(decode(raw, offset + start), number, now)
+            start += len(raw) + 1
+        return out
 
     def flush(self, now: float, force: bool = False) -> List[Item]:
         out = self.main.flush(now, force)

@@ -15,10 +15,11 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Optional, Sequence, TextIO, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, TextIO, Tuple, Union
 
 from parsers import Format, Item, SourceParser
 from parsers.explain import Explainer
+from parsers.interleave import PART_KEY, InterleavedParser
 
 from .discovery import SourceNamer, expand, rotated_backups
 from .encoding import RECORD_KEY_ORDER, dumps_owned, finite_or_name, ordered
@@ -26,6 +27,7 @@ from .lines import Line, LineSplitter
 
 _ROTATED = re.compile(r"^(?P<base>.+)\.(?P<n>\d+)$")
 READ_CHUNK = 1 << 20
+AnyParser = Union[SourceParser, InterleavedParser]
 PROGRESS_MIN_BYTES = 8 << 20  # smaller inputs parse too fast for a progress bar to help
 _ROW_ORDER = RECORD_KEY_ORDER[RECORD_KEY_ORDER.index("source") + 1:]
 
@@ -91,7 +93,7 @@ def chain_lines(chain: Chain, progress=None) -> Iterator[Tuple[Path, Line]]:  # 
                     yield path, line
 
 
-def parse_chain(chain: Chain, parser: SourceParser, progress=None) -> Iterator[Item]:  # type: ignore[no-untyped-def]
+def parse_chain(chain: Chain, parser: AnyParser, progress=None) -> Iterator[Item]:  # type: ignore[no-untyped-def]
     """Items of one chain in order: the items `chain_lines` fed one by one would give."""
     now = time.time()
     for path in chain.files:
@@ -99,7 +101,7 @@ def parse_chain(chain: Chain, parser: SourceParser, progress=None) -> Iterator[I
     yield from parser.flush(now, force=True)
 
 
-def _file_items(path: Path, parser: SourceParser, now: float, progress=None) -> Iterator[Item]:  # type: ignore[no-untyped-def]
+def _file_items(path: Path, parser: AnyParser, now: float, progress=None) -> Iterator[Item]:  # type: ignore[no-untyped-def]
     """One file's items. Blocks of whole lines go to `SourceParser.feed_block`, decoded by the line reader; what
     the reader must split itself (NUL bytes, a line that may reach its length limit, the unfinished last line)
     goes through a `LineSplitter` and `feed`."""
@@ -142,7 +144,7 @@ def _file_items(path: Path, parser: SourceParser, now: float, progress=None) -> 
         yield from _fed(parser, long_line.feed(b"\n"), now)
 
 
-def _fed(parser: SourceParser, lines: List[Line], now: float) -> Iterator[Item]:
+def _fed(parser: AnyParser, lines: List[Line], now: float) -> Iterator[Item]:
     for line in lines:
         yield from parser.feed(line.text, line.number, now)
 
@@ -234,11 +236,13 @@ def _parse_group(
     rows: List[dict], with_events: bool, progress: Optional[Callable[[int], object]],
 ) -> _Part:
     """Parse one chain: JSONL lines go to `write`, CSV rows are appended to `rows`."""
-    parser = SourceParser(formats, forced=forced)
+    parser = InterleavedParser(lambda: SourceParser(formats, forced=forced))
     part = _Part()
-    source = group.source
     jsonl = to == "jsonl"
     for kind, data in parse_chain(group, parser, progress=progress):
+        source = group.source
+        if PART_KEY in data:  # a launcher-tagged rank's line (torchrun `[rank3]: `): a source of its own
+            source += "/" + data.pop(PART_KEY)
         if kind == "event":
             part.events += 1
             if not with_events:

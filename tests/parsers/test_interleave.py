@@ -61,3 +61,29 @@ def test_a_snapshot_restores_every_part() -> None:
     assert second.restore(first.snapshot()) and set(second.parts) == {"rank0", "rank1"}
     assert before + parse(second, lines[half:]) == whole
     assert not fresh().restore({**first.snapshot(), "parts": {"rank0": {**first.parts["rank0"].snapshot(), "format": "nope"}}})
+
+
+def test_mstail_parse_gives_each_tagged_rank_its_own_source(tmp_path: Path) -> None:
+    """Offline as live: `mstail parse` of a torchrun-style file; the ranks' records are those of the untagged log."""
+    import io
+    import json
+
+    from tailer.offline import run_parse
+
+    body = SAMPLE.read_text(encoding="utf-8").splitlines()
+    tagged = tmp_path / "train.log"
+    tagged.write_text("launcher: starting 2 ranks\n" + "".join(f"[rank{r}]: {line}\n" for line in body for r in (0, 1)))
+    plain = tmp_path / "plain.log"
+    plain.write_text("\n".join(body) + "\n")
+
+    def rows(path: Path):  # type: ignore[no-untyped-def]
+        out = io.StringIO()
+        run_parse([str(path)], FORMATS, None, "jsonl", out, jobs=1)
+        return [json.loads(line) for line in out.getvalue().splitlines()]
+
+    expected = [{k: v for k, v in r.items() if k not in ("source", "line")} for r in rows(plain)]
+    got = rows(tagged)
+    (file_id,) = {r["source"].split("/")[0] for r in got}
+    assert {r["source"] for r in got} == {f"{file_id}/rank0", f"{file_id}/rank1"}
+    for rank in (f"{file_id}/rank0", f"{file_id}/rank1"):
+        assert [{k: v for k, v in r.items() if k not in ("source", "line")} for r in got if r["source"] == rank] == expected
