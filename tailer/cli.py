@@ -85,14 +85,14 @@ def _parse(args: argparse.Namespace) -> int:
         try:
             run_explain(args.logs, formats, forced, out)
         except FileNotFoundError as exc:
-            raise UsageError(f"no such log file: {exc.args[0]}") from None
+            raise UsageError(f"no such log file: {exc.filename or exc.args[0]}") from None
         finally:
             out.flush()
         return 0
     try:
         summary = run_parse(args.logs, formats, forced, args.to, out, with_events=args.events)
     except FileNotFoundError as exc:
-        raise UsageError(f"no such log file: {exc.args[0]}") from None
+        raise UsageError(f"no such log file: {exc.filename or exc.args[0]}") from None
     except ParseError as exc:  # a worker process failed: one line, its chain named
         print(f"mstail: {exc}", file=sys.stderr)
         return 1
