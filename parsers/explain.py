@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Dict, Optional
 
-from .engine import SourceParser
+from .interleave import InterleavedParser
 from .schema import STEP_GROUPS
 
 MAX_SHOWN_CHARS = 160
@@ -18,9 +18,9 @@ MAX_SHOWN_CHARS = 160
 
 class Explainer:
     """Feeds lines to `parser` (so detection, steps and multi-line grouping behave as in a real parse) and
-    describes how each one matched."""
+    describes how each one matched; a launcher-tagged line (`[rank3]: `) is explained as its rank's parser saw it."""
 
-    def __init__(self, parser: SourceParser) -> None:
+    def __init__(self, parser: InterleavedParser) -> None:
         self.parser = parser
         self.rules: Counter = Counter()  # "format/rule (kind)" -> lines
         self.unmatched = 0
@@ -28,7 +28,9 @@ class Explainer:
 
     def explain(self, where: str, number: int, text: str, now: float) -> Optional[str]:
         """One line of explanation, or None for a line no rule is about (counted)."""
-        parser = self.parser
+        part, parser, text = self.parser.route(text)
+        if part is not None:
+            where = f"{where}[{part}]"
         flagged_before = parser.counts["unmatched_metric_lines"]
         parser.feed(text, number, now)
         match = parser.last_match

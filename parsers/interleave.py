@@ -12,7 +12,7 @@ at all) go to the main parser and carry no mark, so a normal log parses exactly 
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .engine import Item, SourceParser
 from .schema import Format
@@ -42,15 +42,21 @@ class InterleavedParser:
         self.main = make()
         self.parts: Dict[str, SourceParser] = {}
 
-    def feed(self, text: str, line_no: int, now: float) -> List[Item]:
+    def route(self, text: str) -> Tuple[Optional[str], SourceParser, str]:
+        """Where a line goes: its part's name (None: untagged), that part's parser, and the line without its tag."""
         tag = part_of(text)
         if tag is None:
-            return self.main.feed(text, line_no, now)
+            return None, self.main, text
         name = f"{tag['word'] or 'rank'}{tag['n'] or tag['mpi']}"
         parser = self.parts.get(name)
         if parser is None:
             parser = self.parts[name] = self._make()
-        return _marked(parser.feed(text[tag.end():], line_no, now), name)
+        return name, parser, text[tag.end():]
+
+    def feed(self, text: str, line_no: int, now: float) -> List[Item]:
+        name, parser, text = self.route(text)
+        items = parser.feed(text, line_no, now)
+        return items if name is None else _marked(items, name)
 
     def feed_block(
         self, block: bytes, line_no: int, now: float, decode: Callable[[bytes, int], str], offset: int = 0

@@ -160,7 +160,7 @@ def run_explain(inputs: Sequence[str], formats: Sequence[Format], forced: Option
     """`--explain`: how every line matched, per chain, then a count per rule."""
     now = time.time()
     for group in chains(inputs):
-        explainer = Explainer(SourceParser(formats, forced=forced))
+        explainer = Explainer(InterleavedParser(lambda: SourceParser(formats, forced=forced)))
         for path, line in chain_lines(group):
             shown = explainer.explain(path.name, line.number, line.text, now)
             if shown is not None:

@@ -87,3 +87,20 @@ def test_mstail_parse_gives_each_tagged_rank_its_own_source(tmp_path: Path) -> N
     assert {r["source"] for r in got} == {f"{file_id}/rank0", f"{file_id}/rank1"}
     for rank in (f"{file_id}/rank0", f"{file_id}/rank1"):
         assert [{k: v for k, v in r.items() if k not in ("source", "line")} for r in got if r["source"] == rank] == expected
+
+
+def test_explain_shows_each_tagged_line_as_its_rank_saw_it(tmp_path: Path) -> None:
+    import io
+
+    from tailer.offline import run_explain
+
+    body = SAMPLE.read_text(encoding="utf-8").splitlines()
+    tagged = tmp_path / "train.log"
+    tagged.write_text("".join(f"[rank{r}]: {line}\n" for line in body for r in (0, 1)))
+    out = io.StringIO()
+    run_explain([str(tagged)], FORMATS, None, out)
+    shown = out.getvalue().splitlines()
+    steps = [line for line in shown if "mindformers/step (record)" in line and "prefixed" in line]
+    assert steps and all(line.startswith(("train.log[rank0]:", "train.log[rank1]:")) for line in steps)
+    assert sum("[rank0]" in line for line in steps) == sum("[rank1]" in line for line in steps)
+    assert "0  lines that look like metrics but matched no rule" in out.getvalue()
