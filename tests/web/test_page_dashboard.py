@@ -438,3 +438,40 @@ def test_markup_in_metric_names_stays_text_and_samples_axis(watched: Watched, ms
     assert page.evaluate("typeof window.__xss") == "undefined"
     assert page.eval_on_selector_all("img, b", "els => els.length") == 0
     watched.assert_clean()
+
+
+def test_torchrun_tagged_ranks_are_sources_of_their_own_on_the_page(watched: Watched, mstail_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """One file, two ranks tagged `[rankN]: ` (source ids with a `/`): a card and a line per rank, a rank hidden
+    through the URL stays hidden in a fresh page."""
+    body = (Path(__file__).resolve().parents[2] / "sample_logs" / "mindformers_v1.8_nonsink_worker_0.log").read_text(encoding="utf-8")
+    log = tmp_path / "job" / "train.log"
+    log.parent.mkdir()
+    log.write_text("".join(f"[rank{r}]: {line}\n" for line in body.splitlines() for r in (0, 1)), encoding="utf-8")
+    server = mstail_server(log)
+    per_rank = len([line for line in body.splitlines() if "per_step_time" in line])
+    server.wait_records(2 * per_rank)
+    ids = sorted(s["id"] for s in server.get_json("/api/sources"))
+    file_id = ids[0]
+    assert ids == [file_id, f"{file_id}/rank0", f"{file_id}/rank1"]
+    page = watched.page
+    page.goto(server.url + "/", wait_until="load")
+    watched.wait_live()
+    wait_js(page, "n => { const c = window.mstail.state.charts.get('loss'); return !!c && c.el.dataset.points === String(n); }",
+            arg=2 * per_rank)
+    cards = page.eval_on_selector_all("#sources .source", "els => els.map(e => e.dataset.source)")
+    assert f"{file_id}/rank0" in cards and f"{file_id}/rank1" in cards
+    page.click(f"#sources .source[data-source='{file_id}/rank1'] .toggle")
+    wait_js(page, "id => !document.querySelector('section.chart[data-metric=\"loss\"]').dataset.visible.split(',').includes(id)",
+            arg=f"{file_id}/rank1")
+    fresh = page.context.new_page()
+    other = Watched(fresh)
+    try:
+        fresh.goto(page.url, wait_until="load")
+        other.wait_live()
+        wait_js(fresh, "() => document.body.dataset.firstPaint === '1' && document.body.dataset.busy === '0'")
+        visible = fresh.get_attribute("section.chart[data-metric='loss']", "data-visible").split(",")
+        assert f"{file_id}/rank0" in visible and f"{file_id}/rank1" not in visible
+        other.assert_clean()
+    finally:
+        fresh.close()
+    watched.assert_clean()
