@@ -195,8 +195,9 @@ class Tailer:
                 before = source.follower.counters["bytes"]
                 for line in source.follower.read(allowance, now):
                     items[source.id] += source.parser.feed(line.text, line.number, now)
-                taken[source.id] += source.follower.counters["bytes"] - before
-                if source.follower.counters["bytes"] - before >= allowance:
+                got = source.follower.counters["bytes"] - before
+                taken[source.id] += got
+                if got >= allowance:  # it may have more
                     if taken[source.id] < budget:
                         behind.append(source)
                     else:
