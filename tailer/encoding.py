@@ -8,12 +8,9 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Callable, Iterable, List, Optional
+from typing import Any, Iterable, List
 
-try:
-    import orjson
-except ImportError:  # pragma: no cover - orjson is a dependency; without it `dumps_owned` is `dumps`
-    orjson = None  # type: ignore[assignment]
+import orjson
 
 _NAMES = {math.inf: "Infinity", -math.inf: "-Infinity"}
 
@@ -60,7 +57,7 @@ def dumps_owned(obj: dict) -> str:
     other floats, and non-finite ones, are replaced in `obj` by their written form (`orjson.Fragment`, the names),
     so no copy is made. Anything else, and what orjson refuses (an int beyond 64 bits, a lone surrogate), goes to
     `dumps` with the values as they were."""
-    fragment = orjson.Fragment  # type: ignore[union-attr]
+    fragment = orjson.Fragment
     replaced = None
     for key, value in obj.items():
         cls = value.__class__
@@ -74,17 +71,12 @@ def dumps_owned(obj: dict) -> str:
             break
     else:
         try:
-            return _orjson_dumps(obj).decode()  # type: ignore[misc]
+            return orjson.dumps(obj).decode()
         except TypeError:
             pass
     for key, value in replaced or ():  # what orjson cannot write: the standard encoder, on the values as they were
         obj[key] = value
     return dumps(obj)
-
-
-_orjson_dumps: Optional[Callable[[Any], bytes]] = orjson.dumps if orjson is not None else None
-if orjson is None or not hasattr(orjson, "Fragment"):  # pragma: no cover - no orjson, or one older than 3.9
-    dumps_owned = dumps  # noqa: F811
 
 
 #: The order keys appear in a record's JSON (reserved keys first, then metrics as the log had them).

@@ -22,14 +22,13 @@ from parsers.explain import Explainer
 from parsers.interleave import PART_KEY, InterleavedParser
 
 from .discovery import SourceNamer, expand, rotated_backups
-from .encoding import RECORD_KEY_ORDER, dumps_owned, finite_or_name, ordered
+from .encoding import dumps_owned, finite_or_name, ordered
 from .lines import Line, LineSplitter
 
 _ROTATED = re.compile(r"^(?P<base>.+)\.(?P<n>\d+)$")
 READ_CHUNK = 1 << 20
 AnyParser = Union[SourceParser, InterleavedParser]
 PROGRESS_MIN_BYTES = 8 << 20  # smaller inputs parse too fast for a progress bar to help
-_ROW_ORDER = RECORD_KEY_ORDER[RECORD_KEY_ORDER.index("source") + 1:]
 
 
 @dataclass
@@ -249,14 +248,7 @@ def _parse_group(
                 continue
         else:
             part.records += 1
-        if "seq" in data or "source" in data:  # never from the engine: the general way
-            row = ordered({"source": source, **data})
-        else:  # what `ordered` gives, without the copy: the reserved keys first, then the rest in their order
-            row = {"source": source}
-            for key in _ROW_ORDER:
-                if key in data:
-                    row[key] = data[key]
-            row.update(data)
+        row = ordered({"source": source, **data})
         if jsonl:
             write(dumps_owned(row) + "\n")  # the row is not used after: written in place
         else:

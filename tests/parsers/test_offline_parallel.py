@@ -18,8 +18,6 @@ from tailer.offline import ParseError, Summary, run_parse
 
 from .support import FORMATS, READ_TIME, ROOT, SAMPLES
 
-pytestmark = pytest.mark.skipif(not offline._can_fork(), reason="worker processes inherit the formats by fork")
-
 
 @pytest.fixture(autouse=True)
 def fixed_clock(monkeypatch: pytest.MonkeyPatch) -> None:
