@@ -10,28 +10,20 @@ from __future__ import annotations
 import json
 import math
 import re
+from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from .prefilter import LineFinder, line_finder
-from .schema import RESERVED, Format, Rule
+from .record import NON_FINITE, RESERVED, Item, Record
+from .schema import Format, Rule
 
-Record = Dict[str, Any]
 
 #: A line that matched no rule but looks like it carries a metric ("loss: 2.3", "loss is nan"): counted, so
 #: `mstail parse` can tell a user that their format misses lines.
 _METRIC_LOOKING = re.compile(r"loss[\w ]*(?:[:=]| is)\s*\[?\s*[-+]?(?:\d|nan|inf)", re.IGNORECASE)
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
-_NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 #: Bounds for a grouped multi-line event (a traceback): enough for any real one, bounded for garbage.
 MAX_EVENT_LINES = 400
 MAX_EVENT_CHARS = 64 * 1024
-
-
-class Item(NamedTuple):
-    """One parser output: kind "record" (a step) or "event" (its data has a "kind" key)."""
-
-    kind: str
-    data: Record
 
 
 class _Match(NamedTuple):
@@ -56,6 +48,46 @@ class _Match(NamedTuple):
         return now
 
 
+@dataclass
+class ParserState:
+    """What a `SourceParser` carries from one line to the next, declared once: a checkpoint saves it (taken only
+    while nothing is held, see `SourceParser.holding`), and restoring it makes the lines after the checkpoint
+    parse exactly as they would have been. `to_json`/`from_json` give the checkpoint's JSON shape."""
+
+    format: Optional[str] = None  # the name of the format locked in (None: still detecting)
+    meta: Dict[str, Any] = field(default_factory=dict)  # facts about the run (`total_steps`)
+    counts: Dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTS, 0))
+    segment: int = 0  # the run segment: a step that goes backwards (a restart) opens the next one
+    spe_learned: int = 0  # steps per epoch inferred from step_in_epoch when the log does not print it
+    epoch_max: Dict[int, int] = field(default_factory=dict)  # the largest step_in_epoch seen per epoch
+    spe_told: int = 0  # steps per epoch told by an attach rule's `epoch_length` (TimeMonitor)
+    counted_step: int = 0
+    last: Optional[Record] = None  # the last record emitted (a late attach line joins its step)
+    event_steps: Dict[str, int] = field(default_factory=dict)  # the step of the last event of each kind
+    parts: Dict[str, "ParserState"] = field(default_factory=dict)  # launcher-tagged parts (InterleavedParser)
+
+    def to_json(self) -> Dict[str, Any]:
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("epoch_max", "parts")}
+        out = json.loads(json.dumps(out))  # a deep copy, checked to be JSON
+        out["epoch_max"] = [[epoch, most] for epoch, most in self.epoch_max.items()]  # JSON keys are strings
+        if self.parts:
+            out["parts"] = {name: part.to_json() for name, part in self.parts.items()}
+        return out
+
+    @classmethod
+    def from_json(cls, data: Dict[str, Any]) -> "ParserState":
+        plain = {f.name: data[f.name] for f in fields(cls) if f.name not in ("epoch_max", "parts")}
+        return cls(
+            **json.loads(json.dumps(plain)),
+            epoch_max={epoch: most for epoch, most in data["epoch_max"]},
+            parts={name: cls.from_json(part) for name, part in data.get("parts", {}).items()},
+        )
+
+
+#: What a parser counts (`ParserState.counts`); they show on `/api/sources` and in `mstail parse`'s summary.
+COUNTS = ("lines", "records", "events", "field_errors", "unmatched_metric_lines")
+
+
 class SourceParser:
     """Parse the lines of one source in order.
 
@@ -70,28 +102,18 @@ class SourceParser:
         self.candidates = [forced] if forced else list(formats)
         self.format: Optional[Format] = forced
         self.grace_s = grace_s
-        self.meta: Dict[str, Any] = {}
-        self.counts = {"lines": 0, "records": 0, "events": 0, "field_errors": 0, "unmatched_metric_lines": 0}
+        self.state = ParserState(format=forced.name if forced else None)
         self._pending: Optional[Tuple[Record, set, float]] = None  # record, attach rules still expected, since
         self._open_event: Optional[Tuple[Record, List[str], float]] = None
         self._deferred: List[Record] = []  # events that arrived while a record was held: emitted right after it
-        self._last: Optional[Record] = None  # the last record emitted (a late attach line joins its step)
-        self._segment = 0
-        self._spe_learned = 0  # steps per epoch inferred from step_in_epoch when the log does not print it
-        self._epoch_max: Dict[int, int] = {}
-        self._spe_told = 0  # steps per epoch told by an attach rule's `epoch_length` (TimeMonitor)
-        self._counted_step = 0
         self.last_match: Optional[_Match] = None  # how the last fed line matched (for --explain)
-        self._event_steps: Dict[str, int] = {}  # the step of the last event of each kind (`same_step_as`)
-        self._found_for: Optional[Format] = None  # the format `_found` (feed_block's line finder) was made for
         self._plans: Dict[int, tuple] = {}  # id(rule) -> its `plan` for `values`, when this log needs another one
-        self._found: Optional[LineFinder] = None
 
     # -- public ---------------------------------------------------------------------------------------------
     def feed(self, text: str, line_no: int, now: float) -> List[Item]:
         """Parse one complete line (without its newline); `now` is the read time, used when the line has no
         timestamp and to age held records."""
-        self.counts["lines"] += 1
+        self.state.counts["lines"] += 1
         if "\x1b" in text:
             text = _ANSI.sub("", text)
         out: List[Item] = []
@@ -113,7 +135,7 @@ class SourceParser:
             return out
         if rule is None:
             if _METRIC_LOOKING.search(match.message):
-                self.counts["unmatched_metric_lines"] += 1
+                self.state.counts["unmatched_metric_lines"] += 1
             if match.prefixed and match.level in match.fmt.error_levels:
                 error = {"kind": "error", "time": match.when(now), "line": line_no, "level": match.level}
                 self._open_event = (error, [match.message], now)
@@ -139,9 +161,9 @@ class SourceParser:
                 try:
                     event["step"] = int(match.groups["step"])  # type: ignore[arg-type]
                 except ValueError:
-                    self.counts["field_errors"] += 1
-            if rule.same_step_as and rule.same_step_as in self._event_steps:
-                event["step"] = self._event_steps[rule.same_step_as]
+                    self.state.counts["field_errors"] += 1
+            if rule.same_step_as and rule.same_step_as in self.state.event_steps:
+                event["step"] = self.state.event_steps[rule.same_step_as]
             values = self.values(rule, match.groups)
             event.update(values)
             if rule.record:  # eval results: the numbers are charted at the current step too
@@ -172,62 +194,6 @@ class SourceParser:
         """True while a record or event waits for more lines (the caller should call flush() later)."""
         return self._pending is not None or self._open_event is not None
 
-    def feed_block(
-        self, block: bytes, line_no: int, now: float, decode: Callable[[bytes, int], str], offset: int = 0
-    ) -> List[Item]:
-        """Parse many lines at once: the items (and counts) that `feed` gives line by line, faster.
-
-        Once a format is locked, the lines no rule can be about (most of a log) are found by searching the
-        block for the rules' literals (`prefilter`) and only counted; the others, and every line while a
-        multi-line event is open or before the format is known, go through `feed`. `last_match` is left at
-        the last line fed.
-
-        Args:
-            block: whole lines, each ending with b"\\n", as read from the file.
-            line_no: the number of the block's first line.
-            now: as for `feed` (one read time for the whole block).
-            decode: a line's bytes (without the newline) and `offset` + its offset in `block` -> its text, exactly
-                as the line reader would hand it to `feed`. Lines are told apart by their bytes, so it may only cut
-                text off a line's ends (a BOM, `\\r` redraws), drop NUL bytes (a line holding one is always fed)
-                and replace invalid UTF-8 with U+FFFD.
-            offset: added to the offsets passed to `decode` (the block's offset in its file, say).
-        """
-        out: List[Item] = []
-        pos, size = 0, len(block)
-        starts: Optional[List[int]] = None  # the lines that may matter, found once the format is known
-        index = count = 0
-        feed, counts, grace_s = self.feed, self.counts, self.grace_s
-        while pos < size:
-            if starts is None and self.format is not None:
-                finder = self._finder()
-                if finder is not None:
-                    starts = finder.starts(block, pos)
-                    count = len(starts)
-            # Unless the next line must be fed whatever it holds (it may continue an open event, or its
-            # `flush(now)` would emit a record held past its grace) ...
-            if starts is not None and self._open_event is None and (
-                self._pending is None or now - self._pending[2] < grace_s
-            ):
-                # ... skip, at C speed, to the next line that may matter: the lines before it are only counted.
-                while index < count and starts[index] < pos:
-                    index += 1
-                start = starts[index] if index < count else size
-                if start > pos:
-                    skipped = block.count(b"\n", pos, start)
-                    counts["lines"] += skipped
-                    pos, line_no = start, line_no + skipped
-                    if pos >= size:
-                        break
-            end = block.index(b"\n", pos)
-            out += feed(decode(block[pos:end], offset + pos), line_no, now)
-            pos, line_no = end + 1, line_no + 1
-        return out
-
-    def _finder(self) -> Optional[LineFinder]:
-        if self._found_for is not self.format:
-            self._found_for, self._found = self.format, line_finder(self.format, (_METRIC_LOOKING,))  # type: ignore[arg-type]
-        return self._found
-
     # -- matching -------------------------------------------------------------------------------------------
     def _match(self, text: str) -> Optional[_Match]:
         if self.format is not None:
@@ -242,6 +208,7 @@ class SourceParser:
                 continue
             if _starts_record(match):
                 self.format = fmt
+                self.state.format = fmt.name
                 return match
             if first is None and (match.rule is not None or match.prefixed or match.obj is not None):
                 first = match
@@ -267,15 +234,15 @@ class SourceParser:
         try:
             total_steps = get("total_steps")
             if total_steps is not None:
-                self.meta["total_steps"] = int(total_steps)
+                self.state.meta["total_steps"] = int(total_steps)
             step = get("step")
             if step is not None:
                 return int(step)
             step_in_epoch = get("step_in_epoch")
             if step_in_epoch is None:
                 # A --pattern without a step group: the step counts the matching lines.
-                self._counted_step += 1
-                return self._counted_step
+                self.state.counted_step += 1
+                return self.state.counted_step
             in_epoch = int(step_in_epoch)
             epoch = int(get("epoch") or 1)
             per_epoch = get("steps_per_epoch")
@@ -283,17 +250,17 @@ class SourceParser:
                 spe = int(per_epoch)
                 epochs = get("epochs")
                 if epochs is not None:
-                    self.meta["total_steps"] = spe * int(epochs)
+                    self.state.meta["total_steps"] = spe * int(epochs)
             else:
                 # MindSpore's LossMonitor prints the step within the epoch only: learn the epoch length
                 # from the largest step seen in an earlier epoch.
-                self._epoch_max[epoch] = max(self._epoch_max.get(epoch, 0), in_epoch)
-                earlier = [m for e, m in self._epoch_max.items() if e < epoch]
-                spe = self._spe_told or (max(earlier) if earlier else self._spe_learned)
-                self._spe_learned = spe
+                self.state.epoch_max[epoch] = max(self.state.epoch_max.get(epoch, 0), in_epoch)
+                earlier = [m for e, m in self.state.epoch_max.items() if e < epoch]
+                spe = self.state.spe_told or (max(earlier) if earlier else self.state.spe_learned)
+                self.state.spe_learned = spe
             return (epoch - 1) * spe + in_epoch
         except ValueError:
-            self.counts["field_errors"] += 1
+            self.state.counts["field_errors"] += 1
             return None
 
     def values(self, rule: Rule, groups: Dict[str, Optional[str]], into: Optional[Record] = None) -> Record:
@@ -316,11 +283,11 @@ class SourceParser:
             try:
                 values[name] = convert(text)
             except ValueError:
-                self.counts["field_errors"] += 1
+                self.state.counts["field_errors"] += 1
         for extract in rule.extract:  # multi-valued fields: pydict, pairs
             found, errors = extract(groups)
             values.update(found)
-            self.counts["field_errors"] += errors
+            self.state.counts["field_errors"] += errors
         return values
 
     def _skip_fast(self, rule: Rule, plan: Tuple[tuple, ...], entry: tuple) -> None:
@@ -362,11 +329,11 @@ class SourceParser:
             waiting.discard(rule.name)
             if not waiting:
                 self._emit_pending(out)
-        elif self._last is not None and values:
+        elif self.state.last is not None and values:
             # The record already left (grace expired): the late fields become a record of the same step.
-            late: Record = {"step": self._last["step"]}
-            if "epoch" in self._last:
-                late["epoch"] = self._last["epoch"]
+            late: Record = {"step": self.state.last["step"]}
+            if "epoch" in self.state.last:
+                late["epoch"] = self.state.last["epoch"]
             late.update(time=when(), line=line_no)
             late.update(values)
             self._emit(late, out)
@@ -384,8 +351,8 @@ class SourceParser:
             return
         low = round((top - top_error) / (bottom + bottom_error))
         high = round((top + top_error) / (bottom - bottom_error))
-        if low == high and low >= max(self._epoch_max.values(), default=1):  # never shorter than a step seen
-            self._spe_told = low
+        if low == high and low >= max(self.state.epoch_max.values(), default=1):  # never shorter than a step seen
+            self.state.spe_told = low
 
     def _emit_pending(self, out: List[Item]) -> None:
         if self._pending is not None:
@@ -398,23 +365,23 @@ class SourceParser:
                     self._emit_event(event, out)
 
     def _emit(self, record: Record, out: List[Item]) -> None:
-        if self._last is not None and record["step"] < self._last["step"]:
-            self._segment += 1  # resume from a checkpoint or a relaunch: a new run segment, never a zig-zag
-        record["segment"] = self._segment
-        self._last = record
-        self.counts["records"] += 1
+        if self.state.last is not None and record["step"] < self.state.last["step"]:
+            self.state.segment += 1  # resume from a checkpoint or a relaunch: a new run segment, never a zig-zag
+        record["segment"] = self.state.segment
+        self.state.last = record
+        self.state.counts["records"] += 1
         out.append(Item("record", record))
 
     def _emit_event(self, event: Record, out: List[Item]) -> None:
-        last = self._pending[0] if self._pending is not None else self._last
+        last = self._pending[0] if self._pending is not None else self.state.last
         if "step" not in event and last is not None:
             event["step"] = last["step"]
         if isinstance(event.get("step"), int):
-            self._event_steps[event["kind"]] = event["step"]
+            self.state.event_steps[event["kind"]] = event["step"]
         if self._pending is not None:
             self._deferred.append(event)  # keep line order: the held record (an earlier line) goes out first
             return
-        self.counts["events"] += 1
+        self.state.counts["events"] += 1
         out.append(Item("event", event))
 
     def _continues_event(self, rule: Optional[Rule]) -> bool:
@@ -442,54 +409,43 @@ class SourceParser:
     @property
     def emitted(self) -> int:
         """Items handed out so far (records and events)."""
-        return self.counts["records"] + self.counts["events"]
+        return self.state.counts["records"] + self.state.counts["events"]
 
-    def snapshot(self) -> Dict[str, Any]:
-        """The cross-line state as JSON-able data; only meaningful while nothing is held (`holding` is False),
-        which is when a checkpoint is taken: the lines after it are then parsed exactly as they would have been."""
-        return {
-            "format": self.format.name if self.format is not None else None,
-            "meta": dict(self.meta),
-            "counts": dict(self.counts),
-            "segment": self._segment,
-            "spe_learned": self._spe_learned,
-            "epoch_max": [[epoch, most] for epoch, most in self._epoch_max.items()],
-            "spe_told": self._spe_told,
-            "counted_step": self._counted_step,
-            "last": dict(self._last) if self._last is not None else None,
-            "event_steps": dict(self._event_steps),
-        }
+    @property
+    def meta(self) -> Dict[str, Any]:
+        return self.state.meta
 
-    def restore(self, state: Dict[str, Any]) -> bool:
+    @property
+    def counts(self) -> Dict[str, int]:
+        return self.state.counts
+
+    def snapshot(self) -> ParserState:
+        """A copy of the cross-line state; only meaningful while nothing is held (`holding` is False), which is
+        when a checkpoint is taken."""
+        return ParserState.from_json(self.state.to_json())
+
+    def restore(self, state: ParserState) -> bool:
         """Continue from a `snapshot()`; False (and nothing changed) when its format is not among the candidates."""
-        if state["format"] is not None:
+        if state.format is not None:
             table = {fmt.name: fmt for fmt in self.candidates}
-            if state["format"] not in table:
+            if state.format not in table:
                 return False
-            self.format = table[state["format"]]
-        self.meta = dict(state["meta"])
-        self.counts.update(state["counts"])
-        self._segment = state["segment"]
-        self._spe_learned = state["spe_learned"]
-        self._epoch_max = {epoch: most for epoch, most in state["epoch_max"]}
-        self._spe_told = state["spe_told"]
-        self._counted_step = state["counted_step"]
-        self._last = state["last"]
-        self._event_steps = dict(state["event_steps"])
+            self.format = table[state.format]
+        self.state = ParserState.from_json(state.to_json())
         return True
 
 
 def _rounding(rule: Rule, groups: Dict[str, Optional[str]], name: str) -> float:
     """Half a unit of the last printed digit of metric `name` ("65.811" -> 0.0005), scaled as its field is; -1 when
     it cannot be told (an exponent)."""
-    for field in rule.fields:
-        text = groups.get(field.group)
-        if field.name == name and text:
+    for spec in rule.fields:
+        text = groups.get(spec.group)
+        if spec.name == name and text:
             digits = text.strip()
             if not digits.replace(".", "", 1).isdigit():
                 return -1.0
             places = len(digits.partition(".")[2])
-            return 0.5 * 10 ** -places * (field.scale if field.scale is not None else 1)
+            return 0.5 * 10 ** -places * (spec.scale if spec.scale is not None else 1)
     return -1.0
 
 
@@ -523,7 +479,7 @@ def _match_format(fmt: Format, text: str) -> Optional[_Match]:
 
 
 def _match_jsonl(fmt: Format, text: str) -> Optional[_Match]:
-    """A JSON object per line in DESIGN.md's record shape (what tailer.callback writes)."""
+    """A JSON object per line in DESIGN.md's record shape (what mstail.callback writes)."""
     stripped = text.strip()
     if not stripped.startswith("{"):
         return _Match(fmt, None, {}, None, False, text)
@@ -544,6 +500,6 @@ def jsonl_values(obj: Dict[str, Any]) -> Record:
             out[key] = int(value)
         elif isinstance(value, (int, float)) or value is None:
             out[key] = value
-        elif isinstance(value, str) and (value in _NON_FINITE or key in RESERVED):
-            out[key] = _NON_FINITE.get(value, value)
+        elif isinstance(value, str) and (value in NON_FINITE or key in RESERVED):
+            out[key] = NON_FINITE.get(value, value)
     return out

@@ -7,19 +7,17 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
+from mstail.platform import per_user_dir, tomllib
+
 from .kinds import CONVERTERS, NAMED_TIME_FORMATS, PLAIN_BUILTINS, Value, time_parser
 from .pyliteral import parse_pydict
-from .schema import RESERVED, RULE_KINDS, STEP_GROUPS, Extractor, Field, Format, FormatError, Prefix, Rule
+from .record import RESERVED
+from .schema import RULE_KINDS, STEP_GROUPS, Extractor, Field, Format, FormatError, Prefix, Rule
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.9/3.10
-    import tomli as tomllib
 
 BUILTIN_ORIGIN = "built-in"
 PATTERN_ORIGIN = "--pattern"
@@ -34,16 +32,12 @@ _PAIRS_KEYS = {"group", "regex", "type", "names", "prefix"}
 def user_formats_dir() -> Path:
     """Where a user's own format files are picked up: `$MSTAIL_FORMATS_DIR`, else
     `$XDG_CONFIG_HOME/mstail/formats` (default `~/.config/mstail/formats`)."""
-    explicit = os.environ.get("MSTAIL_FORMATS_DIR")
-    if explicit:
-        return Path(explicit)
-    config_home = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    return Path(config_home) / "mstail" / "formats"
+    return per_user_dir("MSTAIL_FORMATS_DIR", "XDG_CONFIG_HOME", ".config", "formats")
 
 
 def builtin_formats() -> List[Format]:
     """The formats shipped in parsers/formats/*.toml."""
-    folder = resources.files("parsers") / "formats"
+    folder = resources.files("mstail.parsers") / "formats"
     entries = sorted((entry for entry in folder.iterdir() if entry.name.endswith(".toml")), key=lambda e: e.name)
     return [parse_format(entry.read_text(encoding="utf-8"), BUILTIN_ORIGIN, entry.name[: -len(".toml")]) for entry in entries]
 

@@ -8,9 +8,6 @@ from typing import Any, Callable, Dict, Optional, Pattern, Tuple
 
 from .kinds import Value
 
-#: Keys every record or event carries; a format cannot produce metrics with these names.
-RESERVED = frozenset({"seq", "source", "step", "epoch", "time", "segment", "line", "kind", "message"})
-
 #: Group names the engine reads to compute the global step (they never become metrics):
 #: `step` (already global), or `epoch` + `step_in_epoch` [+ `steps_per_epoch`, else inferred]; `epochs`
 #: (total epochs) and `total_steps` tell how long the run is.

@@ -1,7 +1,2 @@
-"""Bytes -> lines -> the sidecar: follow files, store history, fan out, and the `mstail` command.
-
-Kept import-light on purpose: `tailer.callback` runs inside training scripts that have only mindspore and
-the standard library installed.
-"""
-
-__version__ = "0.1.0"
+"""Bytes -> lines -> history: follow files, parse and store what they say, run the alert rules, and the
+`mstail` command itself (cli, config, serve). ARCHITECTURE.md maps the modules."""

@@ -36,15 +36,13 @@ most once per `cooldown_s`; an alert resolves when its condition has been clear 
 from __future__ import annotations
 
 import math
-import sys
+import statistics
 from bisect import bisect_left, insort
 from collections import deque
-from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Deque, Dict, List, Optional, Tuple
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.9/3.10
-    import tomli as tomllib
+from mstail.platform import tomllib
+
 
 Change = Dict[str, Any]
 
@@ -180,13 +178,6 @@ def _checked(origin: str, rule: str, key: str, value: Any, default: Any) -> Any:
 def _number(value: Any) -> Optional[float]:
     """A record value as a float (NaN/Inf included: the store keeps them as floats); None when not a number."""
     return float(value) if isinstance(value, (int, float)) else None
-
-
-def _median(values: Sequence[float]) -> float:
-    ordered = sorted(values)
-    n = len(ordered)
-    mid = n // 2
-    return ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2.0
 
 
 class _Window:
@@ -338,7 +329,7 @@ class AlertEngine:
         """Seconds without a new step before `source` counts as hung: max(min_s, k x median step time)."""
         rule = self.rules.rules["hang"]
         state = self._sources.get(source)
-        median = _median(state.step_s) if state is not None and state.step_s else 0.0
+        median = statistics.median(state.step_s) if state is not None and state.step_s else 0.0
         return max(float(rule["min_s"]), float(rule["k"]) * median)
 
     # -- records --------------------------------------------------------------------------------------------
@@ -437,7 +428,7 @@ class AlertEngine:
                     window.append(value)  # the common case: no spike possible, no MAD needed
                     self._condition("loss_spike", source, state, step, now, out, False, "")
                     return
-                mad = _median([abs(v - median) for v in window])
+                mad = statistics.median([abs(v - median) for v in window])
                 spread = max(1.4826 * mad, 1e-12)
                 score = (value - median) / spread
                 if score > rule["z"] and value > median + rule["min_rel"] * abs(median):
@@ -468,11 +459,11 @@ class AlertEngine:
 
     def _stragglers(self, now: float, out: List[Change]) -> None:
         rule = self.rules.rules["straggler"]
-        medians = {s: _median(st.step_ms) for s, st in self._sources.items() if len(st.step_ms) >= rule["min_window"]}
+        medians = {s: statistics.median(st.step_ms) for s, st in self._sources.items() if len(st.step_ms) >= rule["min_window"]}
         if len(medians) < 2:
             return
         for source, median in medians.items():
-            others = _median([m for s, m in medians.items() if s != source])
+            others = statistics.median([m for s, m in medians.items() if s != source])
             slow = median > rule["ratio"] * others and median - others >= rule["min_ms"]
             if slow:
                 step = self._sources[source].last_step

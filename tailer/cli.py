@@ -15,11 +15,15 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
 
-from parsers import Format, FormatError, format_table, load_formats
+from mstail.parsers import Format, FormatError, format_table, load_formats
 
-from .config import DEFAULT_PORT, Config
+from .config import Config
+
+if TYPE_CHECKING:
+    from .alerts import AlertRules
+    from .webhooks import Target
 
 COMMANDS = ("serve", "parse", "formats", "demo")
 
@@ -50,7 +54,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 # -- commands ---------------------------------------------------------------------------------------------
 def _serve(args: argparse.Namespace) -> int:
-    config = _config(args)
+    config = _config(args, logs=tuple(args.log or ()), jsonl=tuple(args.jsonl or ()), format=args.format)
     if not config.logs and not config.jsonl:
         raise UsageError("nothing to follow: give --log PATH (a file or a quoted glob such as 'output/log/rank_*/info.log')")
     return _run_server(config, _formats(args, config.format))
@@ -124,13 +128,16 @@ def _formats(args: argparse.Namespace, wanted: Optional[str]) -> List[Format]:
     return formats
 
 
-def _config(args: argparse.Namespace, logs: Optional[tuple] = None) -> Config:
+def _config(args: argparse.Namespace, logs: Tuple[str, ...], jsonl: Tuple[str, ...] = (),
+            format: Optional[str] = None) -> Config:
+    """The server options of `serve` and `demo` (their own options come as arguments), checked and resolved:
+    alert rules loaded and webhook targets parsed here, once, so a mistake is one line before anything starts."""
     if args.poll is not None and args.poll <= 0:
         raise UsageError("--poll needs a positive number of seconds")
     config = Config(
-        logs=tuple(logs if logs is not None else args.log or ()),
-        jsonl=tuple(getattr(args, "jsonl", None) or ()),
-        format=getattr(args, "format", None),
+        logs=logs,
+        jsonl=jsonl,
+        format=format,
         format_files=tuple(args.formats or ()),
         patterns=tuple(args.pattern or ()),
         host=args.host,
@@ -142,12 +149,10 @@ def _config(args: argparse.Namespace, logs: Optional[tuple] = None) -> Config:
         send_timeout_s=_positive(args.send_timeout, "--send-timeout"),
         state_dir=args.state_dir,
         persist=not args.no_state,
-        **_alert_options(args),
+        alert_rules=None if args.no_alerts else _alert_rules(args.alerts),
+        webhooks=_webhook_targets(args.webhook or ()),
     )
     return _auto_poll(config)
-
-
-AUTO_POLL_S = 1.0
 
 
 def _auto_poll(config: Config) -> Config:
@@ -160,28 +165,27 @@ def _auto_poll(config: Config) -> Config:
         return config
     for pattern, fstype in found:
         print(f"mstail: {pattern} is on a network filesystem ({fstype})", file=sys.stderr)
-    print(f"mstail: reading every {AUTO_POLL_S:g} s on a timer: file events miss writes from other nodes "
-          "(--poll SECONDS sets the interval)", file=sys.stderr)
-    return dataclasses.replace(config, poll_s=AUTO_POLL_S)
+    print(f"mstail: reading every {config.network_poll_s:g} s on a timer: file events miss writes from other "
+          "nodes (--poll SECONDS sets the interval)", file=sys.stderr)
+    return dataclasses.replace(config, poll_s=config.network_poll_s)
 
 
-def _alert_options(args: argparse.Namespace) -> dict:
-    """--alerts / --no-alerts / --webhook, checked before anything starts (one clear line on a mistake)."""
+def _alert_rules(path: Optional[str]) -> "AlertRules":
     from .alerts import AlertConfigError, load_alert_rules
-    from .webhooks import WebhookError, parse_target
 
-    alerts_file = getattr(args, "alerts", None)
     try:
-        load_alert_rules(alerts_file)
+        return load_alert_rules(path)
     except AlertConfigError as exc:
         raise UsageError(f"alerts file {exc}") from None
-    webhooks = tuple(getattr(args, "webhook", None) or ())
-    for value in webhooks:
-        try:
-            parse_target(value)
-        except WebhookError as exc:
-            raise UsageError(str(exc)) from None
-    return {"alerts_file": alerts_file, "alerts_enabled": not getattr(args, "no_alerts", False), "webhooks": webhooks}
+
+
+def _webhook_targets(values: Sequence[str]) -> Tuple["Target", ...]:
+    from .webhooks import WebhookError, parse_target
+
+    try:
+        return tuple(parse_target(value) for value in values)
+    except WebhookError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _positive(value: float, option: str) -> float:
@@ -202,7 +206,7 @@ def _token(token: Optional[str]) -> Optional[str]:
 def with_token(config: Config) -> Tuple[Config, bool]:
     """A host other than loopback never serves without a token: one is made if none was given.
     Returns the config to run and whether its token was made here (then it is printed in the URL)."""
-    from .access import is_loopback_host, new_token
+    from mstail.web.access import is_loopback_host, new_token
 
     if config.token is None and not is_loopback_host(config.host):
         return dataclasses.replace(config, token=new_token()), True
@@ -214,7 +218,7 @@ def _run_server(config: Config, formats: Sequence[Format]) -> int:
 
     from .discovery import expand
     from .serve import ServeError, bind, serve, url_of
-    from .state import StateError, open_state
+    from .db import StateError, open_state
 
     config, generated = with_token(config)
     try:
@@ -250,7 +254,7 @@ def _run_server(config: Config, formats: Sequence[Format]) -> int:
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    from . import __version__
+    from mstail import __version__
 
     parser = argparse.ArgumentParser(
         prog="mstail",
@@ -268,14 +272,15 @@ def _build_parser() -> argparse.ArgumentParser:
                        "groups become metrics, e.g. 'step (?P<step>\\d+) loss (?P<loss>\\S+)' (repeatable)")
 
     def server_options(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this machine only)")
-        p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default: {DEFAULT_PORT}; 0 = any free port)")
+        p.add_argument("--host", default=Config.host, help=f"address to listen on (default: {Config.host}, this "
+                       "machine only)")
+        p.add_argument("--port", type=int, default=Config.port, help=f"port (default: {Config.port}; 0 = any free port)")
         p.add_argument("--open", action="store_true", help="open the page in a browser")
         p.add_argument("--token", default=os.environ.get("MSTAIL_TOKEN") or None, metavar="TOKEN",
                        help="access token every request must carry (Authorization: Bearer, or ?token= once in the "
                        "browser); default $MSTAIL_TOKEN; on a non-loopback --host a random one is made and printed")
-        p.add_argument("--send-timeout", type=float, default=30.0, metavar="SECONDS", help="drop a live-stream "
-                       "client that accepts no data for this long (default: 30)")
+        p.add_argument("--send-timeout", type=float, default=Config.send_timeout_s, metavar="SECONDS",
+                       help=f"drop a live-stream client that accepts no data for this long (default: {Config.send_timeout_s:g})")
         p.add_argument("--cors-origin", action="append", metavar="ORIGIN", help="let this origin "
                        "(e.g. https://grafana.example:3000) read the API from its pages (repeatable; default: none)")
         p.add_argument("--alerts", metavar="FILE.toml", help="alert rules overriding the built-ins (per rule; "
@@ -296,7 +301,7 @@ def _build_parser() -> argparse.ArgumentParser:
                                   description="Follow training logs from the start (history) and then live; serve the page.")
     serve_p.add_argument("--log", action="append", metavar="PATH", help="a log file or a quoted glob "
                          "('output/log/rank_*/info.log'); repeatable; files may appear later")
-    serve_p.add_argument("--jsonl", action="append", metavar="PATH", help="a JSONL file written by tailer.callback (repeatable)")
+    serve_p.add_argument("--jsonl", action="append", metavar="PATH", help="a JSONL file written by mstail.callback (repeatable)")
     serve_p.add_argument("--format", metavar="NAME", help="use this format for every --log file instead of detecting it")
     server_options(serve_p)
     serve_p.set_defaults(run=_serve)

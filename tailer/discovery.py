@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Set, Tuple
 
 _GLOB_CHARS = re.compile(r"[*?\[]")
+#: A rotated backup's name (`info.log.3`): RotatingFileHandler's numbering.
+ROTATED = re.compile(r"^(?P<base>.+)\.(?P<n>\d+)$")
 #: File stems that say nothing about which rank or run a file is: the id uses the directory instead.
 _GENERIC_STEMS = {"info", "error", "stdout", "stderr", "mindformer", "train", "log", "output", "metrics", "worker"}
-_ROTATED = re.compile(r"\.\d+$")
 
 
 def has_glob(pattern: str) -> bool:
@@ -28,7 +29,18 @@ def expand(pattern: str) -> List[Path]:
     if not has_glob(expanded):
         return [Path(expanded)]
     # Rotated backups (info.log.1) are read as part of their live file's history, never as sources of their own.
-    return [Path(p) for p in sorted(glob.glob(expanded, recursive=True)) if os.path.isfile(p) and not _ROTATED.search(p)]
+    return [Path(p) for p in sorted(glob.glob(expanded, recursive=True))
+            if os.path.isfile(p) and not ROTATED.match(os.path.basename(p))]
+
+
+def glob_free_prefix(path: Path) -> Path:
+    """The leading parts of `path` before the first one holding a wildcard (`a/*/b` -> `a`; `.` if none)."""
+    static_parts: List[str] = []
+    for part in path.parts:
+        if has_glob(part):
+            break
+        static_parts.append(part)
+    return Path(*static_parts) if static_parts else Path(".")
 
 
 def watch_roots(patterns: Iterable[str]) -> Set[Tuple[Path, bool]]:
@@ -41,12 +53,7 @@ def watch_roots(patterns: Iterable[str]) -> Set[Tuple[Path, bool]]:
     roots: Set[Tuple[Path, bool]] = set()
     for pattern in patterns:
         parent = Path(os.path.expanduser(pattern)).parent
-        static_parts: List[str] = []
-        for part in parent.parts:
-            if has_glob(part):
-                break
-            static_parts.append(part)
-        static = Path(*static_parts) if static_parts else Path(".")
+        static = glob_free_prefix(parent)
         recursive = static != parent
         while not static.is_dir():
             recursive = True
@@ -59,13 +66,12 @@ def watch_roots(patterns: Iterable[str]) -> Set[Tuple[Path, bool]]:
 
 def rotated_backups(path: Path) -> List[Path]:
     """RotatingFileHandler's backups of `path` (`info.log.5` ... `info.log.1`), oldest first."""
-    pattern = re.compile(re.escape(path.name) + r"\.(\d+)$")
     numbered = []
     try:
         for entry in os.scandir(path.parent):
-            found = pattern.match(entry.name)
-            if found and entry.is_file():
-                numbered.append((int(found.group(1)), Path(entry.path)))
+            found = ROTATED.match(entry.name)
+            if found and found.group("base") == path.name and entry.is_file():
+                numbered.append((int(found.group("n")), Path(entry.path)))
     except OSError:
         return []
     return [backup for _, backup in sorted(numbered, reverse=True)]

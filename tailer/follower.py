@@ -16,8 +16,9 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
+from .checkpoint import FilePosition, FollowerCheckpoint, Signature
 from .discovery import rotated_backups
 from .lines import Line, LineSplitter
 
@@ -25,9 +26,6 @@ log = logging.getLogger("mstail.follower")
 
 HEAD_BYTES = 1024  # identity signature: the first KiB, re-taken as the file grows (small files count too)
 SAVED_SEEN = 256  # files remembered in a checkpoint: more than any handler keeps as backups
-
-Signature = Tuple[int, str]  # (length of the head, its digest): compact enough to persist every pass
-
 
 def _signature(head: bytes) -> Signature:
     return len(head), hashlib.blake2b(head, digest_size=12).hexdigest()
@@ -107,14 +105,9 @@ class _OpenFile:
         self.pos = offset
         self.head = os.pread(self.fd, HEAD_BYTES, 0)
 
-    def checkpoint(self) -> Dict[str, Any]:
+    def checkpoint(self) -> FilePosition:
         """Where reading resumes: identity, head signature, offset and number of the next complete line."""
-        return {
-            "id": list(self.identity),
-            "head": list(_signature(self.head)),
-            "offset": self.splitter.offset,
-            "line": self.splitter.next_number,
-        }
+        return FilePosition(self.identity, _signature(self.head), self.splitter.offset, self.splitter.next_number)
 
     def close(self) -> None:
         os.close(self.fd)
@@ -191,27 +184,27 @@ class FileFollower:
         self.draining, self.current = [], None
 
     # -- persistence ------------------------------------------------------------------------------------------
-    def checkpoint(self) -> Dict[str, Any]:
-        """JSON-able position: the open files (oldest first) with their resume offsets, recently seen files,
-        counters. Taken between passes, so every offset is the start of a line not yet handed out."""
+    def checkpoint(self) -> FollowerCheckpoint:
+        """The open files (oldest first) with their resume offsets, recently seen files, counters. Taken between
+        passes, so every offset is the start of a line not yet handed out."""
         opened = self.draining + ([self.current] if self.current else [])
         seen = list(self._seen.items())[-SAVED_SEEN:]
-        return {
-            "files": [handle.checkpoint() for handle in opened],
-            "seen": [[dev, ino, length, digest] for (dev, ino), (length, digest) in seen],
-            "counters": dict(self.counters),
-        }
+        return FollowerCheckpoint(
+            files=[handle.checkpoint() for handle in opened],
+            seen=[(dev, ino, length, digest) for (dev, ino), (length, digest) in seen],
+            counters=dict(self.counters),
+        )
 
-    def restore(self, checkpoint: Dict[str, Any]) -> bool:
+    def restore(self, checkpoint: FollowerCheckpoint) -> bool:
         """Resume from `checkpoint` (before the first read). Files it names are found again by identity and
         head signature wherever rotation moved them (the path or a backup) and resume at their offsets; files
         it saw are not read again; a copy copytruncate left of a file it names that is truncated or gone (`PATH.1`,
         starting with the bytes read) resumes at that file's offset; anything else under the path is new and read from its start.
         Returns False when a file the checkpoint was still reading is gone or no longer matches (rotated away
         and deleted, truncated, replaced while mstail was down): its unread rest cannot be recovered."""
-        self.counters.update(checkpoint.get("counters", {}))
-        self._seen = {(dev, ino): (length, digest) for dev, ino, length, digest in checkpoint.get("seen", [])}
-        pending = {tuple(entry["id"]): entry for entry in checkpoint.get("files", [])}
+        self.counters.update(checkpoint.counters)
+        self._seen = {(dev, ino): (length, digest) for dev, ino, length, digest in checkpoint.seen}
+        pending = {entry.id: entry for entry in checkpoint.files}
         candidates = ([*rotated_backups(self.path)] if self.with_backups or pending else []) + [self.path]
         opened: List[Tuple[Path, _OpenFile, bool]] = []  # (path, handle, named by the checkpoint)
         for path in candidates:
@@ -220,8 +213,8 @@ class FileFollower:
             except OSError:
                 continue
             entry = pending.pop(handle.identity, None)
-            if entry is not None and handle.matches(entry["head"]) and os.fstat(handle.fd).st_size >= entry["offset"]:
-                handle.resume(entry["offset"], entry["line"])
+            if entry is not None and handle.matches(entry.head) and os.fstat(handle.fd).st_size >= entry.offset:
+                handle.resume(entry.offset, entry.line)
             elif entry is not None:
                 # Same inode, other content (reused) or shorter than what was read (truncated): a new file.
                 self.counters["truncations"] += 1
@@ -236,11 +229,11 @@ class FileFollower:
                 # read) holds the unread rest of a file now truncated or gone: read it from the checkpoint's offset.
                 # Of several candidates the longest matching head is the strongest evidence.
                 size = os.fstat(handle.fd).st_size
-                matching = [(entry["head"][0], entry["offset"], key) for key, entry in pending.items()
-                            if 0 < entry["offset"] <= size and handle.matches(entry["head"])]
+                matching = [(entry.head[0], entry.offset, key) for key, entry in pending.items()
+                            if 0 < entry.offset <= size and handle.matches(entry.head)]
                 if matching:
                     key = max(matching)[2]
-                    handle.resume(pending[key]["offset"], pending[key]["line"])
+                    handle.resume(pending[key].offset, pending[key].line)
                     del pending[key]
             self._remember(handle)
             if path == self.path:
@@ -436,11 +429,3 @@ class FileFollower:
         self.draining.remove(handle)
         self._remember(handle)  # with the head it has now: an empty file remembered empty is not "read"
         handle.close()
-
-    @staticmethod
-    def _safe(call, default):  # type: ignore[no-untyped-def]
-        # A read error (EIO on a flaky mount, ESTALE) must not kill the sidecar; the next pass retries.
-        try:
-            return call()
-        except OSError:
-            return default

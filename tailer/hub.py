@@ -10,9 +10,27 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from typing import Any, Deque, Dict, List, Set
+from dataclasses import dataclass
+from typing import Any, Deque, Dict, List, Optional, Set, Union
 
-Message = Dict[str, Any]  # {"type": "items", "items": [...]} or {"type": "source", "source": {...}}
+
+@dataclass
+class ItemsMessage:
+    """The items one pass stored (records, events, alerts), in seq order."""
+
+    items: List[Dict[str, Any]]
+    #: their SSE frames, made by the first stream that sends the whole batch and shared by every other one
+    encoded: Optional[bytes] = None
+
+
+@dataclass(frozen=True)
+class SourceMessage:
+    """A source whose state changed (`SourceInfo.as_json()`)."""
+
+    source: Dict[str, Any]
+
+
+Message = Union[ItemsMessage, SourceMessage]
 
 
 class Subscriber:

@@ -15,6 +15,8 @@ import re
 from pathlib import Path
 from typing import Iterable, List, Optional, Tuple, Union
 
+from .discovery import glob_free_prefix
+
 MOUNTINFO = "/proc/self/mountinfo"
 
 #: filesystem types (mountinfo's field after " - ") whose files other hosts write to.
@@ -25,7 +27,6 @@ NETWORK_TYPES = frozenset({
     "fuse.juicefs", "juicefs", "fuse.rclone", "fuse.goofys", "fuse.mfs", "fuse.alluxio-fuse", "fuse.cvmfs2",
 })
 
-_GLOB = re.compile(r"[*?\[]")
 _ESCAPE = re.compile(r"\\([0-7]{3})")
 
 Mount = Tuple[str, str]  # (mount point, filesystem type)
@@ -51,13 +52,7 @@ def is_network_type(fstype: str) -> bool:
 
 def existing_ancestor(pattern: Union[str, "os.PathLike[str]"]) -> Path:
     """The nearest existing directory (or file) on the way to what a path or glob names."""
-    path = Path(os.path.abspath(os.path.expanduser(os.fspath(pattern))))
-    parts: List[str] = []
-    for part in path.parts:
-        if _GLOB.search(part):
-            break
-        parts.append(part)
-    probe = Path(*parts)
+    probe = glob_free_prefix(Path(os.path.abspath(os.path.expanduser(os.fspath(pattern)))))
     while not probe.exists() and probe.parent != probe:
         probe = probe.parent
     return probe

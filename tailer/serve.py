@@ -13,12 +13,12 @@ from typing import Callable, Optional, Sequence
 
 import uvicorn
 
-from parsers import Format
+from mstail.parsers import Format
 
 from .config import Config
 from .hub import Hub
-from .sidecar import Tailer
-from .state import StateDB, open_state
+from .tailer import Tailer
+from .db import StateDB, open_state
 from .store import Store
 from .webhooks import Webhooks
 
@@ -61,7 +61,8 @@ async def serve(
 ) -> None:
     """Tail and serve until Ctrl-C / SIGTERM; exits within `config.shutdown_timeout_s` + a little.
     `state` is the history database (default: `open_state(config, formats)`)."""
-    from web import create_app  # the composition root is the one place tailer may import web
+    from mstail.web import create_app  # the composition root is the one place tailer may import web
+    from mstail.web.sse import quiet_dropped_clients
 
     store, hub = Store(state if state is not None else open_state(config, formats)), Hub()
     tailer = Tailer(config, formats, store, hub)
@@ -74,10 +75,11 @@ async def serve(
         check_host=config.token is None,  # loopback without a token: only loopback Host headers (DNS rebinding)
         cors_origins=config.cors_origins,
         send_timeout_s=config.send_timeout_s,
+        alerts=tailer.alerts,
     )
-    app.state.alerts = tailer.alerts  # GET /api/alerts
     webhooks = Webhooks(config.webhooks)
     tailer.alert_listeners.append(webhooks.submit)
+    quiet_dropped_clients()
     server = uvicorn.Server(
         uvicorn.Config(
             app,

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Deque, Dict, List, Optional, Sequence
 from urllib.parse import urlsplit
 
-from .encoding import jsonable
+from mstail.parsers.record import jsonable
 
 log = logging.getLogger("mstail.webhooks")
 
@@ -96,16 +96,16 @@ class Webhooks:
     """Senders for `targets`, started with `start()` inside the event loop and ended with `stop()`.
 
     Args:
-        targets: `--webhook` values (see `parse_target`) or Targets.
+        targets: where to send (`parse_target` makes them from `--webhook` values).
         timeout_s: per attempt (connect + read); default 5 s.
         retries: extra attempts after the first; default 3.
         backoff_s: first wait before a retry, doubled each time; default 0.5 s.
         max_queue: alerts waiting per target; the oldest is dropped beyond it; default 100.
     """
 
-    def __init__(self, targets: Sequence[Any], timeout_s: float = 5.0, retries: int = 3, backoff_s: float = 0.5,
+    def __init__(self, targets: Sequence[Target], timeout_s: float = 5.0, retries: int = 3, backoff_s: float = 0.5,
                  max_queue: int = 100) -> None:
-        self.queues = [_Queue(t if isinstance(t, Target) else parse_target(t)) for t in targets]
+        self.queues = [_Queue(target) for target in targets]
         self.timeout_s, self.retries, self.backoff_s, self.max_queue = timeout_s, retries, backoff_s, max_queue
         self._tasks: List[asyncio.Task] = []
         self._client: Any = None

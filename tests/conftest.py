@@ -39,6 +39,19 @@ PathLike = Union[str, "os.PathLike[str]"]
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never through an *_proxy
 
 
+#: Fixtures that start a process: a test using one is `slow` whatever its module says.
+_PROCESS_FIXTURES = {"mstail_server", "log_writer"}
+
+
+def pytest_collection_modifyitems(items: List[pytest.Item]) -> None:
+    """`pytest -m "not slow"` is the fast inner loop: tests that start processes (mstail, writers), drive the
+    browser or train with MindSpore are `slow` too, besides the modules marked so by hand."""
+    for item in items:
+        if _PROCESS_FIXTURES & set(getattr(item, "fixturenames", ())) or item.get_closest_marker("browser") \
+                or item.get_closest_marker("mindspore"):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _state_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterable[None]:
     # Every mstail the tests start (in-process or as a subprocess) keeps its history in one throwaway folder,
@@ -286,7 +299,7 @@ def start_mstail(
     """Start a real mstail on loopback with a free port and wait (bounded) for its "serving" line."""
     workdir.mkdir(parents=True, exist_ok=True)
     stdout_path, stderr_path = workdir / "mstail.stdout", workdir / "mstail.stderr"
-    cmd = [sys.executable, "-m", "tailer"]
+    cmd = [sys.executable, "-m", "mstail"]
     for log in logs:
         cmd += ["--log", os.fspath(log)]
     cmd += ["--host", "127.0.0.1", "--port", "0", *args]

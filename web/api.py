@@ -8,6 +8,9 @@ from fastapi import APIRouter, HTTPException, Query, Request
 
 from .responses import RecordJSONResponse
 
+# Every route is `async def`: the Store and the alert engine are touched from the event loop only (ARCHITECTURE.md,
+# Threads). response_model=None: the answers are already JSON-ready (non-finite numbers by name, `mstail.parsers.record`);
+# a return annotation would otherwise make FastAPI validate them with pydantic, which writes NaN as null.
 router = APIRouter(prefix="/api", default_response_class=RecordJSONResponse)
 
 MAX_POINTS = 20_000
@@ -20,14 +23,14 @@ def _store(request: Request):  # type: ignore[no-untyped-def]
     return request.app.state.store
 
 
-@router.get("/sources")
-def sources(request: Request) -> list:
+@router.get("/sources", response_model=None)
+async def sources(request: Request) -> list:
     """Every source: id, path, format, state (waiting | following | idle | gone), counts and steps."""
     return [info.as_json() for info in _store(request).sources.values()]
 
 
-@router.get("/series")
-def series(
+@router.get("/series", response_model=None)
+async def series(
     request: Request,
     metric: str = Query(..., max_length=200, description="metric name, e.g. loss"),
     source: Optional[List[str]] = Query(None, description="restrict to these source ids (repeatable)"),
@@ -50,8 +53,8 @@ def series(
     }
 
 
-@router.get("/records")
-def records(
+@router.get("/records", response_model=None)
+async def records(
     request: Request,
     after: int = Query(0, ge=0, le=MAX_SEQ, description="only records with seq > after"),
     limit: int = Query(1000, ge=1, le=MAX_LIMIT),
@@ -60,16 +63,16 @@ def records(
     return _store(request).records_after(after, limit)
 
 
-@router.get("/events")
-def events(request: Request, kind: Optional[str] = Query(None, max_length=50)) -> list:
+@router.get("/events", response_model=None)
+async def events(request: Request, kind: Optional[str] = Query(None, max_length=50)) -> list:
     """Events (checkpoint, eval, error, end, start, resume ...), optionally of one kind."""
     return _store(request).events(kind)
 
 
-@router.get("/alerts")
-def alerts(request: Request) -> dict:
+@router.get("/alerts", response_model=None)
+async def alerts(request: Request) -> dict:
     """The alert table: `active` (firing, newest first), `resolved` (recent), `count` (active ones)."""
-    engine = getattr(request.app.state, "alerts", None)
+    engine = request.app.state.alerts
     if engine is None:
         return {"active": [], "resolved": [], "count": 0, "enabled": False}
     return {**engine.table(), "enabled": True}

@@ -4,22 +4,26 @@ from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Sequence
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
-from tailer import __version__
-from tailer.hub import Hub
-from tailer.store import Store
+from mstail import __version__
+from mstail.tailer.config import Config
+from mstail.tailer.hub import Hub
+from mstail.tailer.store import Store
 
 from . import api, metrics, sse
 from .responses import RecordJSONResponse
 from .security import SecurityMiddleware
 
-STATIC_DIR = Path(str(resources.files("web") / "static"))
+if TYPE_CHECKING:
+    from mstail.tailer.alerts import AlertEngine
+
+STATIC_DIR = Path(str(resources.files("mstail.web") / "static"))
 
 
 def create_app(
@@ -29,7 +33,8 @@ def create_app(
     token: Optional[str] = None,
     check_host: bool = False,
     cors_origins: Sequence[str] = (),
-    send_timeout_s: float = 30.0,
+    send_timeout_s: float = Config.send_timeout_s,
+    alerts: Optional["AlertEngine"] = None,
 ) -> FastAPI:
     """The web face of one sidecar.
 
@@ -40,17 +45,19 @@ def create_app(
         token: when set, every request must carry it (web/security.py); default none (loopback use).
         check_host: refuse requests whose Host header is not a loopback name (DNS rebinding); default off.
         cors_origins: origins allowed to read the API cross-origin (GET only); default none: CORS closed.
-        send_timeout_s: an SSE client that accepts no data for this long is dropped; default 30 s.
+        send_timeout_s: an SSE client that accepts no data for this long is dropped; default `Config.send_timeout_s`.
+        alerts: the alert engine `/api/alerts` and `/metrics` read; default none (alerts off).
     """
     app = FastAPI(title="mstail", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.store = store
     app.state.hub = hub
     app.state.send_timeout_s = send_timeout_s
+    app.state.alerts = alerts
     app.include_router(api.router)
     app.include_router(sse.router)
     app.include_router(metrics.router)
     app.state.metrics_registry = metrics.build_registry(metrics.MstailCollector(
-        store, hub, alerts=lambda: getattr(app.state, "alerts", None), facts=lambda: health() if health else {},
+        store, hub, alerts=alerts, facts=lambda: health() if health else {},
         version=__version__,
     ))
     # Every asset is served from the package (offline clusters have no CDN).
@@ -64,8 +71,8 @@ def create_app(
     def index() -> FileResponse:
         return FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-cache"})
 
-    @app.get("/healthz", response_class=RecordJSONResponse)
-    def healthz() -> dict:
+    @app.get("/healthz", response_class=RecordJSONResponse, response_model=None)
+    async def healthz() -> dict:  # async: it reads the store and the alert engine (event loop only)
         facts = {"status": "ok", "sources": len(store.sources), "last_seq": store.last_seq, "clients": hub.subscriber_count}
         facts.update(health() if health else {})
         return facts

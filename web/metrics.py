@@ -34,8 +34,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.process_collector import ProcessCollector
 
-from tailer.hub import Hub
-from tailer.store import Store
+from mstail.tailer.hub import Hub
+from mstail.tailer.store import Store
 
 router = APIRouter()
 
@@ -66,10 +66,10 @@ SOURCE_COUNTERS = (
 
 
 class MstailCollector:
-    """Reads everything at `collect()` time. `alerts()` returns the alert engine or None; `facts()` the
+    """Reads everything at `collect()` time. `alerts` is the alert engine or None; `facts()` the
     tailer's facts (`passes`)."""
 
-    def __init__(self, store: Store, hub: Hub, alerts: Callable[[], Any], facts: Callable[[], Dict[str, Any]],
+    def __init__(self, store: Store, hub: Hub, alerts: Optional[Any], facts: Callable[[], Dict[str, Any]],
                  max_series: int = MAX_SERIES, version: str = "") -> None:
         self.store = store
         self.hub = hub
@@ -144,7 +144,7 @@ class MstailCollector:
                                   value=hub.published)
 
         active = GaugeMetricFamily("mstail_alerts_active", "Firing alerts by severity.", labels=["severity"])
-        engine = self.alerts()
+        engine = self.alerts
         severities: Dict[str, int] = {"info": 0, "warning": 0, "error": 0, "critical": 0}
         fired: Optional[int] = None
         if engine is not None:

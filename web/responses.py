@@ -6,7 +6,7 @@ from typing import Any
 
 from fastapi.responses import JSONResponse
 
-from tailer.encoding import dumps
+from mstail.parsers.record import dumps
 
 
 class RecordJSONResponse(JSONResponse):

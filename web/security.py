@@ -24,7 +24,7 @@ from urllib.parse import parse_qsl
 from starlette.datastructures import Headers
 from starlette.requests import cookie_parser
 
-from tailer.access import is_loopback_host
+from mstail.web.access import is_loopback_host
 
 Scope = dict
 Message = dict

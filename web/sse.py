@@ -15,14 +15,13 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from sse_starlette import EventSourceResponse
 from sse_starlette.sse import SendTimeoutError
 
-from tailer.encoding import dumps
-from tailer.hub import Hub
-from tailer.store import Store
+from mstail.parsers.record import dumps
+from mstail.tailer.hub import Hub, ItemsMessage, SourceMessage
+from mstail.tailer.store import Store
 
 router = APIRouter()
 
 RETRY_MS = 2000
-SEND_TIMEOUT_S = 30.0  # a client that accepts nothing for this long stopped reading: dropped (sse-starlette)
 PING_S = 15
 REPLAY_CHUNK = 2000  # items per message while replaying history
 LAST_EVENT_ID = re.compile(r"[0-9]{1,19}")  # ASCII digits only: str.isdigit() also takes '²'
@@ -60,9 +59,11 @@ class _QuietDroppedClients(logging.Filter):
         return record.getMessage() != "ASGI callable returned without completing response."
 
 
-_uvicorn_log = logging.getLogger("uvicorn.error")
-if not any(isinstance(f, _QuietDroppedClients) for f in _uvicorn_log.filters):
-    _uvicorn_log.addFilter(_QuietDroppedClients())
+def quiet_dropped_clients() -> None:
+    """Install `_QuietDroppedClients` on uvicorn's error log (once; the server's composition root calls it)."""
+    uvicorn_log = logging.getLogger("uvicorn.error")
+    if not any(isinstance(f, _QuietDroppedClients) for f in uvicorn_log.filters):
+        uvicorn_log.addFilter(_QuietDroppedClients())
 
 
 def frame(seq: int, event: str, data: Any) -> bytes:
@@ -86,11 +87,10 @@ def encode_items(items: List[Dict[str, Any]]) -> bytes:
     return b"".join(out)
 
 
-def _encoded_batch(message: Dict[str, Any]) -> bytes:
-    # One encoding per batch, shared by every subscriber.
-    if "_encoded" not in message:
-        message["_encoded"] = encode_items(message["items"])
-    return message["_encoded"]
+def _encoded_batch(message: ItemsMessage) -> bytes:
+    if message.encoded is None:
+        message.encoded = encode_items(message.items)
+    return message.encoded
 
 
 @router.get("/api/stream")
@@ -108,7 +108,7 @@ async def stream(
         hub,
         _events(store, hub, requested),
         ping=PING_S,
-        send_timeout=getattr(request.app.state, "send_timeout_s", SEND_TIMEOUT_S),
+        send_timeout=request.app.state.send_timeout_s,
         headers={"Cache-Control": "no-store"},
     )
 
@@ -146,10 +146,10 @@ async def _events(store: Store, hub: Hub, requested: Optional[int]) -> AsyncIter
             # Coalescing: whatever queued up while this client was busy goes out as one write.
             out: List[bytes] = []
             for message in subscriber.drain():
-                if message["type"] == "source":
-                    out.append(frame(cursor, "source", message["source"]))
+                if isinstance(message, SourceMessage):
+                    out.append(frame(cursor, "source", message.source))
                     continue
-                items = message["items"]
+                items = message.items
                 if items[-1]["seq"] <= cursor:
                     continue
                 hub.sent_items += items[-1]["seq"] - max(cursor, items[0]["seq"] - 1)

@@ -35,7 +35,7 @@ import numpy as np  # noqa: E402
 from mindspore import Tensor, nn  # noqa: E402
 from mindspore.train import Callback, LossMonitor, Model  # noqa: E402
 
-from tailer.callback import JsonlCallback, _lr_sources  # noqa: E402
+from mstail.callback import JsonlCallback, _lr_sources  # noqa: E402
 
 
 class Timed(Callback):

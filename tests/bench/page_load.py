@@ -1,6 +1,6 @@
 """Page load at scale: a run of 1,000,000 steps x 8 metrics, opened in headless Chromium.
 
-Setup (this machine, loopback only): a generated JSONL log (what tailer.callback writes; the fastest format to
+Setup (this machine, loopback only): a generated JSONL log (what mstail.callback writes; the fastest format to
 ingest) of --steps steps with 8 metrics (loss with a NaN and a spike, lr, grad_norm, loss_scale, overflow,
 step_time_ms, throughput_tflops, samples_per_s) and its events; a real `mstail --jsonl FILE --port 0` that reads
 it all (time printed); then Debian's Chromium through Playwright (1400 x 1000 viewport) opens the page.

@@ -12,14 +12,14 @@ start-ups (tests/real_logs/) and v1.8 format strings (shared/research/log-format
 
 Measured in the same run, alternating, best of --rounds (default 3):
 - floor: iterate the files' lines in binary (`for line in file`), nothing else;
-- line reading (for reference, no goal): mstail's own reading alone, `tailer.lines.LineSplitter` turning 1 MiB
+- line reading (for reference, no goal): mstail's own reading alone, `mstail.tailer.lines.LineSplitter` turning 1 MiB
   chunks into decoded lines with offsets;
 - naive: the same extraction done the obvious way: every line `re.search`ed against each rule of the built-in
   mindformers format (record, attach and event rules, unanchored, on whole lines: the obvious way does not
   strip the logger prefix first), fields converted by their declared types, non-finite numbers encoded,
   `json.dumps` per record;
-- mstail: `python -m tailer parse FILES -o OUT` as a subprocess (start-up included), and the same command
-  in-process (`tailer.cli.main`). The two sources are parsed in worker processes (one per usable CPU), so wall
+- mstail: `python -m mstail parse FILES -o OUT` as a subprocess (start-up included), and the same command
+  in-process (`mstail.tailer.cli.main`). The two sources are parsed in worker processes (one per usable CPU), so wall
   time gains from a second CPU; CPU time counts the workers too.
 The naive baseline's records are checked against mstail's (same steps, same values).
 
@@ -54,14 +54,10 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tailer.discovery import SourceNamer  # noqa: E402
-from tailer.lines import LineSplitter  # noqa: E402
-from tailer.offline import READ_CHUNK  # noqa: E402
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - 3.9/3.10
-    import tomli as tomllib
+from mstail.tailer.discovery import SourceNamer  # noqa: E402
+from mstail.tailer.lines import LineSplitter  # noqa: E402
+from mstail.tailer.offline.reading import READ_CHUNK  # noqa: E402
+from mstail.platform import tomllib  # noqa: E402
 
 GOAL_VS_NAIVE = 4.0  # mstail at least this many times faster than the naive baseline
 GOAL_VS_FLOOR = 10.0  # mstail at most this many times the floor's time
@@ -400,14 +396,14 @@ def naive(paths: Sequence[Path], out_path: Path) -> None:
 
 
 def mstail_subprocess(paths: Sequence[Path], out: Path) -> None:
-    command = [sys.executable, "-m", "tailer", "parse", *map(str, paths), "-o", str(out)]
+    command = [sys.executable, "-m", "mstail", "parse", *map(str, paths), "-o", str(out)]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"mstail parse failed ({done.returncode}): {done.stderr.strip()}")
 
 
 def mstail_in_process(paths: Sequence[Path], out: Path) -> None:
-    from tailer.cli import main
+    from mstail.tailer.cli import main
 
     with contextlib.redirect_stderr(io.StringIO()):
         code = main(["parse", *map(str, paths), "-o", str(out)])

@@ -28,7 +28,8 @@ from typing import Any, Dict, List, Tuple
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.tailer.scenario_support import (
+from mstail.tailer.hub import ItemsMessage  # noqa: E402
+from tests.tailer.scenario_support import (  # noqa: E402
     MODES,
     Running,
     by_writer,
@@ -94,8 +95,8 @@ def _latencies(mode: str, args: argparse.Namespace, flood: bool) -> Tuple[List[f
             await subscriber.wait(0.2)
             now = time.time()
             for message in subscriber.drain():
-                if message.get("type") == "items":
-                    for item in message["items"]:
+                if isinstance(message, ItemsMessage):
+                    for item in message.items:
                         if "w" in item and int(item["w"]) < 8:
                             arrived[(int(item["w"]), int(item["step"]))] = now
 

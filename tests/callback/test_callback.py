@@ -18,7 +18,8 @@ from mindspore import Parameter, Tensor, nn
 from mindspore.amp import FixedLossScaleManager
 from mindspore.train import Model
 
-from tailer.callback import RESERVED_KEYS, JsonlCallback, JsonlWriter
+from mstail.callback import JsonlCallback, JsonlWriter
+from mstail.parsers.record import RESERVED
 
 from . import nets
 from .nets import BATCH, STEPS_PER_EPOCH, read_records
@@ -212,7 +213,7 @@ def test_reserved_names_are_refused_at_setup_and_left_out_during_training(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     writer = JsonlWriter(tmp_path / "m.jsonl")
-    for name in RESERVED_KEYS:
+    for name in RESERVED:
         with pytest.raises(ValueError, match="reserved"):
             writer.add_metric(name, 1.0)
     with pytest.raises(ValueError, match="reserved"):

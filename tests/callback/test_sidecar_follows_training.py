@@ -10,7 +10,7 @@ import pytest
 from mindspore import nn
 from mindspore.train import Callback, Model
 
-from tailer.callback import JsonlCallback
+from mstail.callback import JsonlCallback
 
 from . import nets
 from .nets import read_records

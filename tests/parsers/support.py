@@ -6,7 +6,7 @@ import math
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from parsers import SourceParser, format_table, load_formats
+from mstail.parsers import SourceParser, format_table, load_formats
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "sample_logs"

@@ -13,9 +13,9 @@ from typing import List
 
 import pytest
 
-from parsers import SourceParser, load_format_file
-from parsers.loader import parse_format
-from parsers.pyliteral import parse_pydict
+from mstail.parsers import SourceParser, load_format_file
+from mstail.parsers.loader import parse_format
+from mstail.parsers.pyliteral import parse_pydict
 
 from .support import NAN, READ_TIME, ROOT, SAMPLES, assert_metrics, parse
 from .test_mindformers import PREFIXES, local_ts, progress, v18_line
@@ -400,7 +400,7 @@ def test_example_format_loads_and_parses_its_own_examples() -> None:
 
 def test_example_format_as_a_user_file(tmp_path: Path) -> None:
     """Copied into the user folder, it loads next to the built-ins without replacing any of them."""
-    from parsers import load_formats
+    from mstail.parsers import load_formats
 
     folder = tmp_path / "formats"
     folder.mkdir()

@@ -6,8 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import List, Tuple
 
-from parsers import SourceParser, load_formats
-from parsers.interleave import PART_KEY, InterleavedParser
+from mstail.parsers import SourceParser, load_formats
+from mstail.parsers.interleave import InterleavedParser
+from mstail.parsers.record import PART_KEY
 
 SAMPLE = Path(__file__).resolve().parents[2] / "sample_logs" / "mindformers_v1.8_nonsink_worker_0.log"
 FORMATS = load_formats(user_dir=Path("/nonexistent"))
@@ -60,7 +61,9 @@ def test_a_snapshot_restores_every_part() -> None:
     second = fresh()
     assert second.restore(first.snapshot()) and set(second.parts) == {"rank0", "rank1"}
     assert before + parse(second, lines[half:]) == whole
-    assert not fresh().restore({**first.snapshot(), "parts": {"rank0": {**first.parts["rank0"].snapshot(), "format": "nope"}}})
+    unknown = first.snapshot()
+    unknown.parts["rank0"].format = "nope"
+    assert not fresh().restore(unknown)
 
 
 def test_mstail_parse_gives_each_tagged_rank_its_own_source(tmp_path: Path) -> None:
@@ -68,7 +71,7 @@ def test_mstail_parse_gives_each_tagged_rank_its_own_source(tmp_path: Path) -> N
     import io
     import json
 
-    from tailer.offline import run_parse
+    from mstail.tailer.offline import run_parse
 
     body = SAMPLE.read_text(encoding="utf-8").splitlines()
     tagged = tmp_path / "train.log"
@@ -92,7 +95,7 @@ def test_mstail_parse_gives_each_tagged_rank_its_own_source(tmp_path: Path) -> N
 def test_explain_shows_each_tagged_line_as_its_rank_saw_it(tmp_path: Path) -> None:
     import io
 
-    from tailer.offline import run_explain
+    from mstail.tailer.offline import run_explain
 
     body = SAMPLE.read_text(encoding="utf-8").splitlines()
     tagged = tmp_path / "train.log"

@@ -9,7 +9,7 @@ from typing import Optional
 
 import pytest
 
-from parsers import FormatError, SourceParser, load_format_file, load_formats, pattern_format
+from mstail.parsers import FormatError, SourceParser, load_format_file, load_formats, pattern_format
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -196,7 +196,7 @@ def test_cli_reports_a_bad_format_file_in_one_line(tmp_path: Path) -> None:
     log = tmp_path / "train.log"
     log.write_text("step 1 loss 2.0\n", encoding="utf-8")
     result = subprocess.run(
-        [sys.executable, "-m", "tailer", "parse", str(log), "--formats", str(bad)],
+        [sys.executable, "-m", "mstail", "parse", str(log), "--formats", str(bad)],
         capture_output=True, text=True, cwd=str(ROOT), timeout=60,
     )
     assert result.returncode == 2

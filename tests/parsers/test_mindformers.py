@@ -10,7 +10,7 @@ from typing import Callable, List, Optional
 
 import pytest
 
-from parsers import SourceParser
+from mstail.parsers import SourceParser
 
 from .support import FORMATS, INF, NAN, READ_TIME, SAMPLES, assert_metrics, metrics, parse, same
 

@@ -100,7 +100,7 @@ def test_mindspore_real_log() -> None:
 # -- `mstail parse` end to end -----------------------------------------------------------------------------------------
 def run_cli(*args: str) -> subprocess.CompletedProcess:
     result = subprocess.run(
-        [sys.executable, "-m", "tailer", "parse", *args], capture_output=True, cwd=str(ROOT), timeout=60
+        [sys.executable, "-m", "mstail", "parse", *args], capture_output=True, cwd=str(ROOT), timeout=60
     )
     assert result.returncode == 0, result.stderr.decode("utf-8", "replace")
     return result

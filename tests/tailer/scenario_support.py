@@ -17,11 +17,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 
-from parsers import load_formats
-from tailer.config import Config
-from tailer.hub import Hub
-from tailer.sidecar import Tailer
-from tailer.store import Store
+from mstail.parsers import load_formats
+from mstail.tailer.config import Config
+from mstail.tailer.hub import Hub
+from mstail.tailer.tailer import Tailer
+from mstail.tailer.store import Store
 
 WRITER = Path(__file__).with_name("scenario_writer.py")
 PATTERN = r"^w=(?P<w>\d+) seq=(?P<step>\d+) pad=(?P<_pad>x*)$"
@@ -63,7 +63,7 @@ async def finished(*procs: "subprocess.Popen[bytes]", timeout: float = 30.0) -> 
 
 def make_tailer(mode: str, *logs: str, **config: Any) -> Tailer:
     config.setdefault("format", "pattern")
-    config.setdefault("alerts_enabled", False)
+    config.setdefault("alert_rules", None)
     settings = Config(logs=logs, patterns=config.pop("patterns", (PATTERN,)), poll_s=MODES[mode], **config)
     formats = load_formats(patterns=settings.patterns, user_dir=Path("/nonexistent"))
     return Tailer(settings, formats, Store(), Hub())

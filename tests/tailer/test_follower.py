@@ -12,7 +12,7 @@ from typing import List
 
 import pytest
 
-from tailer.follower import FileFollower
+from mstail.tailer.follower import FileFollower
 
 WRITER = Path(__file__).with_name("seq_writer.py")
 SEQ = re.compile(r"line=(\d+)")

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from tailer.lines import LineSplitter
+from mstail.tailer.lines import LineSplitter
 
 
 def reference(data: bytes, max_line_bytes: int):  # type: ignore[no-untyped-def]

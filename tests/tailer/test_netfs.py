@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tailer import cli, netfs
+from mstail.tailer import cli, netfs
+from mstail.tailer.config import Config
 
 MOUNTINFO = r"""22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw
 25 22 0:21 / /proc rw,nosuid,nodev,noexec,relatime shared:12 - proc proc rw
@@ -68,12 +69,12 @@ def test_serve_polls_by_itself_when_a_log_is_on_a_network_filesystem(
     remote, local = str(tmp_path / "nfs" / "rank_*" / "info.log"), str(tmp_path / "local.log")
     parser = cli._build_parser()
 
-    config = cli._config(parser.parse_args(["serve", "--log", remote, "--log", local]))
-    assert config.poll_s == cli.AUTO_POLL_S
+    config = cli._config(parser.parse_args(["serve", "--log", remote, "--log", local]), logs=(remote, local))
+    assert config.poll_s == Config.network_poll_s
     err = capsys.readouterr().err
     assert f"{remote} is on a network filesystem (nfs4)" in err and "local.log" not in err
     assert "reading every 1 s on a timer" in err
 
-    assert cli._config(parser.parse_args(["serve", "--log", remote, "--poll", "3"])).poll_s == 3.0  # --poll wins
-    assert cli._config(parser.parse_args(["serve", "--log", local])).poll_s is None
+    assert cli._config(parser.parse_args(["serve", "--log", remote, "--poll", "3"]), logs=(remote,)).poll_s == 3.0  # --poll wins
+    assert cli._config(parser.parse_args(["serve", "--log", local]), logs=(local,)).poll_s is None
     assert capsys.readouterr().err == ""

@@ -20,12 +20,12 @@ from typing import List, Tuple
 
 import pytest
 
-from parsers import load_formats
-from tailer.config import Config
-from tailer.hub import Hub
-from tailer.sidecar import Tailer
-from tailer.state import StateDB
-from tailer.store import Store
+from mstail.parsers import load_formats
+from mstail.tailer.config import Config
+from mstail.tailer.hub import Hub
+from mstail.tailer.tailer import Tailer
+from mstail.tailer.db import StateDB
+from mstail.tailer.store import Store
 from tests.conftest import finish_writer, start_mstail, wait_until
 from tests.web.sse_client import collect, stream_seqs
 
@@ -213,7 +213,7 @@ def test_the_state_folder_may_not_be_inside_a_followed_log_folder(tmp_path: Path
     logs = tmp_path / "output" / "log"
     logs.mkdir(parents=True)
     done = subprocess.run(
-        [sys.executable, "-m", "tailer", "--log", str(logs / "rank_*" / "info.log"), "--port", "0",
+        [sys.executable, "-m", "mstail", "--log", str(logs / "rank_*" / "info.log"), "--port", "0",
          "--state-dir", str(logs / "state")],
         capture_output=True, text=True, timeout=30,
     )
@@ -242,7 +242,7 @@ PROGRESS_LINE = ("2025-11-20 03:15:{s:02d},222 - mindformers[mindformers/core/ca
 
 
 def _tailer(state: Path, *logs: str, **options: object) -> Tailer:
-    config = Config(logs=logs, alerts_enabled=False, **options)  # type: ignore[arg-type]
+    config = Config(logs=logs, alert_rules=None, **options)  # type: ignore[arg-type]
     formats = load_formats(patterns=config.patterns, user_dir=Path("/nonexistent"))
     store = Store(StateDB(state, expected="test"))
     tailer = Tailer(config, formats, store, Hub())
@@ -266,7 +266,7 @@ def test_a_restart_while_a_record_waits_for_its_progress_line_neither_loses_nor_
     asyncio.run(first.pass_once())
     first.store.close()  # the process dies here: what is committed is all there is
     (checkpoint,) = [c for _, c in StateDB(state, expected="test").sources().values()]
-    assert checkpoint["emitted"] - checkpoint["emitted_at"] == 1  # step 2 is stored past the resume point
+    assert checkpoint.emitted - checkpoint.emitted_at == 1  # step 2 is stored past the resume point
 
     second = _tailer(state, str(log))
     _append(log, progress(3))
@@ -319,7 +319,7 @@ def test_a_file_rotated_while_down_is_finished_from_its_offset_then_the_new_one_
 def test_a_second_mstail_on_the_same_logs_and_state_is_refused_clearly(tmp_path: Path, sidecar) -> None:  # type: ignore[no-untyped-def]
     log, side, _ = log_read_once(tmp_path, sidecar, 5)
     done = subprocess.run(
-        [sys.executable, "-m", "tailer", "--log", str(log), "--port", "0", *side.args],
+        [sys.executable, "-m", "mstail", "--log", str(log), "--port", "0", *side.args],
         capture_output=True, text=True, timeout=30,
     )
     assert done.returncode == 2 and "another mstail keeps its history in" in done.stderr, done.stderr

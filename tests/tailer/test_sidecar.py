@@ -16,11 +16,11 @@ from typing import Callable, List
 
 import pytest
 
-from parsers import load_formats
-from tailer.config import Config
-from tailer.hub import Hub
-from tailer.sidecar import READ_SLICE, Tailer
-from tailer.store import Store
+from mstail.parsers import load_formats
+from mstail.tailer.config import Config
+from mstail.tailer.hub import Hub, ItemsMessage
+from mstail.tailer.tailer import READ_SLICE, Tailer
+from mstail.tailer.store import Store
 
 WRITER = Path(__file__).with_name("seq_writer.py")
 PATTERN = r"^line=(?P<step>\d+) padding=(?P<_pad>x*)$"
@@ -105,8 +105,8 @@ def test_live_batches_reach_a_subscriber_in_order(tmp_path: Path) -> None:
         while len(got) < 500 and time.monotonic() < deadline:
             await subscriber.wait(0.5)
             for message in subscriber.drain():
-                if message["type"] == "items":
-                    got += [item["step"] for item in message["items"]]
+                if isinstance(message, ItemsMessage):
+                    got += [item["step"] for item in message.items]
         stop.set()
         await asyncio.wait_for(task, 5)
         writer.wait(timeout=5)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-from parsers import Item
-from tailer.store import Store
+from mstail.parsers import Item
+from mstail.tailer.store import Store
 
 
 def records(steps, metric="loss", value=lambda s: float(s), segment=0):  # type: ignore[no-untyped-def]

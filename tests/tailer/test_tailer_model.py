@@ -69,14 +69,14 @@ from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 
-import tailer.sidecar as sidecar_module
-from parsers import load_formats
-from tailer.config import Config
-from tailer.follower import FileFollower
-from tailer.hub import Hub
-from tailer.sidecar import Tailer
-from tailer.state import open_state
-from tailer.store import Store
+import mstail.tailer.tailer as sidecar_module
+from mstail.parsers import load_formats
+from mstail.tailer.config import Config
+from mstail.tailer.follower import FileFollower
+from mstail.tailer.hub import Hub
+from mstail.tailer.tailer import Tailer
+from mstail.tailer.db import open_state
+from mstail.tailer.store import Store
 
 PATTERN = r"^w=(?P<w>\d+) seq=(?P<step>\d+) pad=(?P<_pad>x*)$"
 BACKUPS = 3
@@ -122,7 +122,7 @@ class TailerModel(RuleBasedStateMachine):
         (self.root / "logs").mkdir()
         self.path = self.root / "logs" / "info.log"
         self.config = Config(
-            logs=(str(self.path),), patterns=(PATTERN,), format="pattern", alerts_enabled=False,
+            logs=(str(self.path),), patterns=(PATTERN,), format="pattern", alert_rules=None,
             state_dir=str(self.root / "state"), poll_s=0.1, read_budget_bytes=budget,
         )
         self.formats = load_formats(patterns=self.config.patterns, user_dir=Path("/nonexistent"))

@@ -11,7 +11,7 @@ from typing import Any, Dict, Iterator, List
 
 import pytest
 
-from tailer.webhooks import Target, WebhookError, Webhooks, parse_target, payload
+from mstail.tailer.webhooks import Target, WebhookError, Webhooks, parse_target, payload
 
 ALERT = {"id": "a1", "rule": "nonfinite", "source": "rank_0", "step": 10, "severity": "critical", "state": "firing",
          "message": "non-finite loss = NaN", "first_seen": 1.0, "last_seen": 1.0, "count": 1, "seq": 42}
@@ -89,7 +89,7 @@ def test_targets_and_payload_formats() -> None:
 
 def test_a_hanging_and_a_failing_receiver_do_not_delay_a_good_one(receivers: Dict[str, Receiver]) -> None:
     async def scenario() -> Dict[str, Any]:
-        hooks = Webhooks([receivers["hang"].url, receivers["fail"].url, "feishu=" + receivers["ok"].url],
+        hooks = Webhooks([parse_target(v) for v in (receivers["hang"].url, receivers["fail"].url, "feishu=" + receivers["ok"].url)],
                          timeout_s=0.3, retries=2, backoff_s=0.05)
         hooks.start()
         began = time.monotonic()
@@ -118,7 +118,7 @@ def test_a_hanging_and_a_failing_receiver_do_not_delay_a_good_one(receivers: Dic
 
 def test_the_queue_is_bounded_and_drops_the_oldest(receivers: Dict[str, Receiver]) -> None:
     async def scenario() -> List[Dict[str, Any]]:
-        hooks = Webhooks([receivers["hang"].url], timeout_s=5, retries=0, max_queue=3)
+        hooks = Webhooks([parse_target(receivers["hang"].url)], timeout_s=5, retries=0, max_queue=3)
         hooks.start()
         for n in range(10):
             hooks.submit({**ALERT, "id": f"a{n}"})

@@ -20,10 +20,10 @@ from typing import Any, Dict, Iterator, List
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from parsers import Item
-from tailer.hub import Hub
-from tailer.store import Store
-from web.metrics import MstailCollector
+from mstail.parsers import Item
+from mstail.tailer.hub import Hub
+from mstail.tailer.store import Store
+from mstail.web.metrics import MstailCollector
 
 from .sse_client import collect, stream_seqs
 
@@ -106,7 +106,7 @@ def test_the_series_cap_keeps_canonical_metrics_and_counts_the_rest() -> None:
         record = {"step": 7, "time": 1.0, "loss": 1.5, "lr": 0.001, "note": "text is not a metric"}
         record.update({f"extra_{i:03d}": float(i) for i in range(400)})
         store.add(source, [Item("record", record)])
-    collector = MstailCollector(store, hub, alerts=lambda: None, facts=lambda: {}, max_series=1000)
+    collector = MstailCollector(store, hub, alerts=None, facts=lambda: {}, max_series=1000)
     families = {f.name: f for f in collector.collect()}
     exported = [s.labels for s in families["mstail_metric"].samples]
     assert len(exported) == 1000

@@ -19,9 +19,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tailer.access import is_loopback_host, new_token
-from tailer.cli import with_token
-from tailer.config import Config
+from mstail.web.access import is_loopback_host, new_token
+from mstail.tailer.cli import with_token
+from mstail.tailer.config import Config
 
 from ..conftest import ROOT, MstailServer, finish_writer, spawn_writer, start_mstail
 
@@ -112,7 +112,7 @@ def test_a_non_loopback_host_gets_a_generated_token_and_loopback_does_not() -> N
 
 @pytest.mark.parametrize("token", ["short", "has space in the token 1234", "semi;colon-in-the-token-1234", "x" * 513])
 def test_a_malformed_token_is_one_clear_error(tmp_path: Path, token: str) -> None:
-    proc = subprocess.run([sys.executable, "-m", "tailer", "--log", str(tmp_path / "x.log"), "--port", "0", "--token", token],
+    proc = subprocess.run([sys.executable, "-m", "mstail", "--log", str(tmp_path / "x.log"), "--port", "0", "--token", token],
                           cwd=str(ROOT), capture_output=True, text=True, timeout=30)
     assert proc.returncode == 2
     assert proc.stderr.startswith("mstail: --token needs") and proc.stderr.count("\n") == 1, proc.stderr

@@ -1,20 +1,21 @@
 // mstail dashboard: charts per metric (grouped), history from /api/series, live points from /api/stream (SSE).
 // Everything that comes from log text is set with textContent or drawn by ECharts on canvas: never HTML.
-// Modules: util.js (helpers), state.js (state + URL), chart.js (one chart), this file (page, stream, panels).
+// Modules: util.js (helpers), state.js (state + URL), chart.js (one chart), stream.js (live stream),
+// sources.js (header strip), alerts.js (alerts), heatmap.js (step-time heatmap), this file (boot, toolbar,
+// chart grid, render loop, zoom, detail panel).
 
-import { GROUPS, RESERVED, fmt, fmtAxis, fmtDuration, getJSON, median, num } from "./util.js";
-import { colorOf, readURL, state, themeColors, view, writeURL } from "./state.js";
+import { GROUPS, getJSON } from "./util.js";
+import { readURL, state, tracked, view, writeURL } from "./state.js";
 import { ChartView } from "./chart.js";
+import { connect, noteEvent, setConnection, setupStream } from "./stream.js";
+import { loadRecentStepTimes, renderSources, setHidden, setupSources } from "./sources.js";
+import { alertMarks, loadAlerts, setupAlerts } from "./alerts.js";
+import { HEATMAP_REFRESH_MS, refreshHeatmap } from "./heatmap.js";
 
-const RECONNECT_MAX_MS = 10000;
 const ZOOM_DEBOUNCE_MS = 100;
 const RENDER_MIN_INTERVAL_MS = 200;
-const STEP_TIMES_KEPT = 50;       // the header's step time is the median of this many latest steps
-const HEATMAP_COLUMNS = 120;
-const HEATMAP_REFRESH_MS = 5000;
 
-const page = { pending: 0, loads: 0, firstPaint: false, applyingZoom: false, zoomTimer: null, heatmap: null,
-  heatmapAt: -Infinity, lastRender: 0, renderQueued: false, detailItem: null, sourcesFetch: null };
+const page = { applyingZoom: false, zoomTimer: null, lastRender: 0, renderQueued: false, detailItem: null };
 
 // ---- charts -------------------------------------------------------------------------------------------
 const hooks = {
@@ -58,19 +59,6 @@ function chartFor(metric) {
     echarts.connect("mstail");
   }
   return chart;
-}
-
-async function tracked(promise) {
-  page.pending += 1;
-  document.body.dataset.busy = "1";
-  try {
-    return await promise;
-  } finally {
-    page.pending -= 1;
-    page.loads += 1;
-    document.body.dataset.loads = String(page.loads);
-    if (!page.pending) document.body.dataset.busy = "0";
-  }
 }
 
 function noteFirstTimes() {
@@ -120,7 +108,7 @@ function renderNow() {
   for (const chart of state.charts.values()) if (chart.dirty) chart.render();
   if (moved && view.zoom) applyZoom();
   renderSources();
-  if (performance.now() - page.heatmapAt > HEATMAP_REFRESH_MS) refreshHeatmap();
+  if (performance.now() - state.heatmapAt > HEATMAP_REFRESH_MS) refreshHeatmap();
 }
 
 function renderAllNow() {
@@ -208,136 +196,6 @@ async function reloadAll() {
   refreshHeatmap();
 }
 
-// ---- ranks: show / hide ---------------------------------------------------------------------------------
-function setHidden(source, hidden) {
-  if (hidden) view.hidden.add(source); else view.hidden.delete(source);
-  writeURL();
-  for (const chart of state.charts.values()) chart.dirty = true;
-  scheduleRender();
-  if (page.heatmapAnswer) drawHeatmap(page.heatmapAnswer);
-}
-
-// ---- header strip: one card per source ------------------------------------------------------------------
-function latestOf(metric, source) {
-  const chart = state.charts.get(metric);
-  return chart ? chart.latest.get(source) : undefined;
-}
-
-function fact(parent, label, value, cls) {
-  const item = document.createElement("span");
-  item.className = `fact ${cls || ""}`.trim();
-  const l = document.createElement("span");
-  l.className = "label";
-  l.textContent = label;
-  const v = document.createElement("span");
-  v.className = "value";
-  v.textContent = value;
-  item.append(l, v);
-  parent.append(item);
-  return item;
-}
-
-function renderSources() {
-  const strip = document.getElementById("sources");
-  strip.replaceChildren();
-  const now = Date.now() / 1000;
-  for (const info of [...state.sources.values()].sort((a, b) => a.id.localeCompare(b.id))) {
-    const card = document.createElement("div");
-    card.className = "source";
-    card.dataset.source = info.id;
-    card.classList.toggle("hidden-source", view.hidden.has(info.id));
-    const head = document.createElement("button");
-    head.type = "button";
-    head.className = "toggle";
-    head.title = `${info.path}\nclick: show or hide this source on every chart`;
-    head.setAttribute("aria-pressed", String(!view.hidden.has(info.id)));
-    head.addEventListener("click", () => setHidden(info.id, !view.hidden.has(info.id)));
-    const swatch = document.createElement("span");
-    swatch.className = "swatch";
-    swatch.style.background = colorOf(info.id);
-    const id = document.createElement("span");
-    id.className = "id";
-    id.textContent = info.id;
-    head.append(swatch, id);
-    const st = document.createElement("span");
-    st.className = `state ${info.state}`;
-    st.textContent = (state.ended.has(info.id) ? "finished" : info.state) + (info.format ? ` · ${info.format}` : "");
-    card.append(head, st);
-
-    const facts = document.createElement("div");
-    facts.className = "facts";
-    const recent = state.recentStepMs.get(info.id) || [];
-    const stepMs = median(recent);
-    const total = info.total_steps ? ` / ${info.total_steps}` : "";
-    fact(facts, "step", info.last_step === null ? "–" : `${info.last_step}${total}`, "step");
-    fact(facts, "loss", fmt(latestOf("loss", info.id)), "loss");
-    fact(facts, "lr", fmt(latestOf("lr", info.id)), "lr");
-    fact(facts, "step time", stepMs === null ? "–" : `${fmt(Math.round(stepMs))} ms`, "steptime");
-    const left = info.total_steps && info.last_step !== null ? info.total_steps - info.last_step : null;
-    const eta = state.ended.has(info.id) ? "done" : left !== null && stepMs !== null ? fmtDuration(left * stepMs / 1000) : "–";
-    fact(facts, "ETA", eta, "eta");
-    const tflops = latestOf("throughput_tflops", info.id);
-    const sps = latestOf("samples_per_s", info.id);
-    fact(facts, "throughput", tflops !== undefined ? `${fmt(tflops)} TFLOPS` : sps !== undefined ? `${fmt(sps)} samples/s` : "–", "throughput");
-    const since = typeof info.last_time === "number" ? Math.max(0, now - info.last_time) : null;
-    const hangS = Math.max(60, 10 * (stepMs || 0) / 1000);
-    const level = state.ended.has(info.id) || since === null ? "none" : since >= hangS ? "red" : since >= Math.max(15, hangS / 3) ? "amber" : "ok";
-    const sinceEl = fact(facts, "since last step", since === null ? "–" : fmtDuration(since), `since ${level}`);
-    sinceEl.dataset.level = level;
-    card.append(facts);
-
-    const c = info.counters || {};
-    const counters = document.createElement("div");
-    counters.className = "counters";
-    const parts = [["lines", c.lines], ["bytes", c.bytes], ["records", info.records], ["unmatched", c.unmatched_metric_lines],
-      ["field errors", c.field_errors], ["cut", c.cut_lines], ["bad utf-8", c.bad_utf8_lines],
-      ["truncations", c.truncations], ["rotations", c.rotations]];
-    counters.textContent = parts.filter((p) => p[1] !== undefined).map(([k, v]) => `${k} ${k === "bytes" ? fmtAxis(v) : v}`).join(" · ");
-    card.append(counters);
-    strip.append(card);
-  }
-  document.getElementById("summary").textContent =
-    `${state.sources.size} source${state.sources.size === 1 ? "" : "s"} · seq ${state.lastSeq}`;
-  renderBaselineChoices();
-}
-
-function noteRecord(record) {
-  const info = state.sources.get(record.source);
-  if (!info) { refreshSources(); return; }
-  if (info.first_step === null) info.first_step = record.step;
-  info.last_step = record.step;
-  info.records += 1;
-  if (typeof record.time === "number") info.last_time = record.time;
-  if (!state.firstTime.has(record.source) && typeof record.time === "number") state.firstTime.set(record.source, record.time);
-  const ms = num(record.step_time_ms);
-  if (ms !== null && Number.isFinite(ms)) {
-    const recent = state.recentStepMs.get(record.source) || [];
-    recent.push(ms);
-    if (recent.length > STEP_TIMES_KEPT) recent.shift();
-    state.recentStepMs.set(record.source, recent);
-  }
-}
-
-function refreshSources() {
-  if (page.sourcesFetch) return;
-  page.sourcesFetch = getJSON("/api/sources").then((list) => {
-    for (const info of list) if (!state.sources.has(info.id)) state.sources.set(info.id, info);
-    scheduleRender();
-  }).catch((err) => console.warn("sources unavailable", err)).finally(() => { page.sourcesFetch = null; });
-}
-
-async function loadRecentStepTimes(sources) {
-  const lasts = sources.map((s) => s.last_step).filter((s) => s !== null);
-  if (!lasts.length || !sources.some((s) => s.metrics.includes("step_time_ms"))) return;
-  const start = Math.min(...lasts) - STEP_TIMES_KEPT * 4;
-  const answer = await getJSON(`/api/series?metric=step_time_ms&start=${start}&points=20000`);
-  for (const s of answer.series) {
-    const values = s.last.map(num).filter((v) => v !== null && Number.isFinite(v));
-    const recent = (state.recentStepMs.get(s.source) || []).concat(values).slice(-STEP_TIMES_KEPT);
-    state.recentStepMs.set(s.source, recent);
-  }
-}
-
 // ---- detail panel (event text, tracebacks) -----------------------------------------------------------------
 function showDetail(item) {
   page.detailItem = item;
@@ -352,191 +210,10 @@ function showDetail(item) {
   panel.dataset.kind = item.kind;
 }
 
-// ---- per-rank step-time heatmap ------------------------------------------------------------------------
-async function refreshHeatmap() {
-  page.heatmapAt = performance.now();
-  const section = document.getElementById("heatmap");
-  const withTimes = [...state.sources.values()].filter((s) => s.metrics.includes("step_time_ms"));
-  if (withTimes.length < 2) { section.hidden = true; return; }
-  section.hidden = false;
-  if (!page.heatmap) page.heatmap = echarts.init(document.getElementById("heatmap-plot"), null, { renderer: "canvas" });
-  const params = new URLSearchParams({ metric: "step_time_ms", points: String(HEATMAP_COLUMNS), smooth: "0.9" });
-  const loss = state.charts.get("step_time_ms") || state.charts.get("loss");
-  const range = view.zoom && loss ? loss.stepsOf(view.zoom) : null;
-  if (range) { params.set("start", String(range[0])); params.set("end", String(range[1])); }
-  let answer;
-  try {
-    answer = await tracked(getJSON(`/api/series?${params}`));
-  } catch (err) {
-    console.warn("heatmap unavailable", err);
-    return;
-  }
-  page.heatmapAnswer = answer;
-  drawHeatmap(answer);
-}
-
-function drawHeatmap(answer) {
-  const series = answer.series.filter((s) => !view.hidden.has(s.source));
-  const sources = [...new Set(series.map((s) => s.source))].sort((a, b) => b.localeCompare(a));
-  let lo = Infinity;
-  let hi = -Infinity;
-  for (const s of series) if (s.x.length) { lo = Math.min(lo, s.x[0]); hi = Math.max(hi, s.x[s.x.length - 1]); }
-  const section = document.getElementById("heatmap");
-  section.dataset.rows = String(sources.length);
-  if (!(lo <= hi)) return;
-  const cols = Math.max(1, Math.min(HEATMAP_COLUMNS, hi - lo + 1));
-  const width = (hi - lo + 1) / cols;
-  const grid = sources.map(() => new Array(cols).fill(null));
-  for (const s of series) {
-    const row = sources.indexOf(s.source);
-    for (let i = 0; i < s.x.length; i++) {
-      const v = s.smooth ? s.smooth[i] : num(s.last[i]);
-      if (v === null || !Number.isFinite(v)) continue;
-      const col = Math.min(cols - 1, Math.floor((s.x[i] - lo) / width));
-      grid[row][col] = v;
-    }
-  }
-  const data = [];
-  for (let col = 0; col < cols; col++) {
-    const m = median(grid.map((r) => r[col]).filter((v) => v !== null));
-    for (let row = 0; row < sources.length; row++) {
-      const v = grid[row][col];
-      if (v !== null && m) data.push([col, row, Number((v / m).toFixed(3)), v]);
-    }
-  }
-  const labels = Array.from({ length: cols }, (_, i) => String(Math.round(lo + (i + 1) * width - 1)));
-  const c = themeColors();
-  page.heatmap.setOption({
-    animation: false,
-    backgroundColor: "transparent",
-    grid: { left: 90, right: 70, top: 8, bottom: 28 },
-    tooltip: { renderMode: "richText", backgroundColor: c.tooltip, textStyle: { color: c.text },
-      formatter: (p) => `${sources[p.value[1]]} · steps to ${labels[p.value[0]]}\n${fmt(Number(p.value[3].toFixed(1)))} ms (${p.value[2]}× the ranks' median)` },
-    xAxis: { type: "category", data: labels, axisLabel: { color: c.muted }, axisLine: { lineStyle: { color: c.axis } } },
-    yAxis: { type: "category", data: sources, axisLabel: { color: c.text, width: 80, overflow: "truncate" }, axisLine: { lineStyle: { color: c.axis } } },
-    visualMap: { min: 0.9, max: 1.3, calculable: false, orient: "vertical", right: 4, top: 8, itemHeight: 100, itemWidth: 10,
-      dimension: 2, text: ["slow", "fast"], textStyle: { color: c.muted }, inRange: { color: ["#2ea121", "#c9e265", "#f5c400", "#ff8800", "#d83931"] } },
-    series: [{ type: "heatmap", data, progressive: 0, emphasis: { disabled: true } }],
-  }, { notMerge: true });
-  section.dataset.cells = String(data.length);
-}
-
-// ---- alerts: badge, panel, chart markers, desktop notifications ---------------------------------------------
-function alertMarks() {
-  // One red line per alert step on the loss chart (both firing and resolved alerts: where things went wrong).
-  const seen = new Set();
-  const marks = [];
-  for (const alert of state.alerts.values()) {
-    if (typeof alert.step !== "number" || seen.has(alert.step)) continue;
-    seen.add(alert.step);
-    marks.push({ source: alert.source, step: alert.step, text: `${alert.rule} @ ${alert.step}` });
-  }
-  return marks;
-}
-
-function noteAlert(alert, live) {
-  const known = state.alerts.get(alert.id);
-  state.alerts.set(alert.id, alert);
-  if (live && alert.state === "firing" && alert.notify !== false && (!known || known.state !== "firing")) notify(alert);
-  const loss = state.charts.get("loss");
-  if (loss) loss.dirty = true;
-}
-
-function alertText(alert) {
-  const step = typeof alert.step === "number" ? ` step ${alert.step}` : "";
-  return `${alert.rule} · ${alert.source}${step}`;
-}
-
-function notify(alert) {
-  if (!("Notification" in window) || Notification.permission !== "granted") return;
-  try {
-    new Notification(`mstail: ${alertText(alert)}`, { body: String(alert.message || ""), tag: alert.id });
-  } catch (err) {
-    console.warn("notification failed", err);
-  }
-}
-
-function renderAlerts() {
-  const all = [...state.alerts.values()];
-  const active = all.filter((a) => a.state === "firing");
-  const badge = document.getElementById("alerts-badge");
-  document.getElementById("alerts-count").textContent = String(active.length);
-  badge.classList.toggle("firing", active.length > 0);
-  badge.dataset.count = String(active.length);
-  const list = document.getElementById("alerts-list");
-  list.replaceChildren();
-  all.sort((a, b) => (a.state === b.state ? b.last_seen - a.last_seen : a.state === "firing" ? -1 : 1));
-  for (const alert of all) {
-    const row = document.createElement("li");
-    row.className = `alert ${alert.severity} ${alert.state}`;
-    row.dataset.id = alert.id;
-    row.dataset.rule = alert.rule;
-    const sev = document.createElement("span");
-    sev.className = "sev";
-    sev.textContent = alert.state === "resolved" ? "resolved" : alert.severity;
-    const what = document.createElement("span");
-    what.className = "what";
-    what.textContent = alertText(alert);
-    const message = document.createElement("span");
-    message.className = "message";
-    message.textContent = String(alert.message || "");
-    const when = document.createElement("span");
-    when.className = "when";
-    const count = alert.count > 1 ? ` ×${alert.count}` : "";
-    when.textContent = `${new Date(alert.last_seen * 1000).toLocaleTimeString()}${count}`;
-    row.append(sev, what, message, when);
-    list.append(row);
-  }
-  document.getElementById("alerts-none").hidden = all.length > 0;
-}
-
-function setupAlerts() {
-  const badge = document.getElementById("alerts-badge");
-  const panel = document.getElementById("alerts-panel");
-  badge.addEventListener("click", () => {
-    panel.hidden = !panel.hidden;
-    badge.setAttribute("aria-expanded", String(!panel.hidden));
-  });
-  const ask = document.getElementById("alerts-notify");
-  if ("Notification" in window && Notification.permission === "default") {
-    ask.hidden = false;
-    ask.addEventListener("click", () => {
-      Notification.requestPermission().then(() => { ask.hidden = true; });
-    });
-  }
-}
-
-async function loadAlerts() {
-  try {
-    const table = await getJSON("/api/alerts");
-    for (const alert of [...table.resolved, ...table.active]) noteAlert(alert, false);
-  } catch (err) {
-    console.warn("alerts unavailable", err);
-  }
-  renderAlerts();
-}
-
 // ---- toolbar ---------------------------------------------------------------------------------------------
 function applyTheme() {
   document.documentElement.dataset.theme = view.theme;
   document.getElementById("theme").textContent = view.theme === "dark" ? "light" : "dark";
-}
-
-function renderBaselineChoices() {
-  const select = document.getElementById("baseline");
-  const ids = [...state.sources.keys()].sort();
-  const have = [...select.options].map((o) => o.value).slice(1);
-  if (String(have) === String(ids)) { select.value = view.baseline; return; }
-  const none = document.createElement("option");
-  none.value = "";
-  none.textContent = "off";
-  select.replaceChildren(none, ...ids.map((id) => {
-    const option = document.createElement("option");
-    option.value = id;
-    option.textContent = id;
-    return option;
-  }));
-  select.value = ids.includes(view.baseline) ? view.baseline : "";
 }
 
 function setupToolbar() {
@@ -577,72 +254,10 @@ function setupToolbar() {
   document.getElementById("detail-close").addEventListener("click", () => { document.getElementById("detail").hidden = true; });
 }
 
-// ---- live stream -----------------------------------------------------------------------------------------
-function setConnection(text, cls) {
-  const el = document.getElementById("connection");
-  el.textContent = text;
-  el.className = `conn ${cls}`;
-}
-
-function noteEvent(event) {
-  if (event.kind === "alert") return;
-  state.events.push(event);
-  if (event.kind === "end") state.ended.add(event.source);
-  if (event.kind === "start" || event.kind === "resume") state.ended.delete(event.source);
-}
-
-function connect() {
-  if (state.stream) state.stream.close();
-  const stream = new EventSource(`/api/stream?after=${state.lastSeq}`);
-  state.stream = stream;
-  stream.onopen = () => { setConnection("live", "conn-live"); state.retryMs = 500; };
-  stream.addEventListener("records", (e) => {
-    for (const record of JSON.parse(e.data)) {
-      for (const key of Object.keys(record)) {
-        if (RESERVED.has(key) || num(record[key]) === null) continue;
-        chartFor(key).append(record);
-      }
-      noteRecord(record);
-      state.lastSeq = Math.max(state.lastSeq, record.seq);
-    }
-    scheduleRender();
-  });
-  stream.addEventListener("event", (e) => {
-    const event = JSON.parse(e.data);
-    state.lastSeq = Math.max(state.lastSeq, event.seq);
-    noteEvent(event);
-    for (const chart of state.charts.values()) chart.dirty = true;
-    scheduleRender();
-  });
-  stream.addEventListener("alert", (e) => {
-    const alert = JSON.parse(e.data);
-    state.lastSeq = Math.max(state.lastSeq, alert.seq);
-    noteAlert(alert, true);
-    renderAlerts();
-    scheduleRender();
-  });
-  stream.addEventListener("source", (e) => {
-    const info = JSON.parse(e.data);
-    const known = state.sources.get(info.id);
-    state.sources.set(info.id, known && known.records > info.records ? { ...info, records: known.records,
-      last_step: known.last_step, last_time: known.last_time } : info);
-    scheduleRender();
-  });
-  stream.addEventListener("reset", () => window.location.reload());
-  stream.onerror = () => {
-    if (stream.readyState === EventSource.CLOSED) {
-      // A proxy error or a non-200 answer closes EventSource for good: reconnect ourselves, with backoff.
-      setConnection("offline", "conn-offline");
-      setTimeout(connect, state.retryMs);
-      state.retryMs = Math.min(state.retryMs * 2, RECONNECT_MAX_MS);
-    } else {
-      setConnection("reconnecting", "conn-connecting");
-    }
-  };
-}
-
 // ---- boot ------------------------------------------------------------------------------------------------
 async function boot() {
+  setupSources({ scheduleRender });
+  setupStream({ chartFor, scheduleRender });
   readURL();
   applyTheme();
   setupToolbar();
@@ -675,7 +290,7 @@ async function boot() {
   await refreshHeatmap();
   window.addEventListener("resize", () => {
     state.charts.forEach((v) => v.chart.resize());
-    if (page.heatmap) page.heatmap.resize();
+    if (state.heatmap) state.heatmap.resize();
   });
   setInterval(renderSources, 1000);
 }

@@ -1,5 +1,6 @@
 // The page's state, shared by its modules. What a link must reproduce (view settings) lives in `view` and is
 // mirrored into the URL's fragment (#s=0.6&x=step...), so copying the address bar reproduces the view.
+// Requests in flight are counted here too (tracked), mirrored into <body data-busy data-loads> for the tests.
 
 import { PALETTE } from "./util.js";
 
@@ -27,7 +28,25 @@ export const state = {
   lastSeq: 0,
   stream: null,
   retryMs: 500,
+  pending: 0,           // requests in flight (tracked): <body data-busy>
+  loads: 0,             // requests done (tracked): <body data-loads>
+  heatmap: null,        // the step-time heatmap's ECharts instance (heatmap.js)
+  heatmapAt: -Infinity, // performance.now() of its last refresh
+  heatmapAnswer: null,  // its last /api/series answer, redrawn when a source is shown or hidden
 };
+
+export async function tracked(promise) {
+  state.pending += 1;
+  document.body.dataset.busy = "1";
+  try {
+    return await promise;
+  } finally {
+    state.pending -= 1;
+    state.loads += 1;
+    document.body.dataset.loads = String(state.loads);
+    if (!state.pending) document.body.dataset.busy = "0";
+  }
+}
 
 export function colorOf(source) {
   if (!state.colors.has(source)) state.colors.set(source, PALETTE[state.colors.size % PALETTE.length]);

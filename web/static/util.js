@@ -61,8 +61,9 @@ export function fmtAxis(value) {
 export function fmtTick(value, interval) {
   if (!Number.isFinite(value)) return "";
   const plain = String(Number(value.toPrecision(12)));
-  if (plain.length <= 7) return plain;
   const abs = Math.abs(value);
+  // Below 1e-3 the exponent is shorter than the zeros ("2e-5", not "0.00002"): labels fit the axis gutter.
+  if (plain.length <= 7 && !(abs > 0 && abs < 1e-3)) return plain;
   const sig = interval > 0 && abs > 0 ? Math.min(12, Math.max(2, Math.ceil(Math.log10(abs / interval)) + 2)) : 3;
   if (abs >= 1e4 && abs < 1e15) {
     for (const [scale, unit] of [[1e12, "T"], [1e9, "G"], [1e6, "M"], [1e3, "k"]]) {

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-REAL_LOGS = Path(__file__).resolve().parent / "real_logs"
+REAL_LOGS = Path(__file__).resolve().parents[1] / "real_logs"
 
 
 def mstail(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tailer", *args], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([sys.executable, "-m", "mstail", *args], capture_output=True, text=True, timeout=timeout)
 
 
 def assert_clean_error(result: subprocess.CompletedProcess, *phrases: str) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass
@@ -20,14 +21,16 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
-from parsers import Format, Item, SourceParser, format_table
-from parsers.interleave import PART_KEY, InterleavedParser
+from mstail.parsers import Format, Item, SourceParser, format_table
+from mstail.parsers.interleave import InterleavedParser
+from mstail.parsers.record import PART_KEY
 
-from .alerts import AlertEngine, load_alert_rules
+from .alerts import AlertEngine
+from .checkpoint import SourceCheckpoint
 from .config import Config
 from .discovery import SourceNamer, expand, watch_roots
 from .follower import FileFollower
-from .hub import Hub
+from .hub import Hub, ItemsMessage, SourceMessage
 from .store import Store
 from .watch import watch_directories
 
@@ -42,12 +45,12 @@ class _Source:
     id: str
     follower: FileFollower
     parser: InterleavedParser  # one SourceParser per launcher tag (`[rank3]:`), mostly just one
-    #: the newest resume point (follower + parser state, items emitted by then), taken when the parser held
-    #: nothing; None until the first. Persisted with the items of the same pass.
-    snapshot: Optional[Dict[str, Any]] = None
+    #: the newest resume point, taken when the parser held nothing; None until the first. Persisted with the
+    #: items of the same pass.
+    snapshot: Optional[SourceCheckpoint] = None
     #: items the parser will emit again after a restart that were stored before it (dropped, not stored twice).
     skip: int = 0
-    committed: Optional[Dict[str, Any]] = None  # the checkpoint last handed to the store
+    committed: Optional[SourceCheckpoint] = None  # the checkpoint last handed to the store
 
 
 class Tailer:
@@ -58,16 +61,16 @@ class Tailer:
         formats: formats in detection order (from `parsers.load_formats`).
         store: where parsed history goes.
         hub: where each pass's new items are published.
-        alerts: the alert engine fed every stored item (default: one with `config.alerts_file`'s rules, or
-            the built-in ones; none when `config.alerts_enabled` is false).
+        alerts: the alert engine fed every stored item (default: one with `config.alert_rules`; none when
+            those are None).
     """
 
     def __init__(
         self, config: Config, formats: Sequence[Format], store: Store, hub: Hub, alerts: Optional[AlertEngine] = None
     ) -> None:
         self.config = config
-        if alerts is None and config.alerts_enabled:
-            alerts = AlertEngine(load_alert_rules(config.alerts_file))
+        if alerts is None and config.alert_rules is not None:
+            alerts = AlertEngine(config.alert_rules)
         self.alerts = alerts
         #: called with every alert change that should notify people (webhooks); must not block.
         self.alert_listeners: List[Callable[[Dict[str, Any]], None]] = []
@@ -81,11 +84,11 @@ class Tailer:
         self._patterns += [(p, self._jsonl) for p in config.jsonl]
         self._sources: Dict[Path, _Source] = {}
         self._namer = SourceNamer()
-        self._saved: Dict[Path, Dict[str, Any]] = {}  # checkpoints from the state, by path, until rediscovered
+        self._saved: Dict[Path, SourceCheckpoint] = {}  # checkpoints from the state, by path, until rediscovered
         self.passes = 0
         self._deliver_s_per_item = 20e-6  # storing + publishing one item on the event loop (measured, see _deliver)
 
-    def resume(self, checkpoints: Dict[str, Optional[Dict[str, Any]]]) -> None:
+    def resume(self, checkpoints: Dict[str, Optional[SourceCheckpoint]]) -> None:
         """Continue from the state's checkpoints (source id -> checkpoint; `Store.load`) before the first pass:
         source ids are kept, and each file resumes where the committed history ends."""
         for source_id, checkpoint in checkpoints.items():
@@ -114,15 +117,15 @@ class Tailer:
                 new.append(source)
         return new
 
-    def _restore(self, source: _Source, saved: Dict[str, Any]) -> None:
+    def _restore(self, source: _Source, saved: SourceCheckpoint) -> None:
         """Resume a source at its checkpoint. Items emitted after the checkpoint were stored already: the parser
         emits them again from the same lines, and they are skipped. When a file the checkpoint was reading is
         gone, those lines cannot be read again, so nothing is skipped."""
-        if not source.parser.restore(saved["parser"]):
+        if not source.parser.restore(saved.parser):
             log.warning("%s: saved state names an unknown format; reading it from the start", source.id)
             return
-        intact = source.follower.restore(saved["follower"])
-        source.skip = saved["emitted"] - saved["emitted_at"] if intact else 0
+        intact = source.follower.restore(saved.follower)
+        source.skip = saved.emitted - saved.emitted_at if intact else 0
         source.snapshot = saved
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -218,7 +221,7 @@ class Tailer:
             source.skip -= dropped
             items = items[dropped:]
         if not parser.holding:
-            source.snapshot = {"follower": source.follower.checkpoint(), "parser": parser.snapshot(), "emitted_at": parser.emitted}
+            source.snapshot = SourceCheckpoint(source.follower.checkpoint(), parser.snapshot(), emitted_at=parser.emitted)
         return items
 
     def _deliver(self, results: List[Tuple[_Source, List[Item]]]) -> None:
@@ -249,7 +252,7 @@ class Tailer:
                         batch += self._store_alerts(source_id, changes)
                 info.state = self._state(source, now)
                 if info.state != old_state:
-                    self.hub.publish({"type": "source", "source": info.as_json()})
+                    self.hub.publish(SourceMessage(info.as_json()))
         if self.alerts is not None:
             states = {}
             for source in self._sources.values():
@@ -260,14 +263,14 @@ class Tailer:
                 batch += self._store_alerts(change["source"], [change])
         self.store.commit(self._checkpoints(results))
         if batch:
-            self.hub.publish({"type": "items", "items": batch})
+            self.hub.publish(ItemsMessage(batch))
 
-    def _checkpoints(self, results: List[Tuple[_Source, List[Item]]]) -> Dict[str, Tuple[str, Dict[str, Any]]]:
+    def _checkpoints(self, results: List[Tuple[_Source, List[Item]]]) -> Dict[str, Tuple[str, SourceCheckpoint]]:
         """What to commit with this pass's items: each source's newest snapshot and how many items it emitted."""
         out = {}
         for source, _items in results:
             if source.snapshot is not None:
-                checkpoint = {**source.snapshot, "emitted": source.parser.emitted}
+                checkpoint = dataclasses.replace(source.snapshot, emitted=source.parser.emitted)
                 if checkpoint != source.committed:  # an idle source costs no write
                     out[source.id] = (str(source.follower.path), checkpoint)
                     source.committed = checkpoint

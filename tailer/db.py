@@ -27,8 +27,12 @@ import time
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
+from mstail.platform import per_user_dir
+
+from .checkpoint import SourceCheckpoint
+
 if TYPE_CHECKING:
-    from parsers import Format
+    from mstail.parsers import Format
 
     from .config import Config
 
@@ -49,10 +53,7 @@ class StateError(Exception):
 
 def default_state_dir() -> Path:
     """`$MSTAIL_STATE_DIR`, else `$XDG_STATE_HOME/mstail`, else `~/.local/state/mstail`."""
-    if os.environ.get("MSTAIL_STATE_DIR"):
-        return Path(os.environ["MSTAIL_STATE_DIR"]).expanduser()
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return Path(base) / "mstail"
+    return per_user_dir("MSTAIL_STATE_DIR", "XDG_STATE_HOME", os.path.join(".local", "state"), "")
 
 
 def fingerprint(parts: Sequence[str]) -> str:
@@ -69,7 +70,7 @@ def state_file(state_dir: Path, label: str, digest: str) -> Path:
 def open_state(config: "Config", formats: Sequence["Format"]) -> "StateDB":
     """The state for this configuration: a file named by what is followed and how it is parsed (another
     `--log` set, format or mstail version gets a fresh one), or a temporary database with `persist` off."""
-    from . import __version__
+    from mstail import __version__
     from .discovery import watch_roots
     from .netfs import network_fs
 
@@ -99,8 +100,8 @@ _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
 class StateDB:
-    """The SQLite history of one mstail instance. Written from the event loop, read from it and from the web
-    server's worker threads (FastAPI runs plain `def` routes there): one connection behind a lock.
+    """The SQLite history of one mstail instance, used from the event loop (ARCHITECTURE.md, Threads). Its one
+    connection sits behind a lock all the same, so a slow query may be moved to a worker thread safely.
 
     Args:
         path: the database file; None = a private temporary database (no persistence, memory still bounded).
@@ -112,8 +113,6 @@ class StateDB:
     def __init__(self, path: Optional[Path], expected: str = "", network: bool = False) -> None:
         self.path = path
         self.expected = expected
-        #: why an existing state was not used ("mismatched", "corrupt"), or None when it was (or none existed).
-        self.discarded: Optional[str] = None
         self._lock = threading.Lock()
         self._owner: Optional[IO[str]] = None  # the open lock file that keeps a second mstail out
         self.conn = self._open(network)
@@ -146,7 +145,6 @@ class StateDB:
             return conn  # type: ignore[return-value]
         if conn is not None:
             conn.close()
-        self.discarded = reason
         aside = self.path.with_name(f"{self.path.name}.{reason.split()[0]}-{int(time.time())}")
         log.warning("state %s is %s: moved to %s; reading the logs from the start", self.path, reason, aside)
         for suffix in ("", "-wal", "-shm", "-journal"):
@@ -187,9 +185,9 @@ class StateDB:
                 self.conn.execute("BEGIN")
             self.conn.executemany("INSERT INTO items VALUES (?, ?, ?, ?)", rows)
 
-    def commit(self, checkpoints: Dict[str, Tuple[str, Dict[str, Any]]]) -> None:
+    def commit(self, checkpoints: Dict[str, Tuple[str, SourceCheckpoint]]) -> None:
         """Commit the inserted items together with these checkpoints (id -> (path, checkpoint))."""
-        rows = [(source, path, _dumps(checkpoint)) for source, (path, checkpoint) in checkpoints.items()]
+        rows = [(source, path, _dumps(checkpoint.to_json())) for source, (path, checkpoint) in checkpoints.items()]
         with self._lock:
             if not self.conn.in_transaction:
                 if not rows:
@@ -209,10 +207,11 @@ class StateDB:
         with self._lock:
             return self.conn.execute(sql, params).fetchall()
 
-    def sources(self) -> Dict[str, Tuple[str, Optional[Dict[str, Any]]]]:
+    def sources(self) -> Dict[str, Tuple[str, Optional[SourceCheckpoint]]]:
         """Saved sources: id -> (path, checkpoint or None)."""
         rows = self._rows("SELECT id, path, checkpoint FROM sources")
-        return {source: (path, json.loads(checkpoint) if checkpoint else None) for source, path, checkpoint in rows}
+        return {source: (path, SourceCheckpoint.from_json(json.loads(checkpoint)) if checkpoint else None)
+                for source, path, checkpoint in rows}
 
     def all_items(self, batch: int = 10_000) -> Iterator[Dict[str, Any]]:
         """Every item in seq order (for rebuilding the in-memory columns at start)."""

@@ -1,4 +1,4 @@
-"""The JSON lines of `mstail parse` (`tailer.encoding.dumps_owned`: orjson with fallbacks) are byte for byte what
+"""The JSON lines of `mstail parse` (`mstail.parsers.record.dumps_owned`: orjson with fallbacks) are byte for byte what
 the standard library encoding (`dumps`) writes: floats as `repr` writes them (1e-05, 1e+16, 65536.0), non-finite
 numbers as their names, strings with the same escapes, key order kept; what orjson cannot write goes to `dumps`."""
 
@@ -11,7 +11,7 @@ from typing import Any, Dict
 
 import pytest
 
-from tailer.encoding import dumps, dumps_owned
+from mstail.parsers.record import dumps, dumps_owned
 
 EDGES = [
     0.0, -0.0, 1e-4, -1e-4, 0.00009999999999999999, 1e-05, 7.579544029403025e-05, 1.5e-07, 5e-324,

@@ -13,16 +13,17 @@ from typing import List, Tuple
 
 import pytest
 
-from tailer import cli, offline
-from tailer.offline import ParseError, Summary, run_parse
+from mstail.tailer import cli
+from mstail.tailer.offline import parallel, reading
+from mstail.tailer.offline import ParseError, Summary, run_parse
 
-from .support import FORMATS, READ_TIME, ROOT, SAMPLES
+from tests.parsers.support import FORMATS, READ_TIME, ROOT, SAMPLES
 
 
 @pytest.fixture(autouse=True)
 def fixed_clock(monkeypatch: pytest.MonkeyPatch) -> None:
     """Lines without a timestamp get the read time: the same one in every process (workers inherit it by fork)."""
-    monkeypatch.setattr(offline.time, "time", lambda: READ_TIME)
+    monkeypatch.setattr(reading.time, "time", lambda: READ_TIME)
 
 
 @pytest.fixture
@@ -63,14 +64,14 @@ def test_workers_write_what_one_process_writes(logs: List[str], to: str, events:
 
 
 def test_workers_are_used_only_when_they_can_help(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(offline, "_usable_cpus", lambda: 4)
-    big = offline.PARALLEL_MIN_BYTES
-    assert offline._worker_count(1, big * 10, None) == 1  # one source: nothing to share
-    assert offline._worker_count(3, big - 1, None) == 1  # small input: starting workers costs more
-    assert offline._worker_count(3, big, None) == 3
-    assert offline._worker_count(9, big, None) == 4  # one per usable CPU
-    assert offline._worker_count(9, 10, 2) == 2  # jobs given: used whatever the size
-    assert offline._worker_count(9, big * 10, 1) == 1
+    monkeypatch.setattr(parallel, "_usable_cpus", lambda: 4)
+    big = parallel.PARALLEL_MIN_BYTES
+    assert parallel.worker_count(1, big * 10, None) == 1  # one source: nothing to share
+    assert parallel.worker_count(3, big - 1, None) == 1  # small input: starting workers costs more
+    assert parallel.worker_count(3, big, None) == 3
+    assert parallel.worker_count(9, big, None) == 4  # one per usable CPU
+    assert parallel.worker_count(9, 10, 2) == 2  # jobs given: used whatever the size
+    assert parallel.worker_count(9, big * 10, 1) == 1
 
 
 def test_progress_counts_every_byte_once(logs: List[str], monkeypatch: pytest.MonkeyPatch) -> None:
@@ -88,27 +89,28 @@ def test_progress_counts_every_byte_once(logs: List[str], monkeypatch: pytest.Mo
         def close(self) -> None:
             self.closed = True
 
-    monkeypatch.setattr(offline, "_progress_bar", FakeBar)
+    monkeypatch.setattr(parallel, "progress_bar", FakeBar)
     parse(logs, "jsonl", jobs=3)
     (bar,) = bars
-    assert bar.total == sum(os.path.getsize(f) for g in offline.chains(logs) for f in g.files)
+    assert bar.total == sum(os.path.getsize(f) for g in reading.chains(logs) for f in g.files)
     assert bar.n == bar.total and bar.updates >= 1 and bar.closed
 
 
 def failing_on(name: str, exc: BaseException):  # type: ignore[no-untyped-def]
-    real = offline._file_items
+    real = reading.chain_lines
 
-    def items(path, parser, now, progress=None):  # type: ignore[no-untyped-def]
-        if Path(path).name == name:
-            raise exc
-        yield from real(path, parser, now, progress)
+    def lines(chain, progress=None):  # type: ignore[no-untyped-def]
+        for path, line in real(chain, progress):
+            if path.name == name:
+                raise exc
+            yield path, line
 
-    return items
+    return lines
 
 
 def test_a_failing_worker_names_its_source(logs: List[str], monkeypatch: pytest.MonkeyPatch) -> None:
     error = OSError(errno.EIO, "Input/output error", "worker_0.log")
-    monkeypatch.setattr(offline, "_file_items", failing_on("mindformers_pynative_worker_0.log", error))
+    monkeypatch.setattr(reading, "chain_lines", failing_on("mindformers_pynative_worker_0.log", error))
     with pytest.raises(ParseError) as raised:
         parse(logs, "jsonl", jobs=3)
     assert str(raised.value) == "mindformers_pynative_worker_0: OSError: [Errno 5] Input/output error: 'worker_0.log'"
@@ -118,19 +120,19 @@ def test_a_failing_worker_names_its_source(logs: List[str], monkeypatch: pytest.
 
 
 def test_a_worker_that_dies_is_a_clear_error(logs: List[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    def die(path, parser, now, progress=None):  # type: ignore[no-untyped-def]
+    def die(chain, progress=None):  # type: ignore[no-untyped-def]
         os._exit(9)  # as the OOM killer would leave it: no exception, no result
         yield
 
-    monkeypatch.setattr(offline, "_file_items", die)
+    monkeypatch.setattr(reading, "chain_lines", die)
     with pytest.raises(ParseError, match=r"^a parse worker process died \(.*\); not parsed: "):
         parse(logs, "jsonl", jobs=2)
 
 
 def test_the_command_copies_workers_output_and_prints_one_line_for_a_failed_worker(logs: List[str], monkeypatch: pytest.MonkeyPatch,
                                                           capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
-    monkeypatch.setattr(offline, "PARALLEL_MIN_BYTES", 0)  # these small logs: in workers all the same
-    monkeypatch.setattr(offline, "_usable_cpus", lambda: 2)  # whatever this machine has
+    monkeypatch.setattr(parallel, "PARALLEL_MIN_BYTES", 0)  # these small logs: in workers all the same
+    monkeypatch.setattr(parallel, "_usable_cpus", lambda: 2)  # whatever this machine has
     monkeypatch.setenv("MSTAIL_FORMATS_DIR", str(tmp_path / "no-user-formats"))
     out = tmp_path / "out.jsonl"
     assert cli.main(["parse", *logs, "-o", str(out)]) == 0
@@ -138,7 +140,7 @@ def test_the_command_copies_workers_output_and_prints_one_line_for_a_failed_work
     assert summary.startswith("mstail: ") and summary.count("\n") == 1 and "Traceback" not in summary
     assert out.read_text(encoding="utf-8") == parse(logs, "jsonl", jobs=1, events=False)[0]  # workers' bytes copied
 
-    monkeypatch.setattr(offline, "_file_items", failing_on("info.log.1", OSError(errno.EIO, "Input/output error")))
+    monkeypatch.setattr(reading, "chain_lines", failing_on("info.log.1", OSError(errno.EIO, "Input/output error")))
     assert cli.main(["parse", *logs, "-o", str(out)]) == 1
     err = capsys.readouterr().err
     assert err == "mstail: chain: OSError: [Errno 5] Input/output error\n"

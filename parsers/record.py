@@ -1,21 +1,51 @@
-"""JSON for records, events and series: non-finite numbers as the strings "NaN", "Infinity", "-Infinity".
+"""The record: what every part of mstail agrees on, owned here and nowhere else.
 
-The proto3 JSON convention (DESIGN.md): bare NaN is not JSON and crashes strict encoders (sse-starlette's
-JSONServerSentEvent uses allow_nan=False), and dropping a NaN would hide the most important point.
+A record is one step of one source: a flat JSON object whose reserved keys (`RESERVED`) come first in
+`KEY_ORDER`, followed by its metrics in the order the log had them. An event is the same shape with a `kind`
+(and usually a `message`). Non-finite numbers travel as the strings in `NON_FINITE` (the proto3 JSON convention:
+bare NaN is not JSON, it crashes strict encoders such as sse-starlette's, and dropping it would hide the most
+important point). The page keeps a JavaScript copy of `RESERVED` (web/static/util.js); a test checks they agree.
+
+Between a parser and the tailer a record travels as an `Item`; a launcher-tagged rank's items carry their part
+id under `PART_KEY` (mstail.parsers.interleave), which the tailer turns into a source of its own.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from typing import Any, Iterable, List
+from typing import Any, Dict, Iterable, List, NamedTuple
 
 import orjson
+
+#: The order reserved keys appear in a record's JSON; metrics follow in the order the log had them.
+KEY_ORDER = ("seq", "source", "step", "epoch", "time", "segment", "line", "kind")
+
+#: Keys every record or event may carry; a format, a JSONL writer or a derived series cannot use them as metrics.
+RESERVED = frozenset(KEY_ORDER + ("message",))
+
+#: Non-finite floats by the names they travel under in JSON (records, events, series, SSE, SQLite).
+NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+#: An item's data key naming its launcher-tagged part ("rank3"); never stored: the tailer makes it a source id.
+PART_KEY = "_part"
+
+#: A record or an event's data: reserved keys and metrics (numbers, NON_FINITE floats, None for "no value").
+Record = Dict[str, Any]
+
+
+class Item(NamedTuple):
+    """One parser output: kind "record" (a step) or "event" (its data has a "kind" key)."""
+
+    kind: str
+    data: Record
+
 
 _NAMES = {math.inf: "Infinity", -math.inf: "-Infinity"}
 
 
 def finite_or_name(value: Any) -> Any:
+    """`value`, or its name in `NON_FINITE` when it is a non-finite float."""
     if isinstance(value, float) and not math.isfinite(value):
         return "NaN" if value != value else _NAMES[value]
     return value
@@ -44,6 +74,7 @@ _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan
 
 
 def dumps(obj: Any) -> str:
+    """Compact JSON, non-finite floats written by name."""
     try:
         return _ENCODER.encode(obj)  # most objects hold finite numbers only: no copy is needed
     except ValueError:  # a non-finite number (allow_nan=False): encode a copy with the names
@@ -79,11 +110,8 @@ def dumps_owned(obj: dict) -> str:
     return dumps(obj)
 
 
-#: The order keys appear in a record's JSON (reserved keys first, then metrics as the log had them).
-RECORD_KEY_ORDER = ("seq", "source", "step", "epoch", "time", "segment", "line", "kind")
-
-
 def ordered(record: dict) -> dict:
-    out = {key: record[key] for key in RECORD_KEY_ORDER if key in record}
+    """A copy of `record` with its reserved keys first, in `KEY_ORDER`."""
+    out = {key: record[key] for key in KEY_ORDER if key in record}
     out.update(record)  # keys already there keep their place; the others follow in the record's order
     return out

@@ -29,6 +29,8 @@ from mindspore import dtype as mstype
 from mindspore.communication import GlobalComm, get_rank
 from mindspore.train import Callback
 
+from mstail.parsers.record import RESERVED, finite_or_name
+
 try:
     # Private classes: how Optimizer wraps a list schedule and a per-group fixed lr. Knowing them lets the lr be
     # read on the host; if a future MindSpore renames them, lr falls back to the (slower) schedule-cell read.
@@ -36,14 +38,10 @@ try:
 except ImportError:  # pragma: no cover - depends on the MindSpore version
     _ConvertToCell = _IteratorLearningRate = ()
 
-__all__ = ["JsonlCallback", "JsonlWriter", "RESERVED_KEYS"]
+__all__ = ["JsonlCallback", "JsonlWriter"]
 
 logger = logging.getLogger("mstail.callback")
 
-RESERVED_KEYS = frozenset({"seq", "source", "step", "epoch", "time", "segment", "line"})
-"""Record keys owned by mstail; they cannot be user metric names."""
-
-_NON_FINITE = {math.inf: "Infinity", -math.inf: "-Infinity"}
 
 # Names given to the positions of a train cell's output tuple when ``outputs`` is not set, by tuple length:
 # TrainOneStepWithLossScaleCell returns (loss, overflow, scaling_sens); MindFormers' cells add lr and global_norm
@@ -85,10 +83,7 @@ def _number(value: Any) -> int | float | str | None:
         return int(value)
     if isinstance(value, int):
         return value
-    value = float(value)
-    if math.isnan(value):
-        return "NaN"
-    return _NON_FINITE.get(value, value)
+    return finite_or_name(float(value))
 
 
 def _current_rank() -> int:
@@ -171,15 +166,15 @@ class JsonlWriter:
         """Add ``name`` to every record from now on.
 
         Args:
-            name: metric name; one of RESERVED_KEYS raises ValueError (a setup mistake, caught before training).
+            name: metric name; one of RESERVED raises ValueError (a setup mistake, caught before training).
             value: a number, a Tensor/Parameter (read at each record: one device-to-host copy) or a callable
                 taking no argument that returns one of those (called at each record; if it raises, the record
                 gets null and the error is logged once).
         """
         if not isinstance(name, str) or not name:
             raise ValueError(f"metric name must be a non-empty str, got {name!r}")
-        if name in RESERVED_KEYS:
-            raise ValueError(f"{name!r} is reserved in mstail records ({', '.join(sorted(RESERVED_KEYS))})")
+        if name in RESERVED:
+            raise ValueError(f"{name!r} is reserved in mstail records ({', '.join(sorted(RESERVED))})")
         self._metrics[name] = value
 
     def reset_clock(self, step: int) -> None:
@@ -244,7 +239,7 @@ class JsonlWriter:
             record["epoch"] = int(epoch)
         record["time"] = round(now, 3)
         for name, value in metrics.items():
-            if name in RESERVED_KEYS:
+            if name in RESERVED:
                 self._report(f"reserved:{name}", f"metric {name!r} is a reserved key; left out")
                 continue
             record[name] = self._convert(name, value)
@@ -385,7 +380,7 @@ class JsonlCallback(Callback):
             raise ValueError(f"lr_every must be a positive int, got {lr_every!r}")
         if outputs is not None:
             for name in outputs:
-                if name in RESERVED_KEYS:
+                if name in RESERVED:
                     raise ValueError(f"output name {name!r} is reserved in mstail records")
         self.writer = JsonlWriter(path, every=every, ranks=ranks, batch_size=batch_size)
         self._batch_size = batch_size

@@ -9,7 +9,7 @@ import math
 import random
 from typing import List, Optional
 
-from tailer.store import Series, _bucket_ends, _bucketed, _smoothed_at
+from mstail.tailer.series import Series, _bucket_ends, _bucketed, _smoothed_at
 
 
 def _series(n: int, seed: int = 1, nan_every: int = 0, gaps: bool = False) -> Series:

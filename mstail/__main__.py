@@ -1,0 +1,7 @@
+"""`python -m mstail ...` is the `mstail` command."""
+
+import sys
+
+from mstail.tailer.cli import main
+
+sys.exit(main())

@@ -1,0 +1,142 @@
+"""Which files make one source, and the lines and items of such a chain, read as the sidecar reads them.
+
+A rotated chain (`info.log.5` ... `info.log.1`, `info.log`) is read oldest first as one source, whether the
+backups were named on the command line or not. Lines are split by the same `LineSplitter` and fed to the same
+`InterleavedParser` as when following, so a finished log parses to the records a live run showed.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+
+from mstail.parsers import Format, Item, SourceParser
+from mstail.parsers.interleave import InterleavedParser
+from mstail.parsers.record import PART_KEY, dumps_owned, ordered
+
+from ..discovery import ROTATED, SourceNamer, expand, rotated_backups
+from ..lines import Line, LineSplitter
+
+READ_CHUNK = 1 << 20
+
+
+@dataclass
+class Chain:
+    """One source: its files oldest first."""
+
+    source: str
+    files: List[Path]
+
+
+def chains(inputs: Sequence[str]) -> List[Chain]:
+    """Group the given paths/globs into rotated chains; missing inputs raise FileNotFoundError."""
+    paths: List[Path] = []
+    for pattern in inputs:
+        found = expand(pattern)
+        found = [p for p in found if p.is_file()] if found else []
+        if not found:
+            raise FileNotFoundError(pattern)
+        paths += found
+    given = {p.absolute() for p in paths}
+    namer = SourceNamer()
+    out: List[Chain] = []
+    seen: set = set()
+    for path in paths:
+        rotated = ROTATED.match(path.name)
+        if rotated and (path.parent / rotated.group("base")).absolute() in given:
+            continue  # a backup of a live file that was given too: read as part of that chain
+        key = path.absolute()
+        if key in seen:
+            continue
+        seen.add(key)
+        files = rotated_backups(path) + [path] if not rotated else [path]
+        out.append(Chain(source=namer.name(path), files=files))
+    return out
+
+
+def chain_lines(chain: Chain, progress=None) -> Iterator[Tuple[Path, Line]]:  # type: ignore[no-untyped-def]
+    """The lines of one chain in order, split exactly as when following; `progress(n_bytes)` as bytes are read."""
+    for path in chain.files:
+        splitter = LineSplitter()
+        with open(path, "rb") as handle:
+            while True:
+                data = handle.read(READ_CHUNK)
+                if not data:
+                    break
+                if progress is not None:
+                    progress(len(data))
+                for line in splitter.feed(data):
+                    yield path, line
+            if splitter.pending_bytes:  # a finished log may end without a newline
+                for line in splitter.feed(b"\n"):
+                    yield path, line
+
+
+def parse_chain(chain: Chain, parser: InterleavedParser, progress=None) -> Iterator[Item]:  # type: ignore[no-untyped-def]
+    """Items of one chain in order: its lines fed to `parser` one by one, as the sidecar's passes feed them,
+    then everything still held (a finished log has no later line to wait for)."""
+    now = time.time()
+    for _path, line in chain_lines(chain, progress):
+        yield from parser.feed(line.text, line.number, now)
+    yield from parser.flush(now, force=True)
+
+
+@dataclass
+class Summary:
+    files: int = 0
+    records: int = 0
+    events: int = 0
+    unmatched: int = 0
+    formats: Dict[str, str] = field(default_factory=dict)  # source -> detected format
+
+
+class ParseError(Exception):
+    """A chain could not be parsed (an unreadable file, a worker that died): one line for the user."""
+
+
+@dataclass
+class _Part:
+    """What parsing one chain counted (its output went to a writer, or to `rows` for CSV)."""
+
+    records: int = 0
+    events: int = 0
+    unmatched: int = 0
+    format: str = "none"
+    rows: Optional[List[dict]] = None
+
+
+def add_part(summary: Summary, group: Chain, part: _Part) -> None:
+    summary.records += part.records
+    summary.events += part.events
+    summary.unmatched += part.unmatched
+    summary.formats[group.source] = part.format
+
+
+def parse_group(
+    group: Chain, formats: Sequence[Format], forced: Optional[Format], to: str, write: Callable[[str], object],
+    rows: List[dict], with_events: bool, progress: Optional[Callable[[int], object]],
+) -> _Part:
+    """Parse one chain: JSONL lines go to `write`, CSV rows are appended to `rows`."""
+    parser = InterleavedParser(lambda: SourceParser(formats, forced=forced))
+    part = _Part()
+    jsonl = to == "jsonl"
+    for kind, data in parse_chain(group, parser, progress=progress):
+        source = group.source
+        if PART_KEY in data:  # a launcher-tagged rank's line (torchrun `[rank3]: `): a source of its own
+            source += "/" + data.pop(PART_KEY)
+        if kind == "event":
+            part.events += 1
+            if not with_events:
+                continue
+        else:
+            part.records += 1
+        row = ordered({"source": source, **data})
+        if jsonl:
+            write(dumps_owned(row) + "\n")  # the row is not used after: written in place
+        else:
+            rows.append(row)
+    part.format = parser.format.name if parser.format else "none"
+    part.unmatched = parser.counts["unmatched_metric_lines"]
+    return part

@@ -1,0 +1,117 @@
+"""`mstail parse` reads a chain as the sidecar reads a file: however the bytes arrive in chunks, the lines (and so
+the items) are those the `LineSplitter` makes of the whole file, on every sample and real log and on a log of
+what could go wrong at a chunk boundary; a rotated chain is read oldest file first."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Tuple
+
+import pytest
+
+from mstail.parsers import SourceParser
+from mstail.tailer.lines import LineSplitter
+from mstail.tailer.offline import Chain, chain_lines, chains, parse_chain
+from mstail.tailer.offline import reading
+
+from tests.parsers.support import FORMATS, READ_TIME, ROOT, SAMPLES
+from tests.parsers.test_mindformers import PREFIXES, progress, v18_line
+
+REAL = ROOT / "tests" / "real_logs"
+LOGS = sorted(p for p in SAMPLES.iterdir() if p.suffix in (".log", ".jsonl")) + sorted(REAL.glob("*.log"))
+FILE = PREFIXES["file_v10"]
+OUT = PREFIXES["stdout_v16"]
+TRACEBACK = """Traceback (most recent call last):
+  File "/home/ma-user/run_mindformer.py", line 42, in <module>
+    main()
+RuntimeError: Run task failed"""
+
+
+def mixed_log() -> List[str]:
+    """A log where every state the engine keeps meets a block boundary somewhere."""
+    lines = [FILE("config dump: {'seed': 0}"), "  an unprefixed continuation of nothing", "loss: 9.9 before any format"]
+    step = 0
+    for epoch in (1, 2):
+        for _ in range(12):
+            step += 1
+            in_epoch = (step - 1) % 12 + 1
+            lines.append(FILE(v18_line(epoch, 2, in_epoch, 12, 3.0 - step / 100, avg=3.0, gn="[nan]" if step == 5 else "[1.5]")))
+            if step % 4:
+                lines.append(FILE("    Epoch:[  1/  2], step:[    3/   12] local_norm/w: 0.1234"))  # ignore, in between
+            if step != 7:  # step 7 waits for a progress line that never comes
+                lines.append(FILE(progress(step * 4.0, 3.84, 600)))
+            lines.append(FILE("default_lr: 1.000000e-04, group_0_lr: 1.0e-04"))
+            if step % 6 == 0:
+                lines += [FILE("......Saving ckpt......"), FILE(f"Finish saving ckpt of epoch {epoch} step 1 using 1.5 seconds")]
+            if step == 9:
+                lines += TRACEBACK.splitlines() + ["", "Traceback (most recent call last):", "  chained", "ValueError: x"]
+            if step == 10:
+                lines.append(FILE("Eval result: {'PerplexityMetric': {'loss': 2.93, 'PPL': 18.7}}, eval time is 12.5 s."))
+                lines += [OUT("Worker crashed:", lv="ERROR"), "  detail one", "  detail two"]
+            if step == 11:
+                lines += ["LOSS is 3.5 here", "total loss = nan", "loſs: 2.0", "\x1b[32m" + FILE("a coloured line") + "\x1b[0m",
+                          "Exception in thread Thread-1 (run):", "  File x", "OSError: y", FILE("initial step: 5")]
+    lines.append(FILE(v18_line(1, 2, 3, 12, 2.5)))  # a relaunch: a step going back opens a segment
+    lines.append(FILE(progress(25.0, 3.8, 60)))
+    lines.append(FILE(".........Training Over!............."))
+    return lines
+
+
+def whole_file_lines(path: Path) -> List[Tuple[str, int]]:
+    splitter = LineSplitter()
+    lines = splitter.feed(path.read_bytes())
+    if splitter.pending_bytes:
+        lines += splitter.feed(b"\n")
+    return [(line.text, line.number) for line in lines]
+
+
+def items(path: Path) -> List[str]:
+    return [repr(i) for i in parse_chain(Chain("s", [path]), SourceParser(FORMATS))]  # repr: NaN == NaN
+
+
+@pytest.fixture
+def fixed_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(reading.time, "time", lambda: READ_TIME)
+
+
+@pytest.mark.parametrize("chunk", [7, 100, 4096])
+@pytest.mark.parametrize("path", LOGS, ids=[p.name for p in LOGS])
+def test_every_log_parses_the_same_whatever_the_read_size(path: Path, chunk: int, monkeypatch: pytest.MonkeyPatch,
+                                                          fixed_clock: None) -> None:
+    whole = items(path)
+    monkeypatch.setattr(reading, "READ_CHUNK", chunk)
+    assert [(line.text, line.number) for _, line in chain_lines(Chain("s", [path]))] == whole_file_lines(path)
+    assert items(path) == whole
+
+
+@pytest.mark.parametrize("chunk", [5, 64, 1000, 1 << 20])
+def test_awkward_bytes_split_as_the_whole_file_does(tmp_path: Path, chunk: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """BOM, CRLF, `\\r` redraws, invalid UTF-8, NUL bytes, an over-long line, no final newline."""
+    monkeypatch.setattr(reading, "READ_CHUNK", chunk)
+    lines = [line.encode("utf-8") for line in mixed_log()]
+    lines[0] = b"\xef\xbb\xbf" + lines[0]
+    lines[3] += b"\r"
+    lines[5] = b"junk\r" + lines[5]
+    lines[8] = lines[8].replace(b"Epoch", b"Ep\x00och")
+    lines[9] = b"\xff\xfe " + lines[9]
+    lines.insert(20, b"x" * ((1 << 20) + 10) + b" loss: 1.0")  # cut by the reader
+    path = tmp_path / "awkward.log"
+    path.write_bytes(b"\n".join(lines))  # no final newline
+    got = [(line.text, line.number) for _, line in chain_lines(Chain("s", [path]))]
+    assert got == whole_file_lines(path)
+    assert got[0][0].startswith("[INFO]") and got[20][0] == "x" * (1 << 20)
+
+
+def test_a_rotated_chain_is_read_oldest_first_as_one_source(tmp_path: Path, fixed_clock: None) -> None:
+    lines = mixed_log()
+    (tmp_path / "info.log.1").write_text("\n".join(lines[:40]) + "\n", encoding="utf-8")
+    (tmp_path / "info.log").write_text("\n".join(lines[40:]) + "\n", encoding="utf-8")
+    (chain,) = chains([str(tmp_path / "info.log")])
+    assert chain.files == [tmp_path / "info.log.1", tmp_path / "info.log"]
+    single = tmp_path / "single.log"
+    single.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+    def steps(found: list) -> List[Tuple[str, object]]:  # line numbers restart in each file: compare the rest
+        return [(kind, data.get("step")) for kind, data in found]
+
+    assert steps(list(parse_chain(chain, SourceParser(FORMATS)))) == steps(list(parse_chain(Chain("s", [single]), SourceParser(FORMATS))))

@@ -1,0 +1,81 @@
+// The live stream: one EventSource on /api/stream?after=<last seq seen>, reconnected with backoff when it closes for
+// good, and the connection indicator. Each message goes to its owner: records to the charts and the header strip,
+// events to state.events, alerts to alerts.js, source updates to state.sources; `reset` reloads the page.
+// Charts are made and redrawn through the callbacks app.js passes to setupStream (no import back into app.js).
+
+import { RESERVED, num } from "./util.js";
+import { state } from "./state.js";
+import { noteAlert, renderAlerts } from "./alerts.js";
+import { noteRecord } from "./sources.js";
+
+const RECONNECT_MAX_MS = 10000;
+
+let chartFor = null;              // app.js: metric -> its chart (made on first use)
+let scheduleRender = null;        // app.js: redraw what changed, at most every RENDER_MIN_INTERVAL_MS
+
+export function setupStream(hooks) {
+  ({ chartFor, scheduleRender } = hooks);
+}
+
+export function setConnection(text, cls) {
+  const el = document.getElementById("connection");
+  el.textContent = text;
+  el.className = `conn ${cls}`;
+}
+
+export function noteEvent(event) {
+  if (event.kind === "alert") return;
+  state.events.push(event);
+  if (event.kind === "end") state.ended.add(event.source);
+  if (event.kind === "start" || event.kind === "resume") state.ended.delete(event.source);
+}
+
+export function connect() {
+  if (state.stream) state.stream.close();
+  const stream = new EventSource(`/api/stream?after=${state.lastSeq}`);
+  state.stream = stream;
+  stream.onopen = () => { setConnection("live", "conn-live"); state.retryMs = 500; };
+  stream.addEventListener("records", (e) => {
+    for (const record of JSON.parse(e.data)) {
+      for (const key of Object.keys(record)) {
+        if (RESERVED.has(key) || num(record[key]) === null) continue;
+        chartFor(key).append(record);
+      }
+      noteRecord(record);
+      state.lastSeq = Math.max(state.lastSeq, record.seq);
+    }
+    scheduleRender();
+  });
+  stream.addEventListener("event", (e) => {
+    const event = JSON.parse(e.data);
+    state.lastSeq = Math.max(state.lastSeq, event.seq);
+    noteEvent(event);
+    for (const chart of state.charts.values()) chart.dirty = true;
+    scheduleRender();
+  });
+  stream.addEventListener("alert", (e) => {
+    const alert = JSON.parse(e.data);
+    state.lastSeq = Math.max(state.lastSeq, alert.seq);
+    noteAlert(alert, true);
+    renderAlerts();
+    scheduleRender();
+  });
+  stream.addEventListener("source", (e) => {
+    const info = JSON.parse(e.data);
+    const known = state.sources.get(info.id);
+    state.sources.set(info.id, known && known.records > info.records ? { ...info, records: known.records,
+      last_step: known.last_step, last_time: known.last_time } : info);
+    scheduleRender();
+  });
+  stream.addEventListener("reset", () => window.location.reload());
+  stream.onerror = () => {
+    if (stream.readyState === EventSource.CLOSED) {
+      // A proxy error or a non-200 answer closes EventSource for good: reconnect ourselves, with backoff.
+      setConnection("offline", "conn-offline");
+      setTimeout(connect, state.retryMs);
+      state.retryMs = Math.min(state.retryMs * 2, RECONNECT_MAX_MS);
+    } else {
+      setConnection("reconnecting", "conn-connecting");
+    }
+  };
+}
