@@ -1,7 +1,7 @@
 """Append one JSON record per training step to a local file, from inside MindSpore training.
 
 Plain MindSpore scripts print only ``epoch: 1 step: 5, loss is ...``. This module gives them, and custom training
-loops, a minimal sink: one flat JSON object per line (DESIGN.md's record shape) appended to a local file that the
+loops, a minimal sink: one flat JSON object per line (the record shape, `mstail.parsers.record`) appended to a local file that the
 mstail sidecar follows like any log. The training loop never opens a socket, never starts a thread and never
 raises because of monitoring: write failures are logged once and counted in ``dropped``.
 
@@ -20,6 +20,7 @@ import logging
 import math
 import os
 import time
+import traceback
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Callable
 
@@ -58,7 +59,7 @@ def _number(value: Any) -> int | float | str | None:
     """Turn a metric value (Python/numpy number, Tensor, Parameter, None) into what the record holds.
 
     A Tensor costs one device-to-host read. Arrays of several elements are averaged (booleans: any is set), as
-    LossMonitor does for the loss. Non-finite floats become the strings DESIGN.md prescribes.
+    LossMonitor does for the loss. Non-finite floats become the strings the record contract names (`mstail.parsers.record.NON_FINITE`).
     """
     if isinstance(value, Tensor):
         try:
@@ -108,7 +109,7 @@ def _crossed(prev: int | None, step: int, every: int) -> bool:
 
 
 class JsonlWriter:
-    """Append DESIGN.md step records, one JSON object per line, to a local file.
+    """Append step records (`mstail.parsers.record`), one JSON object per line, to a local file.
 
     Every record is one ``write`` on a file opened in append mode (no buffering, no fsync), so a follower never
     sees half a line and the file is readable while it grows. The file and its directory are created on the
@@ -204,6 +205,26 @@ class JsonlWriter:
             self._report("log", "a record could not be built", exc_info=True)
             return False
 
+    def event(self, kind: str, step: int | None = None, message: str | None = None) -> bool:
+        """Append an event line, ``{"kind": ..., "step": ..., "time": ..., "message": ...}``: ``end`` when
+        training is over (so the sidecar knows a silence that follows is not a hang), ``error`` for a crash, or
+        any kind of your own (``checkpoint``, ``eval`` ...). Written by every rank that writes records; never
+        raises. Returns whether it was written."""
+        try:
+            if not self._this_rank():
+                return False
+            record: dict[str, Any] = {"kind": str(kind)}
+            if step is not None:
+                record["step"] = int(step)
+            record["time"] = round(time.time(), 3)
+            if message:
+                record["message"] = str(message)
+            return self._append((json.dumps(record) + "\n").encode(), time.perf_counter())
+        except Exception:  # monitoring must never stop training
+            self.dropped += 1
+            self._report("event", "an event could not be written", exc_info=True)
+            return False
+
     def close(self) -> None:
         """Close the file; a later record reopens it (appending)."""
         if self._file is not None:
@@ -221,14 +242,18 @@ class JsonlWriter:
 
     def _due(self, step: int) -> bool:
         """Whether a record for ``step`` is to be written (this rank writes and ``every`` does not skip it)."""
+        if not self._this_rank():
+            return False
+        prev, self._prev_step = self._prev_step, step
+        return self.every == 1 or _crossed(prev, step, self.every)
+
+    def _this_rank(self) -> bool:
+        """Whether this rank writes (decided, and the path resolved, at the first call)."""
         if self._enabled is None:
             rank = _current_rank()
             self._enabled = self._ranks is None or rank in self._ranks
             self.path = self._template.replace("{rank}", str(rank))
-        if not self._enabled:
-            return False
-        prev, self._prev_step = self._prev_step, step
-        return self.every == 1 or _crossed(prev, step, self.every)
+        return self._enabled
 
     def _write(self, step: int, epoch: int | None, metrics: Mapping[str, Any]) -> bool:
         """Build the record (converting every value) and append it."""
@@ -256,7 +281,10 @@ class JsonlWriter:
             if self.batch_size and seconds > 0:
                 record.setdefault("samples_per_s", round(self.batch_size / seconds, 3))
         self._clock = (step, tick)
-        return self._append((json.dumps(record) + "\n").encode(), tick)
+        if not self._append((json.dumps(record) + "\n").encode(), tick):
+            return False
+        self.written += 1
+        return True
 
     def _convert(self, name: str, value: Any) -> int | float | str | None:
         try:
@@ -291,7 +319,6 @@ class JsonlWriter:
             self._report("write", f"short write to {self.path} (disk full?)")
             return False
         self._torn = False
-        self.written += 1
         return True
 
     def _still_there(self) -> bool:
@@ -330,7 +357,7 @@ class JsonlWriter:
 
 
 class JsonlCallback(Callback):
-    """MindSpore ``Model.train`` callback that writes one DESIGN.md record per step through a JsonlWriter.
+    """MindSpore ``Model.train`` callback that writes one record per step through a JsonlWriter.
 
     Each record has ``step`` (global: across epochs and repeated ``Model.train`` calls, taken from the optimizer's
     ``global_step``), ``epoch`` (as MindSpore counts it), ``time``, ``loss``, ``step_time_ms`` (wall time per step
@@ -414,8 +441,19 @@ class JsonlCallback(Callback):
             self.writer._report("step", "a record could not be built", exc_info=True)
 
     def on_train_end(self, run_context: Any) -> None:
-        """Close the file; a later ``Model.train`` call reopens it."""
+        """Write the ``end`` event and close the file; a later ``Model.train`` call reopens it."""
+        self.writer.event("end", self._last_step, "training ended")
         self.writer.close()
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        """MindSpore leaves every callback's context when ``Model.train`` ends, also by an exception (which
+        ``on_train_end`` never sees): then an ``error`` event with the exception line, and an ``end`` event
+        saying training ended by it. The exception goes on as it was."""
+        if exc_type is not None and not issubclass(exc_type, GeneratorExit):
+            what = "".join(traceback.format_exception_only(exc_type, exc)).strip().splitlines()[-1]
+            self.writer.event("error", self._last_step, f"Traceback (most recent call last):\n{what}")
+            self.writer.event("end", self._last_step, f"training ended by an exception ({exc_type.__name__})")
+            self.writer.close()
 
     def _begin(self, cb: Any) -> None:
         optimizer = cb.get("optimizer")

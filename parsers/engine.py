@@ -8,18 +8,35 @@ tracebacks are grouped, and a step that goes backwards opens a new run segment.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import re
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
+from .bounded import BUDGET_S
 from .record import NON_FINITE, RESERVED, Item, Record
 from .schema import Format, Rule
 
+log = logging.getLogger("mstail.parser")
+
 
 #: A line that matched no rule but looks like it carries a metric ("loss: 2.3", "loss is nan"): counted, so
-#: `mstail parse` can tell a user that their format misses lines.
-_METRIC_LOOKING = re.compile(r"loss[\w ]*(?:[:=]| is)\s*\[?\s*[-+]?(?:\d|nan|inf)", re.IGNORECASE)
+#: `mstail parse` can tell a user that their format misses lines. What it finds is what
+#: `loss[\w ]*(?:[:=]| is)\s*\[?\s*[-+]?(?:\d|nan|inf)` (case-insensitive) finds, in time linear in the line: that
+#: search tried every "loss" of a run of word characters and spaces and scanned the run to its end from each, so a
+#: line of " loss is" took seconds per 10 KiB. Here only the run's first "loss" is tried (enough: from a later one, the
+#: rest matches from the first too), held with `(?=(?P<x>...))(?P=x)`, an atomic group that Python 3.9 lacks: what it
+#: matched is never given back to be tried shorter. Runs starting in the first METRIC_HINT_CHARS characters count,
+#: and no piece is longer than that, which bounds the work on a 1 MiB line.
+METRIC_HINT_CHARS = 4096
+_METRIC_LOOKING = re.compile(
+    r"^.{0,%(n)d}?(?<![\w ])(?=(?P<_run>[\w ]{0,%(n)d}?loss))(?P=_run)"  # a run's first "loss"
+    r"(?:[\w ]{0,%(n)d}? is|(?=(?P<_rest>[\w ]{0,%(n)d}))(?P=_rest)[:=])"  # " is" in the run, or ":"/"=" after it
+    r"(?=(?P<_sp>\s{0,%(n)d}))(?P=_sp)(?:\[(?=(?P<_sp2>\s{0,%(n)d}))(?P=_sp2))?[-+]?(?:\d|nan|inf)"  # [ -1.5
+    % {"n": METRIC_HINT_CHARS},
+    re.IGNORECASE | re.DOTALL,
+)
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 #: Bounds for a grouped multi-line event (a traceback): enough for any real one, bounded for garbage.
 MAX_EVENT_LINES = 400
@@ -77,6 +94,7 @@ class ParserState:
     @classmethod
     def from_json(cls, data: Dict[str, Any]) -> "ParserState":
         plain = {f.name: data[f.name] for f in fields(cls) if f.name not in ("epoch_max", "parts")}
+        plain["counts"] = {**dict.fromkeys(COUNTS, 0), **plain["counts"]}  # a count added since it was saved
         return cls(
             **json.loads(json.dumps(plain)),
             epoch_max={epoch: most for epoch, most in data["epoch_max"]},
@@ -85,7 +103,11 @@ class ParserState:
 
 
 #: What a parser counts (`ParserState.counts`); they show on `/api/sources` and in `mstail parse`'s summary.
-COUNTS = ("lines", "records", "events", "field_errors", "unmatched_metric_lines")
+#: `slow_lines`: lines on which a user's regex ran out of its time budget (`bounded`) and was skipped.
+COUNTS = ("lines", "records", "events", "field_errors", "unmatched_metric_lines", "slow_lines")
+
+#: (format origin, format name, where) of the user regexes that ran out of time and were warned about: once each.
+_WARNED: set = set()
 
 
 class SourceParser:
@@ -96,9 +118,12 @@ class SourceParser:
         forced: use this format from the first line (`--format NAME`), no detection.
         grace_s: how long a record waiting for its attach lines (or a multi-line event) is held before it is
             emitted anyway. Default 0.5 s; the wait normally ends at the next line.
+        source: what the lines come from (a source id, a file), named in warnings; optional.
     """
 
-    def __init__(self, formats: Sequence[Format], forced: Optional[Format] = None, grace_s: float = 0.5) -> None:
+    def __init__(
+        self, formats: Sequence[Format], forced: Optional[Format] = None, grace_s: float = 0.5, source: str = ""
+    ) -> None:
         self.candidates = [forced] if forced else list(formats)
         self.format: Optional[Format] = forced
         self.grace_s = grace_s
@@ -107,6 +132,9 @@ class SourceParser:
         self._open_event: Optional[Tuple[Record, List[str], float]] = None
         self._deferred: List[Record] = []  # events that arrived while a record was held: emitted right after it
         self.last_match: Optional[_Match] = None  # how the last fed line matched (for --explain)
+        self.last_slow: List[str] = []  # "format rule 'name'": the user regexes that ran out of time on the last line
+        self.source = source
+        self._timeouts: List[Tuple[Format, str]] = []  # filled by `_match_format`, emptied by `feed`
         self._plans: Dict[int, tuple] = {}  # id(rule) -> its `plan` for `values`, when this log needs another one
 
     # -- public ---------------------------------------------------------------------------------------------
@@ -114,11 +142,18 @@ class SourceParser:
         """Parse one complete line (without its newline); `now` is the read time, used when the line has no
         timestamp and to age held records."""
         self.state.counts["lines"] += 1
+        if self.last_slow:
+            self.last_slow = []
         if "\x1b" in text:
             text = _ANSI.sub("", text)
         out: List[Item] = []
         fmt = self.format
-        match = self.last_match = _match_format(fmt, text) if fmt is not None else self._match(text)  # for --explain
+        match = self.last_match = (  # for --explain
+            _match_format(fmt, text, self._timeouts) if fmt is not None else self._match(text))
+        if self._timeouts:
+            for timed_out, where in self._timeouts:
+                self._slow(timed_out, where)
+            self._timeouts.clear()
         if match is None:
             return self.flush(now)
         if match.obj is None and not match.prefixed and self._continues_event(match.rule):
@@ -197,13 +232,13 @@ class SourceParser:
     # -- matching -------------------------------------------------------------------------------------------
     def _match(self, text: str) -> Optional[_Match]:
         if self.format is not None:
-            return _match_format(self.format, text)
+            return _match_format(self.format, text, self._timeouts)
         # Not locked yet: the first candidate whose *record* rule matches wins the file; events seen before
         # that come from the first candidate that recognises the line at all.
         first: Optional[_Match] = None
         plain: Optional[_Match] = None  # a line no candidate recognises (a traceback's frame) is still a line
         for fmt in self.candidates:
-            match = _match_format(fmt, text)
+            match = _match_format(fmt, text, self._timeouts)
             if match is None:
                 continue
             if _starts_record(match):
@@ -285,10 +320,34 @@ class SourceParser:
             except ValueError:
                 self.state.counts["field_errors"] += 1
         for extract in rule.extract:  # multi-valued fields: pydict, pairs
-            found, errors = extract(groups)
+            try:
+                found, errors = extract(groups)
+            except TimeoutError:  # a user's pairs regex ran out of time: this line gives none of its values
+                if self.last_match is not None:
+                    self._slow(self.last_match.fmt, f"rule '{rule.name}' (pairs)")
+                continue
             values.update(found)
             self.state.counts["field_errors"] += errors
         return values
+
+    def _slow(self, fmt: Format, where: str) -> None:
+        """A user's regex (`where` in `fmt`) ran out of its time budget on the line being fed, which is skipped for it:
+        the line is counted once in `slow_lines`, and each (format, regex) is warned about once, in one line."""
+        label = f"{fmt.name} {where}"
+        if label in self.last_slow:
+            return  # --explain asking for the values again
+        if not self.last_slow:
+            self.state.counts["slow_lines"] += 1
+        self.last_slow.append(label)
+        key = (fmt.origin, fmt.name, where)
+        if key not in _WARNED:
+            _WARNED.add(key)
+            source = f"{self.source}: " if self.source else ""
+            log.warning(
+                "%sformat '%s' (%s), %s: a line took longer than %g s to match, the time limit of a user's regex; "
+                "such lines are skipped for it and counted as slow_lines (said once)",
+                source, fmt.name, fmt.origin, where, BUDGET_S,
+            )
 
     def _skip_fast(self, rule: Rule, plan: Tuple[tuple, ...], entry: tuple) -> None:
         """A field whose text the fast converter refused (a log that prints `[1.5]`) goes straight to the full one
@@ -455,21 +514,30 @@ def _starts_record(match: _Match) -> bool:
     return match.rule is not None and match.rule.kind == "record"
 
 
-def _match_format(fmt: Format, text: str) -> Optional[_Match]:
-    """Strip the first matching prefix, then try the rules on the message (stateless)."""
+def _match_format(fmt: Format, text: str, timeouts: List[Tuple[Format, str]]) -> Optional[_Match]:
+    """Strip the first matching prefix, then try the rules on the message (stateless). A user's regex that runs out of
+    time (TimeoutError, see `bounded`) counts as not matching; it is added to `timeouts`."""
     if fmt.jsonl:
         return _match_jsonl(fmt, text)
     prefixes, rules = fmt.plan
     message, parts, clock = text, None, None
-    for match, parse_time in prefixes:
-        found = match(text)
+    for match, parse_time, prefix in prefixes:
+        try:
+            found = match(text)
+        except TimeoutError:
+            timeouts.append((fmt, f"prefix '{prefix.name}'"))
+            continue
         if found is not None:
             parts, clock = found.groupdict(), parse_time
             message = parts["message"]
             break
     rule, groups = None, {}
     for search, candidate in rules:
-        found = search(message)
+        try:
+            found = search(message)
+        except TimeoutError:
+            timeouts.append((fmt, f"rule '{candidate.name}'"))
+            continue
         if found is not None:
             rule, groups = candidate, found.groupdict()
             break

@@ -18,7 +18,7 @@ from .engine import ParserState, SourceParser
 from .record import PART_KEY, Item
 from .schema import Format
 
-_TAG = re.compile(r"\[(?:(?P<word>rank|default)(?P<n>\d+)\]|\d+,(?P<mpi>\d+)\]<std(?:out|err)>): ?")
+_TAG = re.compile(r"^\[(?:(?P<word>rank|default)(?P<n>\d{1,9})\]|\d{1,9},(?P<mpi>\d{1,9})\]<std(?:out|err)>): ?")
 
 
 def part_of(text: str) -> Optional[re.Match]:

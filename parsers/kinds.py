@@ -77,7 +77,7 @@ def to_str(text: str, unit: str = "") -> Optional[str]:
     return text.strip()
 
 
-_DURATION = re.compile(r"^(?:(\d+) days?, )?(\d+):(\d\d):(\d\d)(?:\.\d+)?$")
+_DURATION = re.compile(r"^(?:(\d{1,12}) days?, )?(\d{1,12}):(\d\d):(\d\d)(?:\.\d{1,12})?$")  # bounded: linear
 
 
 def to_duration_s(text: str, unit: str = "") -> Optional[float]:
@@ -128,7 +128,8 @@ CONVERTERS: Dict[str, Callable[[str, str], Value]] = {
 PLAIN_BUILTINS: Dict[Callable[[str, str], Value], Callable[[str], Value]] = {
     to_float: float,
     to_int: int,
-    to_bool: {"False": 0, "True": 1, "false": 0, "true": 1}.__getitem__,  # as logs print them
+    # as logs print them; with the space before them a rule may take in (`overflow cond:(?P<overflow>...)`)
+    to_bool: {"False": 0, "True": 1, "false": 0, "true": 1, " False": 0, " True": 1}.__getitem__,
 }
 
 #: Time formats accepted by a prefix's `time_format`: any strptime string, or one of these names.

@@ -5,6 +5,7 @@ Every problem is a `FormatError` naming the file, the rule and the reason, raise
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 from importlib import resources
@@ -13,10 +14,11 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 
 from mstail.platform import per_user_dir, tomllib
 
+from .bounded import compile_bounded
 from .kinds import CONVERTERS, NAMED_TIME_FORMATS, PLAIN_BUILTINS, Value, time_parser
 from .pyliteral import parse_pydict
 from .record import RESERVED
-from .schema import RULE_KINDS, STEP_GROUPS, Extractor, Field, Format, FormatError, Prefix, Rule
+from .schema import RULE_KINDS, STEP_GROUPS, Extractor, Field, Format, FormatError, Prefix, Regex, Rule
 
 
 BUILTIN_ORIGIN = "built-in"
@@ -27,6 +29,9 @@ _RULE_KEYS = {"name", "kind", "regex", "fields", "wait_for", "event", "multiline
 _FIELD_KEYS = {"type", "rename", "unit", "scale", "null"}
 _PYDICT_KEYS = {"type", "prefix"}
 _PAIRS_KEYS = {"group", "regex", "type", "names", "prefix"}
+_PCRE_NAME = re.compile(r"\(\?<(?=[A-Za-z_])")
+#: A `[rule.pairs]` reads at most this many pairs of a line (a runaway line is not 100k metrics).
+MAX_PAIRS = 1024
 
 
 def user_formats_dir() -> Path:
@@ -192,7 +197,7 @@ def _rule(data: Mapping[str, Any], origin: str, index: int) -> Rule:
     )
 
 
-def _fields(table: Mapping[str, Any], regex: "re.Pattern[str]", origin: str, rule: str) -> tuple:
+def _fields(table: Mapping[str, Any], regex: Regex, origin: str, rule: str) -> tuple:
     """One Field per named group that is not a step group; undeclared groups are floats."""
     for group in table:
         if group not in regex.groupindex:
@@ -249,7 +254,7 @@ def _null_words(convert: Callable[[str, str], Value], words: frozenset) -> Calla
     return converted
 
 
-def _pydict_fields(table: Mapping[str, Any], regex: "re.Pattern[str]", origin: str, rule: str) -> Tuple[Extractor, ...]:
+def _pydict_fields(table: Mapping[str, Any], regex: Regex, origin: str, rule: str) -> Tuple[Extractor, ...]:
     """`type = "pydict"` fields: the group holds a printed Python dict whose numbers become `prefix` + key."""
     found = []
     for group in regex.groupindex:
@@ -278,7 +283,7 @@ def _pydict_extractor(group: str, prefix: str) -> Extractor:
     return extract
 
 
-def _pairs(spec: Any, regex: "re.Pattern[str]", origin: str, rule: str) -> Extractor:
+def _pairs(spec: Any, regex: Regex, origin: str, rule: str) -> Extractor:
     """`[rule.pairs]`: `name: value` pairs found repeatedly in one group (MindFormers' `mtp_1_loss: 6.74, ...`)."""
     if not isinstance(spec, dict):
         raise FormatError(origin, "pairs must be a table ([rule.pairs])", rule)
@@ -292,38 +297,51 @@ def _pairs(spec: Any, regex: "re.Pattern[str]", origin: str, rule: str) -> Extra
     type_name = spec.get("type", "float")
     if type_name not in CONVERTERS:
         raise FormatError(origin, f"pairs: unknown type {type_name!r} (use {', '.join(CONVERTERS)})", rule)
-    convert = CONVERTERS[type_name]
     names = _compile(spec["names"], origin, rule) if isinstance(spec.get("names"), str) else None
     if "names" in spec and names is None:
         raise FormatError(origin, "pairs.names must be a regex string", rule)
     prefix = spec.get("prefix", "")
     if not isinstance(prefix, str):
         raise FormatError(origin, "pairs.prefix must be a string", rule)
+    return _Pairs(group, pattern, names, CONVERTERS[type_name], prefix)
 
-    def extract(groups: Dict[str, Optional[str]]) -> Tuple[Dict[str, Value], int]:
-        text = groups.get(group)
+
+class _Pairs:
+    """The extractor of a `[rule.pairs]` table (an `Extractor`): the first MAX_PAIRS pairs of its group; `regexes`
+    lists its regexes as `Format.regexes` does. A user's regex that runs out of time raises TimeoutError through it
+    (the engine counts the line)."""
+
+    def __init__(self, group: str, pattern: Regex, names: Optional[Regex], convert: Callable[[str, str], Value],
+                 prefix: str) -> None:
+        self.group, self.pattern, self.names, self.convert, self.prefix = group, pattern, names, convert, prefix
+        self.regexes = (("pairs.regex", "finditer", pattern),) + (
+            (("pairs.names", "fullmatch", names),) if names is not None else ())
+
+    def __call__(self, groups: Dict[str, Optional[str]]) -> Tuple[Dict[str, Value], int]:
+        text = groups.get(self.group)
         values: Dict[str, Value] = {}
         errors = 0
         if not text:
             return values, errors
-        for found in pattern.finditer(text):
-            name = prefix + found.group("name")
+        names = self.names
+        for found in itertools.islice(self.pattern.finditer(text), MAX_PAIRS):
+            name = self.prefix + found.group("name")
             if (names is not None and not names.fullmatch(found.group("name"))) or name in RESERVED:
                 continue
             try:
-                values.setdefault(name, convert(found.group("value"), ""))
+                values.setdefault(name, self.convert(found.group("value"), ""))
             except ValueError:
                 errors += 1
         return values, errors
 
-    return extract
 
-
-def _compile(pattern: str, origin: str, rule: Optional[str]) -> "re.Pattern[str]":
+def _compile(pattern: str, origin: str, rule: Optional[str]) -> Regex:
+    """A built-in format's regex on `re` (they are written to run in linear time: tests/parsers/test_regex_bounds.py);
+    a user's on `regex` with a time budget per call (`bounded`). Either way Python `re` syntax, checked by `re`."""
     # PCRE-style (?<name>...) is common in lnav/fluent-bit formats people copy from; Python needs (?P<name>.
-    pattern = re.sub(r"\(\?<(?=[A-Za-z_])", "(?P<", pattern)
+    pattern = _PCRE_NAME.sub("(?P<", pattern)
     try:
-        return re.compile(pattern)
+        return re.compile(pattern) if origin == BUILTIN_ORIGIN else compile_bounded(pattern)
     except re.error as exc:
         raise FormatError(origin, f"bad regex: {exc}", rule) from None
 

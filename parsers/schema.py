@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Optional, Pattern, Tuple
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
 from .kinds import Value
 
@@ -15,8 +15,13 @@ STEP_GROUPS = frozenset({"step", "epoch", "step_in_epoch", "steps_per_epoch", "e
 
 RULE_KINDS = ("record", "attach", "event", "ignore")
 
-#: A multi-valued field (`type = "pydict"`, a rule's `[rule.pairs]`): the regex groups -> (values, errors).
+#: A multi-valued field (`type = "pydict"`, a rule's `[rule.pairs]`): the regex groups -> (values, errors). One that
+#: uses regexes of its own lists them in a `regexes` attribute, as `Format.regexes` does.
 Extractor = Callable[[Dict[str, Optional[str]]], Tuple[Dict[str, Value], int]]
+
+#: A compiled regex: a built-in format's `re.Pattern`, or a user's `bounded.BoundedPattern` (same attributes and
+#: calls, which raise TimeoutError past their time budget).
+Regex = Any
 
 
 class FormatError(ValueError):
@@ -71,7 +76,7 @@ class Rule:
 
     name: str
     kind: str
-    regex: Pattern[str]
+    regex: Regex
     fields: Tuple[Field, ...]
     wait_for: Tuple[str, ...] = ()
     event: str = ""
@@ -94,7 +99,7 @@ class Prefix:
     """A logger envelope around the message: groups `message` (required), `time`, `level`."""
 
     name: str
-    regex: Pattern[str]
+    regex: Regex
     parse_time: Optional[Callable[[str], float]] = None
 
 
@@ -110,14 +115,27 @@ class Format:
     rules: Tuple[Rule, ...] = ()
     error_levels: Tuple[str, ...] = ()
     jsonl: bool = False
-    #: For the engine's hot path, made once: (regex.match, parse_time) per prefix, (regex.search, rule) per rule.
-    plan: Tuple[Tuple[Tuple[Any, Any], ...], Tuple[Tuple[Any, Rule], ...]] = field(
+    #: For the engine's hot path, made once: (regex.match, parse_time, prefix) per prefix, (regex.search, rule) per
+    #: rule.
+    plan: Tuple[Tuple[Tuple[Any, Any, Prefix], ...], Tuple[Tuple[Any, Rule], ...]] = field(
         default=((), ()), init=False, repr=False, compare=False
     )
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "plan", (
-            tuple((prefix.regex.match, prefix.parse_time) for prefix in self.prefixes),
+            tuple((prefix.regex.match, prefix.parse_time, prefix) for prefix in self.prefixes),
             tuple((rule.regex.search, rule) for rule in self.rules),
         ))
+
+    def regexes(self) -> Iterator[Tuple[str, str, Regex]]:
+        """Every compiled regex of the format, as (where, how it is called on a line, regex): each prefix's is
+        `match`ed on the line, each rule's `search`ed in the message, and a rule's extractors list their own (the
+        pairs' `finditer` in a group, `fullmatch` on a name). tests/parsers/test_regex_bounds.py times them all."""
+        for prefix in self.prefixes:
+            yield f"prefix {prefix.name}", "match", prefix.regex
+        for rule in self.rules:
+            yield f"rule {rule.name}", "search", rule.regex
+            for extract in rule.extract:
+                for what, how, pattern in getattr(extract, "regexes", ()):
+                    yield f"rule {rule.name} {what}", how, pattern
 

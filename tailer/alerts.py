@@ -17,7 +17,8 @@ Rules (`DEFAULT_RULES` holds every key and its default; a TOML file given with `
 - `grad_norm`   grad norm > ratio x its rolling median (after `min_window` values), or > `absolute`.
 - `overflow`    `streak` consecutive records with `overflow` true.
 - `loss_scale`  the loss scale fell (it was higher before) to `floor` or below.
-- `error`       error events (tracebacks, ERROR records) and any line/event with `terminate training`.
+- `error`       error events (tracebacks, ERROR records) and any event with `terminate training` or `terminating
+                training`; the message is the exception line (a traceback's last `...Error: ...` line) and the step.
 - `hang`        no new step for max(min_s, k x median step time) while the source has not logged the end
                 of training; armed only by live data (a last record logged less than `live_within_s` ago).
 - `gone`        the followed file disappeared.
@@ -36,10 +37,11 @@ most once per `cooldown_s`; an alert resolves when its condition has been clear 
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from bisect import bisect_left, insort
 from collections import deque
-from typing import Any, Deque, Dict, List, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 from mstail.platform import tomllib
 
@@ -60,7 +62,7 @@ DEFAULT_RULES: Dict[str, Dict[str, Any]] = {
     },
     "overflow": {"enabled": True, "severity": "warning", "streak": 10, "clear_after": 1},
     "loss_scale": {"enabled": True, "severity": "critical", "floor": 1.0, "clear_after": 1},
-    "error": {"enabled": True, "severity": "error", "kinds": ["error"], "phrases": ["terminate training"], "clear_after": 20},
+    "error": {"enabled": True, "severity": "error", "kinds": ["error"], "phrases": ["terminate training", "terminating training"], "clear_after": 20},
     "trend": {
         "enabled": False, "severity": "warning", "metric": "loss", "window": 1000, "min_window": 1000,
         "plateau_rel": 0.002, "divergence_rel": 0.1, "every": 50, "clear_after": 1,
@@ -176,8 +178,28 @@ def _checked(origin: str, rule: str, key: str, value: Any, default: Any) -> Any:
 
 # -- the engine -------------------------------------------------------------------------------------------
 def _number(value: Any) -> Optional[float]:
-    """A record value as a float (NaN/Inf included: the store keeps them as floats); None when not a number."""
-    return float(value) if isinstance(value, (int, float)) else None
+    """A record value as a float (NaN/Inf included: the store keeps them as floats); None when not a number, or
+    an int beyond the float range."""
+    try:
+        return float(value) if isinstance(value, (int, float)) else None
+    except OverflowError:
+        return None
+
+
+_EXCEPTION_LINE = re.compile(r"^\s*(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit|Warning)\b")
+
+
+def _what_happened(message: str) -> str:
+    """The line that says what went wrong: a traceback's exception line (its last `...Error: ...` line, after the
+    `Traceback (most recent call last):` and frames), else the message's first non-empty line."""
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    if not lines:
+        return ""
+    if any(line.startswith("Traceback (most recent call last)") for line in lines):
+        for line in reversed(lines):
+            if _EXCEPTION_LINE.match(line):
+                return line
+    return lines[0]
 
 
 class _Window:
@@ -271,8 +293,10 @@ class AlertEngine:
         resolved = [dict(a) for a in reversed(self._resolved) if a["state"] == "resolved"]
         return {"active": active, "resolved": resolved, "count": len(active)}
 
-    def observe(self, source: str, item: Dict[str, Any], now: float) -> List[Change]:
-        """Feed one stored record or event of `source` (read at `now`); returns alert changes."""
+    def observe(self, source: str, item: Dict[str, Any], now: float, history: bool = False) -> List[Change]:
+        """Feed one stored record or event of `source` (read at `now`); returns alert changes. `history`: the item
+        was in the file before mstail started (the catch-up), so it never arms the hang rule, whatever its time
+        says (a log without timestamps gets the read time)."""
         state = self._sources.get(source)
         if state is None:
             state = self._sources[source] = _SourceState(self.rules)
@@ -281,7 +305,7 @@ class AlertEngine:
             if item["kind"] != "alert":
                 self._event(source, state, item, now, out)
             return out
-        self._record(source, state, item, now, out)
+        self._record(source, state, item, now, out, history)
         return out
 
     def replay(self, item: Dict[str, Any]) -> None:
@@ -295,10 +319,14 @@ class AlertEngine:
                 self._next_id = max(self._next_id, int(number) + 1)
             return
         when = item.get("time")
-        self.observe(item["source"], item, when if isinstance(when, (int, float)) else 0.0)
+        self.observe(item["source"], item, when if isinstance(when, (int, float)) else 0.0, history=True)
 
-    def tick(self, now: float, states: Dict[str, str]) -> List[Change]:
-        """Time-based rules; `states` maps source id -> follower state (following | idle | gone | waiting)."""
+    def tick(self, now: float, states: Dict[str, str],
+             writing: Optional[Callable[[str], Optional[bool]]] = None) -> List[Change]:
+        """Time-based rules; `states` maps source id -> follower state (following | idle | gone | waiting).
+        `writing(source)`, asked only when a source has been silent past its hang bound, says whether a process
+        still holds its file open for writing (None: cannot be seen, e.g. written from another node): a silent
+        file nobody writes any more is a run that ended, not a hang."""
         out: List[Change] = []
         if self.rules.on("straggler"):
             self._stragglers(now, out)
@@ -317,6 +345,9 @@ class AlertEngine:
                 not gone and not state.ended and state.live and state.last_arrival is not None
                 and now - state.last_arrival >= bound
             )
+            if hung and writing is not None and writing(source) is False:
+                state.ended = True  # the writer closed the file: over (an error before it raised its own alert)
+                hung = False
             if hung:
                 waited = now - state.last_arrival  # type: ignore[operator]
                 self._fire("hang", source, state.last_step, now,
@@ -333,7 +364,8 @@ class AlertEngine:
         return max(float(rule["min_s"]), float(rule["k"]) * median)
 
     # -- records --------------------------------------------------------------------------------------------
-    def _record(self, source: str, state: _SourceState, record: Dict[str, Any], now: float, out: List[Change]) -> None:
+    def _record(self, source: str, state: _SourceState, record: Dict[str, Any], now: float, out: List[Change],
+                history: bool = False) -> None:
         rules = self.rules.rules
         step = record.get("step")
         segment = record.get("segment", 0)
@@ -342,24 +374,26 @@ class AlertEngine:
             state.loss.clear()
             state.norm.clear()
             state.overflow_run = 0
-        when = record.get("time")
+        when = _number(record.get("time"))
+        if when is not None and not math.isfinite(when):
+            when = None
         if isinstance(step, int) and (state.last_step is None or step != state.last_step):
             step_ms = _number(record.get("step_time_ms"))
             if step_ms is not None and math.isfinite(step_ms) and step_ms > 0:
                 state.step_s.append(step_ms / 1000.0)
                 state.step_ms.append(step_ms)
-            elif isinstance(when, (int, float)) and state.last_record_time is not None and isinstance(state.last_step, int):
+            elif when is not None and state.last_record_time is not None and isinstance(state.last_step, int):
                 delta_steps = step - state.last_step
-                if delta_steps > 0 and when > state.last_record_time:
+                if 0 < delta_steps < 1 << 62 and when > state.last_record_time:
                     state.step_s.append((when - state.last_record_time) / delta_steps)
             state.last_step = step
             state.last_arrival = now
             state.ended = False
-        if isinstance(when, (int, float)):
-            state.last_record_time = float(when)
-            state.live = state.live or now - when <= rules["hang"]["live_within_s"]
+        if when is not None:
+            state.last_record_time = when
+            state.live = state.live or (not history and now - when <= rules["hang"]["live_within_s"])
         else:
-            state.live = True
+            state.live = state.live or not history
 
         if self.rules.on("nonfinite"):
             bad = []
@@ -486,9 +520,10 @@ class AlertEngine:
         message = str(event.get("message") or "")
         lowered = message.lower()
         if kind in rule["kinds"] or any(p.lower() in lowered for p in rule["phrases"]):
-            first = message.strip().splitlines()[0] if message.strip() else str(kind)
             step = event.get("step")
-            self._fire("error", source, step if isinstance(step, int) else None, now, first[:300], out)
+            step = step if isinstance(step, int) else None
+            said = _what_happened(message) or str(kind)
+            self._fire("error", source, step, now, (said[:300] + (f" (step {step})" if step is not None else "")), out)
             state.clear["error"] = 0
 
     # -- alert bookkeeping ----------------------------------------------------------------------------------

@@ -9,13 +9,16 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import logging
 import os
 import re
+import signal
 import sys
+import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Iterator, List, Optional, Sequence, Tuple
 
 from mstail.parsers import Format, FormatError, format_table, load_formats
 
@@ -39,6 +42,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = _build_parser()
     args = parser.parse_args(args_list)
     logging.basicConfig(level=logging.WARNING, format="mstail: %(message)s")
+    logging.getLogger("mstail").setLevel(logging.INFO)  # mstail's own notices show too: a file found, its format
     try:
         return args.run(args)
     except (UsageError, FormatError) as exc:
@@ -54,56 +58,60 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 # -- commands ---------------------------------------------------------------------------------------------
 def _serve(args: argparse.Namespace) -> int:
-    config = _config(args, logs=tuple(args.log or ()), jsonl=tuple(args.jsonl or ()), format=args.format)
+    config = _config(args, logs=_flat(args.log), jsonl=_flat(args.jsonl), format=args.format)
     if not config.logs and not config.jsonl:
         raise UsageError("nothing to follow: give --log PATH (a file or a quoted glob such as 'output/log/rank_*/info.log')")
     return _run_server(config, _formats(args, config.format))
 
 
 def _demo(args: argparse.Namespace) -> int:
+    import shutil
     import tempfile
 
     from .demo import start_demo
 
-    folder = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="mstail-demo-"))
-    log_dir = folder / "output" / "log"
-    trainings = start_demo(log_dir, ranks=args.ranks, step_s=args.step_time)
-    print(f"mstail: demo training writes {log_dir}/rank_*/info.log", file=sys.stderr)
-    config = _config(args, logs=(str(log_dir / "rank_*" / "info.log"),))
-    if not args.dir and not args.state_dir:
-        config = dataclasses.replace(config, persist=False)  # a new folder every run: nothing to resume
-    try:
-        return _run_server(config, _formats(args, None))
-    finally:
-        for training in trainings:
-            training.stop()
+    with _sigterm_as_exit():
+        folder = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="mstail-demo-"))
+        trainings: list = []
+        try:
+            log_dir = folder / "output" / "log"
+            config = _config(args, logs=(str(log_dir / "rank_*" / "info.log"),))
+            if not args.dir and not args.state_dir:
+                config = dataclasses.replace(config, persist=False)  # a new folder every run: nothing to resume
+            formats = _formats(args, None)
+            trainings = start_demo(log_dir, ranks=args.ranks, step_s=args.step_time)
+            kept = "" if args.dir else " (a temporary folder, removed on exit; --dir DIR keeps the logs)"
+            print(f"mstail: demo training writes {log_dir}/rank_*/info.log{kept}", file=sys.stderr)
+            return _run_server(config, formats)
+        finally:
+            for training in trainings:
+                training.stop()
+            if not args.dir:  # Ctrl-C, SIGTERM, an error: the temporary folder goes, every time
+                shutil.rmtree(folder, ignore_errors=True)
 
 
 def _parse(args: argparse.Namespace) -> int:
-    from .offline import ParseError, open_output, run_explain, run_parse
+    from .offline import InputError, OutputError, ParseError, chains, output, run_explain, run_parse
 
     formats = _formats(args, args.format)
     forced = format_table(formats)[args.format] if args.format else None
-    out = open_output(args.output)
-    if args.explain:
-        try:
-            run_explain(args.logs, formats, forced, out)
-        except FileNotFoundError as exc:
-            raise UsageError(f"no such log file: {exc.filename or exc.args[0]}") from None
-        finally:
-            out.flush()
-        return 0
     try:
-        summary = run_parse(args.logs, formats, forced, args.to, out, with_events=args.events)
+        with _sigterm_as_exit():
+            groups = chains(args.logs)
+            # -o is checked against every file read (rotated backups too) before it is opened; it is written to a
+            # temporary file renamed over OUT at the end, so an error, Ctrl-C or SIGTERM leaves no partial OUT.
+            with output(args.output, inputs=[path for group in groups for path in group.files]) as out:
+                if args.explain:
+                    run_explain(groups, formats, forced, out)
+                    return 0
+                summary = run_parse(groups, formats, forced, args.to, out, with_events=args.events)
     except FileNotFoundError as exc:
         raise UsageError(f"no such log file: {exc.filename or exc.args[0]}") from None
+    except (InputError, OutputError) as exc:
+        raise UsageError(str(exc)) from None
     except ParseError as exc:  # a worker process failed: one line, its chain named
         print(f"mstail: {exc}", file=sys.stderr)
         return 1
-    finally:
-        out.flush()
-        if out is not sys.stdout and args.output not in (None, "-"):
-            out.close()
     detected = ", ".join(f"{source}: {fmt}" for source, fmt in summary.formats.items())
     print(
         f"mstail: {summary.files} file(s), {summary.records} records, {summary.events} events, "
@@ -120,6 +128,29 @@ def _list_formats(args: argparse.Namespace) -> int:
 
 
 # -- helpers ----------------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def _sigterm_as_exit() -> Iterator[None]:
+    """SIGTERM ends the command the way Ctrl-C does, through every `finally` (temporary files and folders go),
+    with exit status 143 (while a server runs, `serve` gives SIGTERM Ctrl-C's path itself)."""
+
+    def stop(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set a handler
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _flat(groups: Optional[Sequence[Sequence[str]]]) -> Tuple[str, ...]:
+    """`--log a b --log c` -> (a, b, c): several paths after one option are what an unquoted glob becomes."""
+    return tuple(path for group in groups or () for path in group)
+
+
 def _formats(args: argparse.Namespace, wanted: Optional[str]) -> List[Format]:
     formats = load_formats(files=args.formats or (), patterns=args.pattern or ())
     if wanted and wanted not in format_table(formats):
@@ -132,8 +163,16 @@ def _config(args: argparse.Namespace, logs: Tuple[str, ...], jsonl: Tuple[str, .
             format: Optional[str] = None) -> Config:
     """The server options of `serve` and `demo` (their own options come as arguments), checked and resolved:
     alert rules loaded and webhook targets parsed here, once, so a mistake is one line before anything starts."""
+    from mstail.web.access import is_loopback_host
+
     if args.poll is not None and args.poll <= 0:
         raise UsageError("--poll needs a positive number of seconds")
+    if not 0 <= args.port <= 65535:
+        raise UsageError(f"--port {args.port} is out of range: give 1 to 65535, or 0 for any free port")
+    token = _token(args.token)
+    if "*" in (args.cors_origin or ()) and token is None and is_loopback_host(args.host):
+        raise UsageError("--cors-origin '*' without a token lets any web page read this server's data: give --token "
+                         "TOKEN (or $MSTAIL_TOKEN) too, or name the origin, e.g. --cors-origin https://grafana.example:3000")
     config = Config(
         logs=logs,
         jsonl=jsonl,
@@ -144,13 +183,16 @@ def _config(args: argparse.Namespace, logs: Tuple[str, ...], jsonl: Tuple[str, .
         port=args.port,
         open_browser=args.open,
         poll_s=args.poll,
-        token=_token(args.token),
+        token=token,
         cors_origins=tuple(args.cors_origin or ()),
         send_timeout_s=_positive(args.send_timeout, "--send-timeout"),
         state_dir=args.state_dir,
         persist=not args.no_state,
         alert_rules=None if args.no_alerts else _alert_rules(args.alerts),
-        webhooks=_webhook_targets(args.webhook or ()),
+        webhooks=_webhook_targets(args.webhook or (), args.webhook_file or (), args.webhook_env or ()),
+        max_connections=args.max_connections,
+        max_streams=args.max_streams,
+        header_timeout_s=_positive(args.header_timeout, "--header-timeout"),
     )
     return _auto_poll(config)
 
@@ -179,11 +221,11 @@ def _alert_rules(path: Optional[str]) -> "AlertRules":
         raise UsageError(f"alerts file {exc}") from None
 
 
-def _webhook_targets(values: Sequence[str]) -> Tuple["Target", ...]:
-    from .webhooks import WebhookError, parse_target
+def _webhook_targets(values: Sequence[str], files: Sequence[str] = (), env_names: Sequence[str] = ()) -> Tuple["Target", ...]:
+    from .webhooks import WebhookError, read_targets
 
     try:
-        return tuple(parse_target(value) for value in values)
+        return read_targets(values, files, env_names)
     except WebhookError as exc:
         raise UsageError(str(exc)) from None
 
@@ -288,6 +330,24 @@ def _build_parser() -> argparse.ArgumentParser:
         p.add_argument("--no-alerts", action="store_true", help="run no alert rules")
         p.add_argument("--webhook", action="append", metavar="[FORMAT=]URL", help="POST alerts here (repeatable); "
                        "FORMAT: generic (default), feishu, dingtalk, wecom, slack (guessed from the host)")
+        p.add_argument("--webhook-file", action="append", metavar="PATH", help="webhooks from a file, one [FORMAT=]URL "
+                       "a line, # comments (repeatable): their secret tokens stay off the command line `ps` shows")
+        p.add_argument("--webhook-env", action="append", metavar="NAME", help="webhooks from this environment variable, "
+                       "whitespace-separated [FORMAT=]URL values (repeatable; default: $MSTAIL_WEBHOOKS when set)")
+
+        def count(text: str) -> int:
+            if not text.isdigit() or int(text) < 1:
+                raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+            return int(text)
+
+        p.add_argument("--max-connections", type=count, default=Config.max_connections, metavar="N",
+                       help=f"open connections at most; one more closes the one idle longest (default: "
+                       f"{Config.max_connections}, lowered to fit the open-file limit)")
+        p.add_argument("--max-streams", type=count, default=Config.max_streams, metavar="N",
+                       help=f"live-stream clients at most; one more gets a 503 (default: {Config.max_streams})")
+        p.add_argument("--header-timeout", type=float, default=Config.header_timeout_s, metavar="SECONDS",
+                       help="close a connection that has not sent a whole request line and headers this long after "
+                       f"connecting or after its previous answer (default: {Config.header_timeout_s:g})")
         p.add_argument("--state-dir", metavar="DIR", help="where the history and read positions are kept, so a "
                        "restarted mstail resumes with nothing lost or repeated (default: $MSTAIL_STATE_DIR or "
                        "~/.local/state/mstail; local disk, outside the log folders)")
@@ -299,9 +359,10 @@ def _build_parser() -> argparse.ArgumentParser:
 
     serve_p = commands.add_parser("serve", help="follow logs and serve the dashboard (the default command)",
                                   description="Follow training logs from the start (history) and then live; serve the page.")
-    serve_p.add_argument("--log", action="append", metavar="PATH", help="a log file or a quoted glob "
-                         "('output/log/rank_*/info.log'); repeatable; files may appear later")
-    serve_p.add_argument("--jsonl", action="append", metavar="PATH", help="a JSONL file written by mstail.callback (repeatable)")
+    serve_p.add_argument("--log", action="append", nargs="+", metavar="PATH", help="log files or quoted globs "
+                         "('output/log/rank_*/info.log'); files may appear later; repeatable")
+    serve_p.add_argument("--jsonl", action="append", nargs="+", metavar="PATH", help="JSONL files written by "
+                         "mstail.callback (repeatable)")
     serve_p.add_argument("--format", metavar="NAME", help="use this format for every --log file instead of detecting it")
     server_options(serve_p)
     serve_p.set_defaults(run=_serve)
@@ -312,7 +373,8 @@ def _build_parser() -> argparse.ArgumentParser:
     parse_p.add_argument("logs", nargs="+", metavar="LOG", help="log files or globs")
     parse_p.add_argument("--format", metavar="NAME", help="format name (default: detect per file)")
     parse_p.add_argument("--to", choices=("jsonl", "csv"), default="jsonl", help="output format (default: jsonl)")
-    parse_p.add_argument("-o", "--output", metavar="OUT", help="output file (default: stdout)")
+    parse_p.add_argument("-o", "--output", metavar="OUT", help="output file, replaced only once the parse has "
+                         "succeeded; never one of the LOGs (default: stdout)")
     parse_p.add_argument("--events", action="store_true", help="also write events (checkpoint, error, end ...)")
     parse_p.add_argument("--explain", action="store_true", help="instead of records: line by line, which rule matched "
                          "and what it extracted, and lines that look like metrics but matched nothing")
@@ -325,7 +387,8 @@ def _build_parser() -> argparse.ArgumentParser:
 
     demo_p = commands.add_parser("demo", help="watch a simulated training live (no training needed)",
                                  description="A simulated MindFormers training writes real-format logs; mstail follows and serves them.")
-    demo_p.add_argument("--dir", help="where the simulated run writes output/log (default: a new temporary folder)")
+    demo_p.add_argument("--dir", help="where the simulated run writes output/log, kept (default: a new temporary "
+                        "folder, removed on exit)")
     demo_p.add_argument("--ranks", type=int, default=2, help="simulated ranks (default: 2)")
     demo_p.add_argument("--step-time", type=float, default=0.2, metavar="SECONDS", help="seconds per step (default: 0.2)")
     server_options(demo_p)

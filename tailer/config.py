@@ -43,8 +43,15 @@ class Config:
             reading; a browser reconnects and catches up); 30 s.
         alert_rules: the alert rules, loaded once (`--alerts FILE` over the built-ins, `load_alert_rules`);
             None (`--no-alerts`) = no alert engine. Default: the built-in rules.
-        webhooks: alert webhook targets, parsed once (`--webhook [FORMAT=]URL`, `webhooks.parse_target`);
-            empty = none.
+        webhooks: alert webhook targets, parsed once (`--webhook [FORMAT=]URL`, `--webhook-file PATH`,
+            `--webhook-env NAME` or $MSTAIL_WEBHOOKS: `webhooks.read_targets`); empty = none.
+        webhook_timeout_s: the most one webhook attempt may take, connect to the end of the answer; 5 s.
+        max_connections: open HTTP connections at most (`--max-connections`); one more closes the one idle
+            longest (mstail.tailer.connections). Lowered at start to fit the open-file limit; 1000.
+        max_streams: open `/api/stream` clients at most (`--max-streams`); one more gets a 503; 100.
+        header_timeout_s: a connection must send its request line and headers within this long of connecting
+            or of its previous response, or it is closed (`--header-timeout`); 10 s.
+        keep_alive_s: an idle keep-alive connection is closed after this long (uvicorn's timeout_keep_alive); 5 s.
         state_dir: folder of the persisted history and read positions (`--state-dir`); None = the per-user
             default (`mstail.tailer.db.default_state_dir`). Must be on local disk and outside the log folders.
         persist: keep the history across restarts; False (`--no-state`) = a temporary database.
@@ -73,5 +80,10 @@ class Config:
     send_timeout_s: float = 30.0
     alert_rules: Optional[AlertRules] = field(default_factory=default_rules)
     webhooks: Tuple[Target, ...] = ()
+    webhook_timeout_s: float = 5.0
+    max_connections: int = 1000
+    max_streams: int = 100
+    header_timeout_s: float = 10.0
+    keep_alive_s: float = 5.0
     state_dir: Optional[str] = None
     persist: bool = True

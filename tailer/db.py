@@ -25,7 +25,7 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import IO, TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from mstail.platform import per_user_dir
 
@@ -95,6 +95,25 @@ def open_state(config: "Config", formats: Sequence["Format"]) -> "StateDB":
     return StateDB(state_file(state_dir, label, digest), expected=digest, network=network_fs(state_dir) is not None)
 
 
+def _private_folder(folder: Path) -> None:
+    """Make `folder` and its missing parents 0700 (whatever the umask); a folder that exists is left as it is."""
+    missing = [p for p in [folder, *folder.parents] if not p.exists()]
+    for path in reversed(missing):
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            continue  # made meanwhile by someone else: theirs, left as it is
+        os.chmod(path, 0o700)  # mkdir's mode went through the umask
+
+
+def _private_file(path: str, flags: int) -> int:
+    """Open (create) `path` readable and writable by its owner only (0600, whatever the umask)."""
+    fd = os.open(path, flags | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    with contextlib.suppress(OSError):  # another user's file (a shared --state-dir): its mode is theirs to set
+        os.fchmod(fd, 0o600)
+    return fd
+
+
 # NaN/Infinity stay floats on the way back (json.loads reads its own non-standard tokens).
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
@@ -115,6 +134,12 @@ class StateDB:
         self.expected = expected
         self._lock = threading.Lock()
         self._owner: Optional[IO[str]] = None  # the open lock file that keeps a second mstail out
+        self._unsaved: List[Tuple[int, str, Optional[str], str]] = []  # (seq, source, kind, JSON) not yet on disk
+        self._unsaved_checkpoints: Dict[str, Tuple[str, str]] = {}  # source -> (path, JSON), written with them
+        #: why the last commit failed (disk full, read-only, I/O error, ...), or None when everything is written
+        self.write_error: Optional[str] = None
+        self._backoff = 0.0
+        self._retry_at = 0.0
         self.conn = self._open(network)
 
     # -- opening ----------------------------------------------------------------------------------------------
@@ -122,8 +147,8 @@ class StateDB:
         if self.path is None:
             return self._prepare(sqlite3.connect("", isolation_level=None, check_same_thread=False), network)
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._owner = open(f"{self.path}.lock", "a")  # noqa: SIM115 - held open for the life of this object
+            _private_folder(self.path.parent)
+            self._owner = os.fdopen(_private_file(f"{self.path}.lock", os.O_WRONLY | os.O_APPEND), "a")
         except OSError as exc:
             raise StateError(f"cannot use the state folder {self.path.parent}: {exc.strerror or exc}") from None
         try:
@@ -137,7 +162,7 @@ class StateDB:
         except OSError:
             pass  # a filesystem without locks: go on unguarded
         try:
-            conn = self._prepare(sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False), network)
+            conn = self._prepare(self._connect(), network)
             reason = self._unusable(conn)
         except sqlite3.DatabaseError as exc:
             conn, reason = None, f"corrupt ({exc})"
@@ -151,9 +176,21 @@ class StateDB:
             with contextlib.suppress(OSError):
                 os.replace(f"{self.path}{suffix}", f"{aside}{suffix}")
         try:
-            return self._prepare(sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False), network)
+            return self._prepare(self._connect(), network)
         except sqlite3.DatabaseError as exc:
             raise StateError(f"cannot create the state file {self.path}: {exc}") from None
+
+    def _connect(self) -> sqlite3.Connection:
+        """The database file, made 0600 before SQLite opens it: its -wal, -shm and -journal files take the
+        database file's mode, so the history is the user's alone whatever the umask."""
+        for suffix in ("", "-wal", "-shm", "-journal"):  # an older mstail's files, made with the umask's mode
+            with contextlib.suppress(OSError):
+                os.chmod(f"{self.path}{suffix}", 0o600)
+        try:
+            os.close(_private_file(str(self.path), os.O_RDWR))
+        except OSError as exc:
+            raise StateError(f"cannot open the state file {self.path}: {exc.strerror or exc}") from None
+        return sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
 
     def _prepare(self, conn: sqlite3.Connection, network: bool) -> sqlite3.Connection:
         conn.execute("PRAGMA journal_mode=" + ("DELETE" if network or self.path is None else "WAL"))
@@ -178,23 +215,45 @@ class StateDB:
 
     # -- writing ----------------------------------------------------------------------------------------------
     def insert(self, items: Sequence[Dict[str, Any]]) -> None:
-        """Add stored items (with their seq) to the open transaction (readers see them at once)."""
-        rows = [(item["seq"], item["source"], item.get("kind"), _dumps(item)) for item in items]
-        with self._lock:
-            if not self.conn.in_transaction:
-                self.conn.execute("BEGIN")
-            self.conn.executemany("INSERT INTO items VALUES (?, ?, ?, ?)", rows)
+        """Queue stored items (with their seq) for the next `commit`; readers see them at once."""
+        self._unsaved += [(item["seq"], item["source"], item.get("kind"), _dumps(item)) for item in items]
 
     def commit(self, checkpoints: Dict[str, Tuple[str, SourceCheckpoint]]) -> None:
-        """Commit the inserted items together with these checkpoints (id -> (path, checkpoint))."""
-        rows = [(source, path, _dumps(checkpoint.to_json())) for source, (path, checkpoint) in checkpoints.items()]
+        """Write the queued items together with these checkpoints (id -> (path, checkpoint)), one transaction.
+
+        When the disk cannot take them (full, read-only, an I/O error, locked, damaged), nothing is lost: items and
+        the newest checkpoints stay queued (readers still see them), `write_error` says why, and later commits try
+        again, backing off from 1 s to 30 s, until everything queued is written."""
+        for source, (path, checkpoint) in checkpoints.items():
+            self._unsaved_checkpoints[source] = (path, _dumps(checkpoint.to_json()))
+        if not self._unsaved and not self._unsaved_checkpoints:
+            return
+        now = time.monotonic()
+        if self.write_error is not None and now < self._retry_at:
+            return
         with self._lock:
-            if not self.conn.in_transaction:
-                if not rows:
-                    return
+            try:
                 self.conn.execute("BEGIN")
-            self.conn.executemany("INSERT OR REPLACE INTO sources VALUES (?, ?, ?)", rows)
-            self.conn.execute("COMMIT")
+                self.conn.executemany("INSERT OR REPLACE INTO items VALUES (?, ?, ?, ?)", self._unsaved)
+                self.conn.executemany("INSERT OR REPLACE INTO sources VALUES (?, ?, ?)",
+                                      [(source, path, data) for source, (path, data) in self._unsaved_checkpoints.items()])
+                self.conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                with contextlib.suppress(sqlite3.Error):
+                    if self.conn.in_transaction:
+                        self.conn.execute("ROLLBACK")
+                self.write_error = str(exc) or type(exc).__name__
+                self._backoff = min(max(self._backoff * 2, 1.0), 30.0)
+                self._retry_at = now + self._backoff
+                return
+        self._unsaved.clear()
+        self._unsaved_checkpoints.clear()
+        self.write_error, self._backoff = None, 0.0
+
+    @property
+    def unsaved(self) -> int:
+        """Items stored in memory but not yet written to disk (more than one pass's worth: see `write_error`)."""
+        return len(self._unsaved)
 
     def close(self) -> None:
         with self._lock:
@@ -225,15 +284,29 @@ class StateDB:
 
     def items_after(self, seq: int, limit: int) -> List[Dict[str, Any]]:
         rows = self._rows("SELECT data FROM items WHERE seq > ? ORDER BY seq LIMIT ?", seq, limit)
-        return [json.loads(data) for (data,) in rows]
+        return self._with_unsaved(rows, seq, limit, lambda kind: True)
 
     def records_after(self, seq: int, limit: int) -> List[Dict[str, Any]]:
         rows = self._rows("SELECT data FROM items WHERE seq > ? AND kind IS NULL ORDER BY seq LIMIT ?", seq, limit)
-        return [json.loads(data) for (data,) in rows]
+        return self._with_unsaved(rows, seq, limit, lambda kind: kind is None)
 
-    def events(self, kind: Optional[str] = None) -> List[Dict[str, Any]]:
-        if kind is None:
-            rows = self._rows("SELECT data FROM items WHERE kind IS NOT NULL ORDER BY seq")
-        else:
-            rows = self._rows("SELECT data FROM items WHERE kind = ? ORDER BY seq", kind)
-        return [json.loads(data) for (data,) in rows]
+    def events(self, kind: Optional[str] = None, after: int = 0, limit: int = 1000, newest: bool = False) -> List[Dict[str, Any]]:
+        """Events (of one `kind`, or all) in seq order: the first `limit` after seq `after`, or with `newest`
+        the last `limit` of them."""
+        where, params = ("kind = ?", (kind,)) if kind is not None else ("kind IS NOT NULL", ())
+        wanted: Callable[[Optional[str]], bool] = (lambda k: k == kind) if kind is not None else (lambda k: k is not None)
+        if not newest:
+            rows = self._rows(f"SELECT data FROM items WHERE seq > ? AND {where} ORDER BY seq LIMIT ?", after, *params, limit)
+            return self._with_unsaved(rows, after, limit, wanted)
+        queued = [data for seq, _, k, data in self._unsaved if seq > after and wanted(k)][-limit:]
+        rows = self._rows(f"SELECT data FROM items WHERE seq > ? AND {where} ORDER BY seq DESC LIMIT ?", after, *params,
+                          limit - len(queued))
+        return [json.loads(data) for (data,) in reversed(rows)] + [json.loads(data) for data in queued]
+
+    def _with_unsaved(self, rows: List[Tuple[Any, ...]], after: int, limit: int,
+                      wanted: Callable[[Optional[str]], bool]) -> List[Dict[str, Any]]:
+        """Rows read from the file, then the queued items after them (their seqs are all higher), up to `limit`."""
+        out = [json.loads(data) for (data,) in rows]
+        if len(out) < limit and self._unsaved:
+            out += [json.loads(data) for seq, _, kind, data in self._unsaved if seq > after and wanted(kind)][:limit - len(out)]
+        return out

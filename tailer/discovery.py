@@ -29,8 +29,9 @@ def expand(pattern: str) -> List[Path]:
     if not has_glob(expanded):
         return [Path(expanded)]
     # Rotated backups (info.log.1) are read as part of their live file's history, never as sources of their own.
+    # Anything but a folder: a FIFO or a device a glob names is shown as unreadable rather than left out unsaid.
     return [Path(p) for p in sorted(glob.glob(expanded, recursive=True))
-            if os.path.isfile(p) and not ROTATED.match(os.path.basename(p))]
+            if not os.path.isdir(p) and not ROTATED.match(os.path.basename(p))]
 
 
 def glob_free_prefix(path: Path) -> Path:
@@ -80,7 +81,10 @@ def rotated_backups(path: Path) -> List[Path]:
 class SourceNamer:
     """Short, stable, unique source ids: `output/log/rank_3/info.log` -> `rank_3`, `worker_3.log` -> `worker_3`.
 
-    An id, once given, never changes; a later file whose natural id is taken gets more of its path.
+    A file named for what it holds (`worker_3.log`) is its stem; a file with a generic name (`info.log`,
+    `train.log`, `metrics.jsonl`) is its folder, or its folder and stem (`run/train`, `run/metrics`) when other
+    followed files share that folder. An id, once given, never changes (a restart adopts the old ones); a later
+    file whose id is taken gets more of its path.
     """
 
     def __init__(self) -> None:
@@ -90,14 +94,17 @@ class SourceNamer:
         """Keep the id a source had before a restart (ids must not depend on the order files turn up)."""
         self._by_path[path.absolute()] = source
 
-    def name(self, path: Path) -> str:
+    def name(self, path: Path, followed: Iterable[Path] = ()) -> str:
+        """The id of `path`; `followed` are the other files followed now (the folder's other files among
+        them make a generic name specific)."""
         key = path.absolute()
         if key in self._by_path:
             return self._by_path[key]
         parts = list(key.parts)
         stem = Path(parts[-1]).stem
-        words = [stem] if stem.lower() not in _GENERIC_STEMS else []
-        depth = len(parts) - 2
+        shared = any(other.absolute().parent == key.parent and other.absolute() != key for other in followed)
+        words = [stem] if stem.lower() not in _GENERIC_STEMS else [parts[-2], stem] if shared and len(parts) > 2 else []
+        depth = len(parts) - (3 if words[:1] == [parts[-2]] else 2)
         while not words or self._taken("/".join(words)):
             if depth <= 0:
                 words = [str(key)]

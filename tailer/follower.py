@@ -14,6 +14,7 @@ import errno
 import hashlib
 import logging
 import os
+import stat
 import time
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
@@ -38,13 +39,32 @@ def _mtime(handle: "_OpenFile") -> int:
         return 0
 
 
+class NotARegularFile(OSError):
+    """A FIFO, a device, a folder or a socket where a log file was expected: never read (a FIFO would block,
+    /dev/urandom never ends)."""
+
+
+_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+          (stat.S_ISDIR, "a folder"), (stat.S_ISSOCK, "a socket"))
+
+
+def kind_of(mode: int) -> str:
+    """What a non-regular file is, in words."""
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
 class _OpenFile:
     """One open file (inode) and how far it has been read."""
 
     def __init__(self, path: Path, max_line_bytes: int) -> None:
         self.path = path
-        self.fd = os.open(path, os.O_RDONLY)
+        # O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused just below, as is any other
+        # non-regular file. On a regular file the flag changes nothing.
+        self.fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
         st = os.fstat(self.fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(self.fd)
+            raise NotARegularFile(errno.EINVAL, f"{kind_of(st.st_mode)}, not a regular file", str(path))
         self.identity = (st.st_dev, st.st_ino)
         self.splitter = LineSplitter(0, max_line_bytes)
         self.pos = 0  # bytes handed to the splitter
@@ -130,6 +150,9 @@ class FileFollower:
         self.with_backups = with_backups
         self.rotate_wait_s = rotate_wait_s
         self.state = "waiting"
+        #: why the path cannot be read ("permission denied", "a FIFO, not a regular file"), or None; the state
+        #: is then "unreadable" until it can be opened
+        self.problem: Optional[str] = None
         self.current: Optional[_OpenFile] = None
         self.draining: List[_OpenFile] = []  # older files still being read to their end, oldest first
         self.counters = {"lines": 0, "bytes": 0, "rotations": 0, "truncations": 0, "cut_lines": 0, "bad_utf8_lines": 0,
@@ -206,25 +229,28 @@ class FileFollower:
         self._seen = {(dev, ino): (length, digest) for dev, ino, length, digest in checkpoint.seen}
         pending = {entry.id: entry for entry in checkpoint.files}
         candidates = ([*rotated_backups(self.path)] if self.with_backups or pending else []) + [self.path]
-        opened: List[Tuple[Path, _OpenFile, bool]] = []  # (path, handle, named by the checkpoint)
+        opened: List[Tuple[Path, _OpenFile, bool]] = []  # (path, handle, resumed where the checkpoint says)
         for path in candidates:
             try:
                 handle = _OpenFile(path, self.max_line_bytes)
             except OSError:
                 continue
             entry = pending.pop(handle.identity, None)
-            if entry is not None and handle.matches(entry.head) and os.fstat(handle.fd).st_size >= entry.offset:
-                handle.resume(entry.offset, entry.line)
+            resumed = entry is not None and handle.matches(entry.head) and os.fstat(handle.fd).st_size >= entry.offset
+            if resumed:
+                handle.resume(entry.offset, entry.line)  # type: ignore[union-attr]
             elif entry is not None:
-                # Same inode, other content (reused) or shorter than what was read (truncated): a new file.
+                # Same inode, other content (a reused inode: a copy copytruncate made may get the number of a
+                # file deleted meanwhile) or shorter than what was read (truncated): not the file the checkpoint
+                # names, so it goes through the checks below like any other.
                 self.counters["truncations"] += 1
                 pending[handle.identity] = entry  # still unaccounted for
-            opened.append((path, handle, entry is not None))
-        for path, handle, named in opened:
-            if not named and self._already_read(handle):
+            opened.append((path, handle, resumed))
+        for path, handle, resumed in opened:
+            if not resumed and self._already_read(handle):
                 handle.close()
                 continue
-            if not named and path != self.path:
+            if not resumed and path != self.path:
                 # copytruncate while mstail was down: the copy (another inode starting with the bytes that were
                 # read) holds the unread rest of a file now truncated or gone: read it from the checkpoint's offset.
                 # Of several candidates the longest matching head is the strongest evidence.
@@ -247,7 +273,15 @@ class FileFollower:
     def _open(self, now: float) -> bool:
         try:
             current = _OpenFile(self.path, self.max_line_bytes)
-        except OSError:
+        except OSError as exc:
+            if isinstance(exc, NotARegularFile) or exc.errno in (errno.EACCES, errno.EPERM):
+                self.problem = exc.strerror if isinstance(exc, NotARegularFile) else "permission denied"
+                if self.state in ("waiting", "unreadable"):
+                    self.state = "unreadable"
+                return False
+            self.problem = None
+            if self.state == "unreadable":
+                self.state = "waiting"
             if self.with_backups and self.state == "waiting":
                 # No file at the path but rotated backups (it was deleted after a rollover): read the history.
                 self.draining += self._unseen_backups(exclude=(-1, -1))
@@ -262,6 +296,7 @@ class FileFollower:
         self._remember(current)
         self.current = current
         self.state = "following"
+        self.problem = None
         return True
 
     def _unseen_backups(self, exclude: Tuple[int, int]) -> List[_OpenFile]:

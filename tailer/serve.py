@@ -1,13 +1,16 @@
 """The composition root: tailer + store + hub + web app under one uvicorn server, in one event loop.
 
-This is the only module of `tailer` that imports `web` (DESIGN.md's dependency direction).
+This is the only module of `tailer` that imports `web` (ARCHITECTURE.md, Layout: the dependency direction).
 """
 
 from __future__ import annotations
 
 import asyncio
 import errno
+import logging
+import signal
 import socket
+import threading
 import webbrowser
 from typing import Callable, Optional, Sequence
 
@@ -16,11 +19,15 @@ import uvicorn
 from mstail.parsers import Format
 
 from .config import Config
+from .connections import BACKLOG, Limits, connection_cap, guarded_protocol, install_quiet_logs, raise_fd_limit
 from .hub import Hub
 from .tailer import Tailer
 from .db import StateDB, open_state
 from .store import Store
 from .webhooks import Webhooks
+
+
+log = logging.getLogger("mstail.serve")
 
 
 class ServeError(Exception):
@@ -41,7 +48,7 @@ def bind(host: str, port: int) -> socket.socket:
                 f"port {port} on {host} is in use (another mstail?); pick another with --port N, or --port 0 for any free port"
             ) from None
         raise ServeError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    sock.listen(128)
+    sock.listen(BACKLOG)
     sock.set_inheritable(True)
     return sock
 
@@ -62,37 +69,46 @@ async def serve(
     """Tail and serve until Ctrl-C / SIGTERM; exits within `config.shutdown_timeout_s` + a little.
     `state` is the history database (default: `open_state(config, formats)`)."""
     from mstail.web import create_app  # the composition root is the one place tailer may import web
-    from mstail.web.sse import quiet_dropped_clients
+    from mstail.web.sse import limit_streams, quiet_dropped_clients
 
+    limits = Limits(_connection_cap(config.max_connections), config.header_timeout_s)
     store, hub = Store(state if state is not None else open_state(config, formats)), Hub()
     tailer = Tailer(config, formats, store, hub)
     tailer.resume(store.load(on_item=tailer.alerts.replay if tailer.alerts is not None else None))
     app = create_app(
         store,
         hub,
-        health=lambda: {"passes": tailer.passes, **_alert_health(tailer, webhooks)},
+        health=lambda: {**tailer.health(), **_alert_health(tailer, webhooks),
+                        "connections": limits.stats(len(server.server_state.connections)), "streams": streams.stats()},
         token=config.token,
         check_host=config.token is None,  # loopback without a token: only loopback Host headers (DNS rebinding)
         cors_origins=config.cors_origins,
         send_timeout_s=config.send_timeout_s,
         alerts=tailer.alerts,
     )
-    webhooks = Webhooks(config.webhooks)
+    streams = limit_streams(app, config.max_streams)
+    webhooks = Webhooks(config.webhooks, timeout_s=config.webhook_timeout_s)
     tailer.alert_listeners.append(webhooks.submit)
     quiet_dropped_clients()
     server = uvicorn.Server(
         uvicorn.Config(
             app,
+            http=guarded_protocol(limits),  # h11 with a connection cap and a request deadline (.connections)
+            ws="none",
+            backlog=BACKLOG,
+            timeout_keep_alive=config.keep_alive_s,  # type: ignore[arg-type] - a float works; int is only its hint
             log_level="warning",
             access_log=False,
             lifespan="off",
             timeout_graceful_shutdown=config.shutdown_timeout_s,
         )
     )
+    restore_logs = install_quiet_logs(asyncio.get_running_loop())
     stop = asyncio.Event()
     webhooks.start()
     tailing = asyncio.create_task(tailer.run(stop))
     announce = asyncio.create_task(_when_started(server, sock, config, on_started))
+    terminate = _sigterm_as_sigint()
     try:
         await server.serve(sockets=[sock])
     finally:
@@ -101,6 +117,28 @@ async def serve(
         await tailing
         await webhooks.stop()
         store.close()
+        restore_logs()
+        terminate()
+
+
+def _sigterm_as_sigint() -> Callable[[], None]:
+    """SIGTERM takes Ctrl-C's path: uvicorn closes the server, then re-raises the signal it caught with the
+    handler it found, which for SIGTERM would end the process at once (exit 143) before the tailer's last pass
+    is committed and the state closed. With Ctrl-C's handler the cleanup above runs and mstail exits 0.
+    Returns what puts the old handler back."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous = signal.signal(signal.SIGTERM, signal.getsignal(signal.SIGINT))
+    return lambda: signal.signal(signal.SIGTERM, previous)
+
+
+def _connection_cap(wanted: int) -> int:
+    """Raise the soft open-file limit to the hard one, and fit `wanted` connections under it (said when lowered)."""
+    fd_limit = raise_fd_limit()
+    cap = connection_cap(wanted, fd_limit)
+    if cap < wanted:
+        log.warning("at most %d connections at once (--max-connections %d): the open-file limit is %s", cap, wanted, fd_limit)
+    return cap
 
 
 def _alert_health(tailer: Tailer, webhooks: Webhooks) -> dict:

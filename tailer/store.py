@@ -38,6 +38,8 @@ class SourceInfo:
     total_steps: Optional[int] = None
     metrics: List[str] = field(default_factory=list)
     counters: Dict[str, int] = field(default_factory=dict)
+    problem: Optional[str] = None  # what a person should know ("permission denied", "no format matches ...")
+    unplottable: int = 0  # values (or steps) kept in the history that no chart column can hold: beyond 64 bits
 
     def as_json(self) -> Dict[str, Any]:
         return {
@@ -51,8 +53,20 @@ class SourceInfo:
             "last_time": self.last_time,
             "total_steps": self.total_steps,
             "metrics": list(self.metrics),
-            "counters": dict(self.counters),
+            "counters": {**self.counters, "unplottable": self.unplottable} if self.unplottable else dict(self.counters),
+            "problem": self.problem,
         }
+
+
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def _float(value: Any) -> float:
+    """A number as a float; NaN for what is not a number or does not fit (an int of 400 digits)."""
+    try:
+        return float(value) if isinstance(value, (int, float)) else math.nan
+    except OverflowError:
+        return math.nan
 
 
 class Store:
@@ -128,20 +142,27 @@ class Store:
     def _index_record(self, info: SourceInfo, record: Dict[str, Any]) -> None:
         step, segment = record["step"], record.get("segment", 0)
         info.records += 1
+        if not (isinstance(step, int) and _INT64_MIN <= step <= _INT64_MAX):
+            info.unplottable += 1  # a step no chart column can hold: the record is kept, not drawn
+            return
         if info.first_step is None:
             info.first_step = step
         info.last_step = step
         info.last_time = record.get("time")
-        when = info.last_time if isinstance(info.last_time, (int, float)) else math.nan
+        when = _float(info.last_time)
         for key, value in record.items():
             if key in RESERVED or not isinstance(value, (int, float)):
+                continue
+            number = _float(value)
+            if number != number and value == value:  # an int beyond the float range: kept, not drawn
+                info.unplottable += 1
                 continue
             series = self._series.get((info.id, key, segment))
             if series is None:
                 series = self._series[(info.id, key, segment)] = Series()
                 if key not in info.metrics:
                     info.metrics.append(key)
-            series.append(step, float(value), when)
+            series.append(step, number, when)
 
     # -- queries ------------------------------------------------------------------------------------------
     def items_after(self, seq: int, limit: int = 10_000) -> List[Dict[str, Any]]:
@@ -151,8 +172,10 @@ class Store:
     def records_after(self, seq: int, limit: int) -> List[Dict[str, Any]]:
         return self.db.records_after(seq, limit)
 
-    def events(self, kind: Optional[str] = None) -> List[Dict[str, Any]]:
-        return self.db.events(kind)
+    def events(self, kind: Optional[str] = None, after: int = 0, limit: int = 1 << 62,
+               newest: bool = False) -> List[Dict[str, Any]]:
+        """Events in seq order (see `StateDB.events`); every one unless `limit` says otherwise."""
+        return self.db.events(kind, after, limit, newest)
 
     def latest_values(self) -> Dict[Tuple[str, str], Tuple[int, float]]:
         """(source, metric) -> (step, value) of its newest point, from the newest segment holding the metric.

@@ -28,16 +28,27 @@ from mstail.parsers.record import PART_KEY
 from .alerts import AlertEngine
 from .checkpoint import SourceCheckpoint
 from .config import Config
-from .discovery import SourceNamer, expand, watch_roots
+from .discovery import SourceNamer, expand, glob_free_prefix, watch_roots
 from .follower import FileFollower
 from .hub import Hub, ItemsMessage, SourceMessage
+from .netfs import existing_ancestor, network_fs
+from .notices import Notices
 from .store import Store
 from .watch import watch_directories
+from .writers import held_for_writing
 
 log = logging.getLogger("mstail.sidecar")
 
 #: bytes one file gives per round of a pass: small enough that a round over a flooding file is a few ms of parsing.
 READ_SLICE = 8 << 10
+#: a read pass running longer than this is a stall: /healthz says so (a pass normally takes milliseconds).
+STALL_S = 10.0
+#: a `--log` pattern naming nothing for this long, in a folder that does not exist, is said on stderr.
+MISSING_AFTER_S = 10.0
+#: how often the hang rule may ask /proc whether a silent file still has a writer (it costs a stat per open fd).
+WRITER_CHECK_S = 5.0
+#: after an unexpected error, a source is left alone this long, the whole loop this long at first (doubling to 30 s).
+FAILURE_BACKOFF_S = 1.0
 
 
 @dataclass
@@ -51,6 +62,17 @@ class _Source:
     #: items the parser will emit again after a restart that were stored before it (dropped, not stored twice).
     skip: int = 0
     committed: Optional[SourceCheckpoint] = None  # the checkpoint last handed to the store
+    said_format: Optional[str] = None  # the format last announced on stderr ("" = none yet); None = not announced
+    failures: int = 0  # unexpected errors while reading or parsing it (each skipped a line or a round)
+    failed_until: float = 0.0  # after an unexpected error: not read before this (monotonic) time
+    #: the file has been read to its end once: later items are live. Until then they are the history (the
+    #: catch-up at start or after a restart), which never arms the hang rule.
+    caught_up: bool = False
+    in_history: bool = True  # this pass's items are history (`caught_up` when the pass began)
+    #: the number of the first line after the catch-up in the file being read then: a record held over the
+    #: catch-up (waiting for its TimeMonitor line) and emitted later is history all the same
+    live_from_line: Optional[int] = None
+    writer_seen: Optional[Tuple[float, Optional[bool]]] = None  # (monotonic time, held_for_writing) last asked
 
 
 class Tailer:
@@ -87,6 +109,14 @@ class Tailer:
         self._saved: Dict[Path, SourceCheckpoint] = {}  # checkpoints from the state, by path, until rediscovered
         self.passes = 0
         self._deliver_s_per_item = 20e-6  # storing + publishing one item on the event loop (measured, see _deliver)
+        self.notices = Notices(log)
+        self.started = time.monotonic()
+        self.running = False  # `run` is looping (set False when it ends, normally or not)
+        self.failures = 0  # unexpected errors that ended a loop iteration (each reported, the loop went on)
+        self.last_failure: Optional[str] = None
+        self._pass_started: Optional[float] = None  # monotonic start of the pass in progress
+        self._write_error: Optional[str] = None  # the history write failure last reported
+        self._missing_checked = False
 
     def resume(self, checkpoints: Dict[str, Optional[SourceCheckpoint]]) -> None:
         """Continue from the state's checkpoints (source id -> checkpoint; `Store.load`) before the first pass:
@@ -100,21 +130,25 @@ class Tailer:
     def discover(self) -> List[_Source]:
         """Register files the patterns name now; returns the new ones (runs in the pass thread)."""
         new = []
-        for pattern, forced in self._patterns:
-            for path in expand(pattern):
-                key = path.absolute()
-                if key in self._sources:
-                    continue
-                source = _Source(
-                    id=self._namer.name(path),
-                    follower=FileFollower(path, self.config.max_line_bytes),
-                    parser=InterleavedParser(partial(SourceParser, self.formats, forced=forced, grace_s=self.config.grace_s)),
-                )
-                saved = self._saved.pop(key, None)
-                if saved is not None:
-                    self._restore(source, saved)
-                self._sources[key] = source
-                new.append(source)
+        found = [(path, forced) for pattern, forced in self._patterns for path in expand(pattern)]
+        followed = [path for path, _ in found]
+        for path, forced in found:
+            key = path.absolute()
+            if key in self._sources:
+                continue
+            source_id = self._namer.name(path, followed)
+            source = _Source(
+                id=source_id,
+                follower=FileFollower(path, self.config.max_line_bytes),
+                parser=InterleavedParser(partial(SourceParser, self.formats, forced=forced, grace_s=self.config.grace_s,
+                                                 source=source_id)),  # named in a slow user regex's warning
+            )
+            source.said_format = forced.name if forced is not None else None
+            saved = self._saved.pop(key, None)
+            if saved is not None:
+                self._restore(source, saved)
+            self._sources[key] = source
+            new.append(source)
         return new
 
     def _restore(self, source: _Source, saved: SourceCheckpoint) -> None:
@@ -129,30 +163,45 @@ class Tailer:
         source.snapshot = saved
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Tail until `stop` is set."""
+        """Tail until `stop` is set. An unexpected error ends one iteration, never the loop: it is said on
+        stderr (once per kind and interval), counted for /healthz, and the loop goes on after a backoff."""
         watcher: Optional[asyncio.Task] = None
         roots: Set[Tuple[Path, bool]] = set()
         watcher_stop = asyncio.Event()
         wake = asyncio.Event()  # made here: on Python 3.9 an Event binds to the loop current at creation
+        backoff = FAILURE_BACKOFF_S
+        self.running = True
         try:
             while not stop.is_set():
-                if self.config.poll_s is None:
-                    current_roots = watch_roots(p for p, _ in self._patterns)
-                    if current_roots != roots:  # a directory appeared: watch closer to the files
-                        if watcher is not None:
-                            watcher_stop.set()
-                            await watcher
-                        watcher_stop = asyncio.Event()
-                        roots = current_roots
-                        watcher = asyncio.create_task(
-                            watch_directories(roots, wake, watcher_stop, self.config.watch_step_ms)
-                        )
-                wake.clear()
-                more = await self.pass_once()
-                if more:
-                    continue
-                await self._sleep(stop, wake)
+                try:
+                    if self.config.poll_s is None:
+                        current_roots = watch_roots(p for p, _ in self._patterns)
+                        if current_roots != roots:  # a directory appeared: watch closer to the files
+                            if watcher is not None:
+                                watcher_stop.set()
+                                await watcher
+                            watcher_stop = asyncio.Event()
+                            roots = current_roots
+                            watcher = asyncio.create_task(
+                                watch_directories(roots, wake, watcher_stop, self.config.watch_step_ms)
+                            )
+                    wake.clear()
+                    more = await self.pass_once()
+                    backoff = FAILURE_BACKOFF_S
+                    if more:
+                        continue
+                    await self._sleep(stop, wake)
+                except Exception as exc:  # noqa: BLE001 - the last line of defence: report, back off, go on
+                    self.failures += 1
+                    self.last_failure = f"{type(exc).__name__}: {exc}"
+                    self._pass_started = None
+                    self.notices.say(("loop", type(exc)), f"tailing failed ({self.last_failure}); going on in "
+                                     f"{backoff:g} s", logging.ERROR)
+                    log.debug("tailing failure", exc_info=True)
+                    await self._wait(stop, backoff)
+                    backoff = min(backoff * 2, 30.0)
         finally:
+            self.running = False
             watcher_stop.set()
             if watcher is not None:
                 with contextlib.suppress(asyncio.CancelledError):
@@ -162,10 +211,32 @@ class Tailer:
 
     async def pass_once(self) -> bool:
         """One read pass; True when some file had more to read than the pass took."""
+        self._pass_started = time.monotonic()
         results, more = await asyncio.to_thread(self._read_pass, time.time())
         self._deliver(results)
+        self._pass_started = None
         self.passes += 1
+        self._report()
         return more
+
+    @staticmethod
+    async def _wait(stop: asyncio.Event, seconds: float) -> None:
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(stop.wait(), seconds)
+
+    def health(self) -> Dict[str, Any]:
+        """Facts for /healthz; `problems` lists what a person must know (tailing stopped or stalled, history
+        not written), and makes /healthz answer 503."""
+        problems = []
+        if not self.running:
+            problems.append("tailing has stopped")
+        if self._pass_started is not None and time.monotonic() - self._pass_started > STALL_S:
+            problems.append(f"a read pass has been running for {time.monotonic() - self._pass_started:.0f} s")
+        db = self.store.db
+        if db.write_error is not None:
+            problems.append(f"the history cannot be written ({db.write_error}); {db.unsaved} items kept in memory")
+        return {"passes": self.passes, "tailing_failures": self.failures, "last_tailing_failure": self.last_failure,
+                "unsaved": db.unsaved, "problems": problems}
 
     async def _sleep(self, stop: asyncio.Event, wake: asyncio.Event) -> None:
         timeout = self.config.poll_s if self.config.poll_s is not None else self.config.safety_poll_s
@@ -186,7 +257,9 @@ class Tailer:
         self.discover()
         start = time.monotonic()
         budget = self.config.read_budget_bytes
-        sources = list(self._sources.values())
+        sources = [s for s in self._sources.values() if s.failed_until <= start]
+        for source in sources:
+            source.in_history = not source.caught_up
         items: Dict[str, List[Item]] = {s.id: [] for s in sources}
         taken = dict.fromkeys(items, 0)
         more = False  # some file has more than its budget allowed: the next pass starts at once
@@ -196,9 +269,21 @@ class Tailer:
             for source in unfinished:
                 allowance = min(READ_SLICE, budget - taken[source.id])
                 before = source.follower.counters["bytes"]
-                for line in source.follower.read(allowance, now):
-                    items[source.id] += source.parser.feed(line.text, line.number, now)
+                try:
+                    lines = source.follower.read(allowance, now)
+                except Exception as exc:  # noqa: BLE001 - one file's trouble must not stop the others
+                    self._source_failed(source, exc)
+                    continue
+                for line in lines:
+                    try:
+                        items[source.id] += source.parser.feed(line.text, line.number, now)
+                    except Exception as exc:  # noqa: BLE001 - a line the parser cannot take is skipped, not fatal
+                        self._line_failed(source, line.number, exc)
                 got = source.follower.counters["bytes"] - before
+                if got < allowance and not source.caught_up:
+                    source.caught_up = True  # at the end of what there is: what comes next is live
+                    current = source.follower.current
+                    source.live_from_line = current.splitter.next_number if current is not None else None
                 taken[source.id] += got
                 if got >= allowance:  # it may have more
                     if taken[source.id] < budget:
@@ -209,8 +294,24 @@ class Tailer:
             storing = sum(map(len, items.values())) * self._deliver_s_per_item
             if time.monotonic() - start + storing >= self.config.pass_time_s:
                 break
-        results = [(source, self._finish_pass(source, items[source.id], now)) for source in sources]
+        results = []
+        for source in sources:
+            try:
+                results.append((source, self._finish_pass(source, items[source.id], now)))
+            except Exception as exc:  # noqa: BLE001 - as for a line: this source's pass is lost, not the others'
+                self._source_failed(source, exc)
         return results, more or bool(unfinished)
+
+    def _source_failed(self, source: _Source, exc: Exception) -> None:
+        source.failures += 1
+        source.failed_until = time.monotonic() + FAILURE_BACKOFF_S
+        self.notices.say((source.id, "read", type(exc)), f"{source.follower.path}: reading failed "
+                         f"({type(exc).__name__}: {exc}); trying again", logging.ERROR)
+
+    def _line_failed(self, source: _Source, number: int, exc: Exception) -> None:
+        source.failures += 1
+        self.notices.say((source.id, "parse", type(exc)), f"{source.follower.path}:{number}: line skipped, the "
+                         f"parser failed on it ({type(exc).__name__}: {exc})", logging.ERROR)
 
     def _finish_pass(self, source: _Source, items: List[Item], now: float) -> List[Item]:
         """Flush what waited too long, drop items stored before a restart, note a resume point."""
@@ -241,14 +342,18 @@ class Tailer:
                 old_state = info.state
                 info.format = parser.format.name if parser.format else None
                 info.total_steps = parser.meta.get("total_steps", info.total_steps)
-                info.counters = {**source.follower.counters, **parser.counts}
+                info.counters = {**source.follower.counters, **parser.counts, "failures": source.failures}
+                info.problem = source.follower.problem or (
+                    _hint(source.follower.path, parser.counts)
+                    if parser.format is None and parser.counts["unmatched_metric_lines"] else None)
                 if part_items:
+                    history = [self._history(source, item) for item in part_items]
                     stored = self.store.add(source_id, part_items)
                     batch += stored
                     if self.alerts is not None:
                         changes = []
-                        for data in stored:
-                            changes += self.alerts.observe(source_id, data, now)
+                        for data, old in zip(stored, history):
+                            changes += self.alerts.observe(source_id, data, now, history=old)
                         batch += self._store_alerts(source_id, changes)
                 info.state = self._state(source, now)
                 if info.state != old_state:
@@ -259,7 +364,7 @@ class Tailer:
                 for source_id, _, _ in _by_part(source, []):
                     if source_id in self.store.sources:
                         states[source_id] = self.store.sources[source_id].state
-            for change in self.alerts.tick(now, states):
+            for change in self.alerts.tick(now, states, self._writing):
                 batch += self._store_alerts(change["source"], [change])
         self.store.commit(self._checkpoints(results))
         if batch:
@@ -290,6 +395,72 @@ class Tailer:
                         log.exception("alert listener failed")
         return stored
 
+    def _report(self) -> None:
+        """Say on stderr what a person watching needs to know, once each: a file found (and its format), a
+        file that cannot be read, lines that look like metrics but match no format, a `--log` folder that does
+        not exist, the history failing to be written (and written again)."""
+        for source in self._sources.values():
+            path, parser = source.follower.path, source.parser
+            if source.follower.problem is not None:
+                self.notices.say((source.id, "unreadable"), f"{path}: cannot read it ({source.follower.problem}); "
+                                 "it is skipped until it can be")
+                continue
+            self.notices.forget((source.id, "unreadable"))
+            if source.follower.state == "waiting":
+                continue
+            fmt = parser.format.name if parser.format is not None else ""
+            if source.said_format is None:
+                log.info("%s -> %s, %s", path, source.id, f"format {fmt}" if fmt else "no format yet")
+            elif fmt and fmt != source.said_format:
+                log.info("%s: format %s", source.id, fmt)
+            source.said_format = fmt
+            if not fmt and parser.counts["unmatched_metric_lines"]:
+                self.notices.say((source.id, "no format"), f"{source.id}: {_hint(path, parser.counts)}", logging.INFO)
+        self._report_missing_folders()
+        error = self.store.db.write_error
+        if error != self._write_error:
+            if error is not None:
+                log.error("cannot write the history (%s): %d items kept in memory, retrying every 1-30 s",
+                          error, self.store.db.unsaved)
+            else:
+                log.warning("the history is written again; nothing was lost")
+            self._write_error = error
+
+    def _report_missing_folders(self) -> None:
+        """Once per pattern, MISSING_AFTER_S after the start: a pattern that names no file, because its folder
+        does not exist, is most often a typo; name the nearest folder that does exist."""
+        if self._missing_checked or time.monotonic() - self.started < MISSING_AFTER_S:
+            return
+        self._missing_checked = True
+        for pattern, _ in self._patterns:
+            folder = glob_free_prefix(Path(pattern).expanduser().parent)
+            if not folder.is_dir() and not expand(pattern):
+                log.warning("nothing at %s yet: %s does not exist (the nearest existing folder is %s); waiting",
+                            pattern, folder, existing_ancestor(pattern))
+
+    @staticmethod
+    def _history(source: _Source, item: Item) -> bool:
+        """Whether an item comes from what the file held before mstail caught up with it."""
+        if source.in_history:
+            return True
+        line = item.data.get("line")
+        return isinstance(line, int) and source.live_from_line is not None and line < source.live_from_line
+
+    def _writing(self, source_id: str) -> Optional[bool]:
+        """Whether a process still holds the source's file open for writing (`writers.held_for_writing`,
+        asked at most every WRITER_CHECK_S per source); None when that cannot be seen (a network filesystem
+        written from other nodes, another user's processes)."""
+        source = next((s for s in self._sources.values()
+                       if s.id == source_id or source_id.startswith(s.id + "/")), None)
+        if source is None or source.follower.current is None:
+            return None
+        now = time.monotonic()
+        if source.writer_seen is None or now - source.writer_seen[0] >= WRITER_CHECK_S:
+            remote = network_fs(source.follower.path) is not None
+            held = None if remote else held_for_writing(source.follower.current.identity)
+            source.writer_seen = (now, held)
+        return source.writer_seen[1]
+
     def _state(self, source: _Source, now: float) -> str:
         follower = source.follower
         if follower.state != "following":
@@ -298,6 +469,12 @@ class Tailer:
         if last is not None and now - last >= self.config.idle_after_s:
             return "idle"
         return "following"
+
+
+def _hint(path: Path, counts: Dict[str, int]) -> str:
+    lines = counts["unmatched_metric_lines"]
+    return (f"{lines} line{'s' if lines != 1 else ''} look like metrics but no format matches; try "
+            f"`mstail parse {path} --explain`, or --pattern 'REGEX' with named groups")
 
 
 def _by_part(source: _Source, items: List[Item]) -> List[Tuple[str, Any, List[Item]]]:

@@ -2,13 +2,17 @@
 
 `Webhooks.submit(alert)` is called from the pass loop and only appends to a bounded queue per target (when
 full, the oldest waiting alert is dropped and counted). One asyncio task per target sends with `httpx`:
-a timeout per attempt, retries with exponential backoff on connection errors, timeouts and 5xx/429 (not on
+one deadline per attempt for all of it (connect, send, the whole answer: a receiver dripping a byte at a time
+cannot hold an alert longer), at most `MAX_ANSWER_BYTES` of the answer read (a receiver answering an endless
+body costs nothing), retries with exponential backoff on connection errors, timeouts and 5xx/429 (not on
 other 4xx), then the alert is counted as failed and the next one is sent. A hanging or failing receiver
 delays only its own queue.
 
 Targets: `--webhook URL` (generic JSON, or the format guessed from the host: open.feishu.cn /
 open.larksuite.com -> feishu, oapi.dingtalk.com -> dingtalk, qyapi.weixin.qq.com -> wecom, hooks.slack.com ->
-slack) or `--webhook FORMAT=URL` with FORMAT one of generic, feishu, dingtalk, wecom, slack.
+slack) or `--webhook FORMAT=URL` with FORMAT one of generic, feishu, dingtalk, wecom, slack. The same values
+can come from a file (`--webhook-file PATH`, one a line) or an environment variable (`--webhook-env NAME`, or
+$MSTAIL_WEBHOOKS), so a URL's secret token is not on the command line for `ps` to show (`read_targets`).
 """
 
 from __future__ import annotations
@@ -16,9 +20,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Deque, Dict, List, Optional, Sequence
+from pathlib import Path
+from typing import Any, Deque, Dict, List, Mapping, Optional, Sequence, Tuple
 from urllib.parse import urlsplit
 
 from mstail.parsers.record import jsonable
@@ -26,6 +32,8 @@ from mstail.parsers.record import jsonable
 log = logging.getLogger("mstail.webhooks")
 
 FORMATS = ("generic", "feishu", "dingtalk", "wecom", "slack")
+DEFAULT_ENV = "MSTAIL_WEBHOOKS"  # read when no --webhook-env names a variable
+MAX_ANSWER_BYTES = 64 * 1024  # of a receiver's answer body; the rest is never read
 _HOSTS = {
     "open.feishu.cn": "feishu", "open.larksuite.com": "feishu", "oapi.dingtalk.com": "dingtalk",
     "qyapi.weixin.qq.com": "wecom", "hooks.slack.com": "slack",
@@ -48,8 +56,9 @@ class Target:
         return f"{parts.scheme}://{parts.hostname}{f':{parts.port}' if parts.port else ''}/..."
 
 
-def parse_target(value: str) -> Target:
-    """`URL` or `FORMAT=URL` -> Target; raises WebhookError with a one-line reason."""
+def parse_target(value: str, where: Optional[str] = None) -> Target:
+    """`URL` or `FORMAT=URL` -> Target; raises WebhookError with a one-line reason, naming `where` the value came
+    from instead of the value itself when given (a file line, a variable: their URLs hold secrets)."""
     fmt: Optional[str] = None
     url = value.strip()
     head, sep, rest = url.partition("=")
@@ -57,11 +66,40 @@ def parse_target(value: str) -> Target:
         fmt, url = head, rest.strip()
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise WebhookError(f"--webhook {value!r}: needs an http:// or https:// URL, optionally as FORMAT=URL "
+        raise WebhookError(f"{where or f'--webhook {value!r}'}: needs an http:// or https:// URL, optionally as FORMAT=URL "
                            f"(FORMAT: {', '.join(FORMATS)})")
     if fmt is None:
         fmt = _HOSTS.get((parts.hostname or "").lower(), "generic")
     return Target(url, fmt)
+
+
+def read_targets(values: Sequence[str] = (), files: Sequence[str] = (), env_names: Sequence[str] = (),
+                 environ: Mapping[str, str] = os.environ) -> Tuple[Target, ...]:
+    """Every target, parsed once at start: the `--webhook` values, each `--webhook-file` (one `[FORMAT=]URL` a
+    line; blank lines and lines starting with `#` skipped) and each `--webhook-env` variable (whitespace-separated
+    values), or $MSTAIL_WEBHOOKS when no variable is named and it is not empty. A file that cannot be read or
+    holds no URL, or a named variable that is unset or empty, raises WebhookError (one line, no URL in it)."""
+    targets = [parse_target(value) for value in values]
+    for path in files:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise WebhookError(f"--webhook-file {path}: cannot read it: {exc.strerror or exc}") from None
+        except UnicodeDecodeError:
+            raise WebhookError(f"--webhook-file {path}: not UTF-8 text") from None
+        lines = [(n, line.strip()) for n, line in enumerate(text.splitlines(), 1)]
+        found = [(n, line) for n, line in lines if line and not line.startswith("#")]
+        if not found:
+            raise WebhookError(f"--webhook-file {path}: no webhook in it (one [FORMAT=]URL a line, # comments)")
+        targets += [parse_target(line, where=f"--webhook-file {path} line {n}") for n, line in found]
+    names = list(env_names) or ([DEFAULT_ENV] if environ.get(DEFAULT_ENV, "").strip() else [])
+    for name in names:
+        items = environ.get(name, "").split()
+        if not items:
+            state = "is empty" if name in environ else "is not set"
+            raise WebhookError(f"--webhook-env {name}: the environment variable {state} (whitespace-separated [FORMAT=]URL values)")
+        targets += [parse_target(item, where=f"${name} value {n}") for n, item in enumerate(items, 1)]
+    return tuple(targets)
 
 
 def text_of(alert: Dict[str, Any]) -> str:
@@ -97,7 +135,7 @@ class Webhooks:
 
     Args:
         targets: where to send (`parse_target` makes them from `--webhook` values).
-        timeout_s: per attempt (connect + read); default 5 s.
+        timeout_s: the most one attempt may take, from connecting to the end of the answer; default 5 s.
         retries: extra attempts after the first; default 3.
         backoff_s: first wait before a retry, doubled each time; default 0.5 s.
         max_queue: alerts waiting per target; the oldest is dropped beyond it; default 100.
@@ -167,16 +205,27 @@ class Webhooks:
                 await asyncio.sleep(delay)
                 delay *= 2
             try:
-                response = await self._client.post(queue.target.url, json=body)
+                status = await asyncio.wait_for(self._post(queue.target.url, body), self.timeout_s)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - timeouts, refused connections, protocol errors: retry
                 log.warning("webhook %s: %s (attempt %d)", queue.target.shown, type(exc).__name__, attempt + 1)
                 continue
-            if response.status_code < 300:
+            if status < 300:
                 return True
-            log.warning("webhook %s: HTTP %d (attempt %d)", queue.target.shown, response.status_code, attempt + 1)
-            if response.status_code < 500 and response.status_code != 429:
+            log.warning("webhook %s: HTTP %d (attempt %d)", queue.target.shown, status, attempt + 1)
+            if status < 500 and status != 429:
                 return False
         return False
+
+    async def _post(self, url: str, body: Dict[str, Any]) -> int:
+        """One attempt: POST, read at most MAX_ANSWER_BYTES of the answer as it came (raw: no decompression),
+        close; returns the status. The caller's deadline cancels it wherever it is."""
+        async with self._client.stream("POST", url, json=body) as response:
+            read = 0
+            async for chunk in response.aiter_raw():
+                read += len(chunk)
+                if read >= MAX_ANSWER_BYTES:
+                    break
+            return response.status_code
 

@@ -295,8 +295,10 @@ def start_mstail(
     args: Sequence[str] = (),
     timeout: float = START_TIMEOUT_S,
     env: Optional[dict] = None,
+    preexec_fn: Optional[Callable[[], None]] = None,
 ) -> MstailServer:
-    """Start a real mstail on loopback with a free port and wait (bounded) for its "serving" line."""
+    """Start a real mstail on loopback with a free port and wait (bounded) for its "serving" line.
+    `preexec_fn` runs in the child before mstail starts (e.g. to lower its resource limits)."""
     workdir.mkdir(parents=True, exist_ok=True)
     stdout_path, stderr_path = workdir / "mstail.stdout", workdir / "mstail.stderr"
     cmd = [sys.executable, "-m", "mstail"]
@@ -308,7 +310,8 @@ def start_mstail(
     child_env.setdefault("MSTAIL_FORMATS_DIR", str(workdir / "no-user-formats"))  # no formats from ~/.config
     child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), child_env.get("PYTHONPATH", "")]))
     with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
-        proc = subprocess.Popen(cmd, cwd=str(ROOT), env=child_env, stdin=subprocess.DEVNULL, stdout=out, stderr=err)
+        proc = subprocess.Popen(cmd, cwd=str(ROOT), env=child_env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                preexec_fn=preexec_fn)
     deadline = time.monotonic() + timeout
     while True:
         match = _BANNER.search(stdout_path.read_text("utf-8", "replace"))
@@ -329,15 +332,16 @@ def start_mstail(
 
 @pytest.fixture
 def mstail_server(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """`mstail_server(*logs, args=())` -> MstailServer (`.url`, `.proc`, `.get_json()`, `.wait_records()`).
+    """`mstail_server(*logs, args=(), env=None, preexec_fn=None)` -> MstailServer (`.url`, `.proc`, `.get_json()`,
+    `.wait_records()`).
 
     Teardown sends SIGINT to every server started and fails the test if one needs more than
     `STOP_TIMEOUT_S` seconds to exit, or printed a traceback.
     """
     servers: List[MstailServer] = []
 
-    def start(*logs: PathLike, args: Sequence[str] = (), timeout: float = START_TIMEOUT_S) -> MstailServer:
-        server = start_mstail(logs, tmp_path_factory.mktemp("mstail"), args=args, timeout=timeout)
+    def start(*logs: PathLike, args: Sequence[str] = (), timeout: float = START_TIMEOUT_S, **options: Any) -> MstailServer:
+        server = start_mstail(logs, tmp_path_factory.mktemp("mstail"), args=args, timeout=timeout, **options)
         servers.append(server)
         return server
 

@@ -64,9 +64,15 @@ async def records(
 
 
 @router.get("/events", response_model=None)
-async def events(request: Request, kind: Optional[str] = Query(None, max_length=50)) -> list:
-    """Events (checkpoint, eval, error, end, start, resume ...), optionally of one kind."""
-    return _store(request).events(kind)
+async def events(
+    request: Request,
+    kind: Optional[str] = Query(None, max_length=50, description="only events of this kind (checkpoint, eval, ...)"),
+    after: int = Query(0, ge=0, le=MAX_SEQ, description="only events with seq > after"),
+    limit: int = Query(1000, ge=1, le=MAX_LIMIT, description="at most this many"),
+    newest: bool = Query(False, description="the newest `limit` events instead of the first ones after `after`"),
+) -> list:
+    """Events (checkpoint, eval, error, end, start, alert ...) in seq order, a page at a time."""
+    return _store(request).events(kind, after, limit, newest)
 
 
 @router.get("/alerts", response_model=None)

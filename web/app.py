@@ -41,7 +41,8 @@ def create_app(
     Args:
         store: the history the API reads (never written here).
         hub: where the SSE stream subscribes for live batches.
-        health: extra facts for `/healthz` (e.g. the tailer's pass count); default none.
+        health: extra facts for `/healthz` (the tailer's pass count, ...); a non-empty `problems` list among
+            them makes it answer 503; default none.
         token: when set, every request must carry it (web/security.py); default none (loopback use).
         check_host: refuse requests whose Host header is not a loopback name (DNS rebinding); default off.
         cors_origins: origins allowed to read the API cross-origin (GET only); default none: CORS closed.
@@ -56,10 +57,8 @@ def create_app(
     app.include_router(api.router)
     app.include_router(sse.router)
     app.include_router(metrics.router)
-    app.state.metrics_registry = metrics.build_registry(metrics.MstailCollector(
-        store, hub, alerts=alerts, facts=lambda: health() if health else {},
-        version=__version__,
-    ))
+    app.state.metrics_collector = metrics.MstailCollector(
+        store, hub, alerts=alerts, facts=lambda: health() if health else {}, version=__version__)
     # Every asset is served from the package (offline clusters have no CDN).
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     app.add_middleware(SecurityMiddleware, token=token, check_host=check_host)
@@ -72,9 +71,14 @@ def create_app(
         return FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-cache"})
 
     @app.get("/healthz", response_class=RecordJSONResponse, response_model=None)
-    async def healthz() -> dict:  # async: it reads the store and the alert engine (event loop only)
-        facts = {"status": "ok", "sources": len(store.sources), "last_seq": store.last_seq, "clients": hub.subscriber_count}
+    async def healthz() -> RecordJSONResponse:  # async: it reads the store and the alert engine (event loop only)
+        """200 and `"status": "ok"` while all is well; 503, `"status": "failing"` and the `problems` (tailing
+        stopped or stalled, the history not written) otherwise."""
+        facts: Dict[str, Any] = {"status": "ok", "sources": len(store.sources), "last_seq": store.last_seq,
+                                 "clients": hub.subscriber_count, "problems": []}
         facts.update(health() if health else {})
-        return facts
+        if facts["problems"]:
+            facts["status"] = "failing"
+        return RecordJSONResponse(facts, status_code=503 if facts["problems"] else 200)
 
     return app

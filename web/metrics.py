@@ -2,7 +2,8 @@
 
 A custom collector reads the store, the hub, the alert engine and the tailer's facts *at scrape time*: the hot
 path (reading, parsing, storing, fan-out) does no per-record work for Prometheus. A scrape costs
-O(sources + exported series) on the event loop, where the store is consistent.
+O(sources) on the event loop, where the store is consistent (a snapshot, capped at `MAX_SOURCES` sources and
+`MAX_SERIES` series); the text itself is built from the snapshot in a worker thread.
 
 Families (all prefixed `mstail_`):
 
@@ -24,8 +25,10 @@ Families (all prefixed `mstail_`):
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from fastapi import APIRouter, Request
@@ -40,6 +43,7 @@ from mstail.tailer.store import Store
 router = APIRouter()
 
 MAX_SERIES = 1000
+MAX_SOURCES = 1000  # sources with per-source families (a file with 20,000 launcher tags is 20,000 sources)
 # The classic text format, which every Prometheus reads (all names here are legacy-valid, so the body is the same
 # whichever version newer prometheus_client releases would announce).
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -65,98 +69,143 @@ SOURCE_COUNTERS = (
 )
 
 
-class MstailCollector:
-    """Reads everything at `collect()` time. `alerts` is the alert engine or None; `facts()` the
-    tailer's facts (`passes`)."""
+@dataclass(eq=False)  # hashable by identity: prometheus_client keeps its collectors in a dict
+class _Snapshot:
+    """What a scrape exports, copied on the event loop (bounded: at most `max_sources` sources' rows and
+    `max_series` metric series), so the text is built off it in a worker thread."""
 
-    def __init__(self, store: Store, hub: Hub, alerts: Optional[Any], facts: Callable[[], Dict[str, Any]],
-                 max_series: int = MAX_SERIES, version: str = "") -> None:
-        self.store = store
-        self.hub = hub
-        self.alerts = alerts
-        self.facts = facts
-        self.max_series = max_series
-        self.version = version
+    time: float
+    latest: List[Tuple[Tuple[str, str], float]]
+    series_dropped: int
+    sources: List[Tuple[str, Optional[int], Optional[float], Dict[str, int]]]  # id, last step, last time, counters
+    sources_dropped: int
+    states: Dict[str, int]
+    last_seq: int
+    passes: Optional[int]
+    hub: Dict[str, int]
+    severities: Dict[str, int]
+    fired: Optional[int]
+    version: str
+    max_series: int
+    max_sources: int
 
     def collect(self) -> Iterator[Metric]:
-        now = time.time()
-        store, hub = self.store, self.hub
-        sources = list(store.sources.values())
+        """The families, as a prometheus_client collector (`render` registers a snapshot)."""
         yield InfoMetricFamily("mstail", "mstail build information.", value={"version": self.version})
 
         values = GaugeMetricFamily("mstail_metric", "Latest value of a numeric training metric of a source.",
                                    labels=["source", "metric"])
-        exported, dropped = 0, 0
-        for (source, metric), (_step, value) in _ordered(store.latest_values()):
-            if exported >= self.max_series:
-                dropped += 1
-                continue
+        for (source, metric), value in self.latest:
             values.add_metric([source, metric], value)
-            exported += 1
         yield values
         yield GaugeMetricFamily("mstail_metric_series_dropped",
                                 f"mstail_metric series not exported because of the cap ({self.max_series}).",
-                                value=dropped)
+                                value=self.series_dropped)
 
         last_step = GaugeMetricFamily("mstail_last_step", "Global step of the source's newest record.", labels=["source"])
         last_time = GaugeMetricFamily("mstail_last_step_timestamp_seconds",
                                       "Unix time of the source's newest record (its log timestamp).", labels=["source"])
         since = GaugeMetricFamily("mstail_seconds_since_last_step",
                                   "Seconds from the source's newest record to this scrape.", labels=["source"])
-        for info in sources:
-            if info.last_step is not None:
-                last_step.add_metric([info.id], info.last_step)
-            if info.last_time is not None and math.isfinite(info.last_time):
-                last_time.add_metric([info.id], info.last_time)
-                since.add_metric([info.id], max(0.0, now - info.last_time))
+        for source, step, when, _ in self.sources:
+            if step is not None:
+                last_step.add_metric([source], step)
+            if isinstance(when, (int, float)) and math.isfinite(when):
+                last_time.add_metric([source], when)
+                since.add_metric([source], max(0.0, self.time - when))
         yield last_step
         yield last_time
         yield since
+        yield GaugeMetricFamily("mstail_sources_not_exported", "Sources left out of the per-source families because "
+                                f"of the cap ({self.max_sources}).", value=self.sources_dropped)
 
         for name, key, help_text in SOURCE_COUNTERS:
             family = CounterMetricFamily(f"mstail_{name}", help_text, labels=["source"])
-            for info in sources:
-                family.add_metric([info.id], info.counters.get(key, info.records if key == "records" else 0))
+            for source, _, _, counters in self.sources:
+                family.add_metric([source], counters[key])
             yield family
 
         states = GaugeMetricFamily("mstail_sources", "Sources by state.", labels=["state"])
-        counts: Dict[str, int] = {"waiting": 0, "following": 0, "idle": 0, "gone": 0}
-        for info in sources:
-            counts[info.state] = counts.get(info.state, 0) + 1
-        for state, count in counts.items():
+        for state, count in self.states.items():
             states.add_metric([state], count)
         yield states
-        yield GaugeMetricFamily("mstail_store_items", "Records and events held (the last seq).", value=store.last_seq)
-        passes = self.facts().get("passes")
-        if isinstance(passes, int):
-            yield CounterMetricFamily("mstail_tailer_passes", "Read passes over all files.", value=passes)
+        yield GaugeMetricFamily("mstail_store_items", "Records and events held (the last seq).", value=self.last_seq)
+        if self.passes is not None:
+            yield CounterMetricFamily("mstail_tailer_passes", "Read passes over all files.", value=self.passes)
 
-        yield GaugeMetricFamily("mstail_sse_clients", "Open SSE streams.", value=hub.subscriber_count)
+        hub = self.hub
+        yield GaugeMetricFamily("mstail_sse_clients", "Open SSE streams.", value=hub["clients"])
         yield CounterMetricFamily("mstail_sse_messages_sent", "SSE writes to clients (batches, replays, source "
-                                  "changes; pings not counted).", value=hub.sent_messages)
+                                  "changes; pings not counted).", value=hub["messages"])
         yield CounterMetricFamily("mstail_sse_items_sent", "Records and events delivered to SSE clients "
-                                  "(an item sent to N clients counts N times).", value=hub.sent_items)
+                                  "(an item sent to N clients counts N times).", value=hub["items"])
         yield CounterMetricFamily("mstail_sse_catch_ups", "Times a slow client's queue overflowed and it caught up "
-                                  "from the store.", value=hub.catch_ups)
+                                  "from the store.", value=hub["catch_ups"])
         yield CounterMetricFamily("mstail_sse_clients_dropped", "SSE clients dropped because they accepted no "
-                                  "data for the send timeout (stopped reading).", value=hub.dropped_clients)
+                                  "data for the send timeout (stopped reading).", value=hub["dropped"])
         yield CounterMetricFamily("mstail_hub_batches_published", "Batches published to live clients.",
-                                  value=hub.published)
+                                  value=hub["published"])
 
         active = GaugeMetricFamily("mstail_alerts_active", "Firing alerts by severity.", labels=["severity"])
-        engine = self.alerts
-        severities: Dict[str, int] = {"info": 0, "warning": 0, "error": 0, "critical": 0}
-        fired: Optional[int] = None
-        if engine is not None:
-            for alert in engine.table().get("active", []):
-                severity = str(alert.get("severity", "warning"))
-                severities[severity] = severities.get(severity, 0) + 1
-            fired = engine.fired
-        for severity, count in severities.items():
+        for severity, count in self.severities.items():
             active.add_metric([severity], count)
         yield active
-        if fired is not None:
-            yield CounterMetricFamily("mstail_alerts_fired", "Alerts that started firing.", value=fired)
+        if self.fired is not None:
+            yield CounterMetricFamily("mstail_alerts_fired", "Alerts that started firing.", value=self.fired)
+
+
+
+
+class MstailCollector:
+    """Takes `snapshot()`s of the store, the hub, the alert engine and the tailer's facts (on the event loop).
+    `alerts` is the alert engine or None; `facts()` the tailer's facts (`passes`)."""
+
+    def __init__(self, store: Store, hub: Hub, alerts: Optional[Any], facts: Callable[[], Dict[str, Any]],
+                 max_series: int = MAX_SERIES, version: str = "", max_sources: int = MAX_SOURCES) -> None:
+        self.store = store
+        self.hub = hub
+        self.alerts = alerts
+        self.facts = facts
+        self.max_series = max_series
+        self.max_sources = max_sources
+        self.version = version
+
+    def snapshot(self) -> _Snapshot:
+        """What a scrape exports, copied on the event loop, where the store is consistent."""
+        store, hub = self.store, self.hub
+        latest = _ordered(store.latest_values())
+        infos = list(store.sources.values())
+        states: Dict[str, int] = {"waiting": 0, "following": 0, "idle": 0, "gone": 0}
+        for info in infos:
+            states[info.state] = states.get(info.state, 0) + 1
+        keys = [key for _, key, _ in SOURCE_COUNTERS]
+        severities: Dict[str, int] = {"info": 0, "warning": 0, "error": 0, "critical": 0}
+        fired: Optional[int] = None
+        if self.alerts is not None:
+            for alert in self.alerts.table().get("active", []):
+                severity = str(alert.get("severity", "warning"))
+                severities[severity] = severities.get(severity, 0) + 1
+            fired = self.alerts.fired
+        passes = self.facts().get("passes")
+        return _Snapshot(
+            time=time.time(),
+            latest=[(key, value) for key, (_step, value) in latest[: self.max_series]],
+            series_dropped=max(0, len(latest) - self.max_series),
+            sources=[(info.id, info.last_step, info.last_time,
+                      {key: info.counters.get(key, info.records if key == "records" else 0) for key in keys})
+                     for info in infos[: self.max_sources]],
+            sources_dropped=max(0, len(infos) - self.max_sources),
+            states=states,
+            last_seq=store.last_seq,
+            passes=passes if isinstance(passes, int) else None,
+            hub={"clients": hub.subscriber_count, "messages": hub.sent_messages, "items": hub.sent_items,
+                 "catch_ups": hub.catch_ups, "dropped": hub.dropped_clients, "published": hub.published},
+            severities=severities,
+            fired=fired,
+            version=self.version,
+            max_series=self.max_series,
+            max_sources=self.max_sources,
+        )
 
 
 def _ordered(latest: Dict[Tuple[str, str], Tuple[int, float]]) -> List[Tuple[Tuple[str, str], Tuple[int, float]]]:
@@ -166,15 +215,18 @@ def _ordered(latest: Dict[Tuple[str, str], Tuple[int, float]]) -> List[Tuple[Tup
     return sorted(items, key=lambda kv: (rank.get(kv[0][1], len(rank)),))
 
 
-def build_registry(collector: MstailCollector) -> CollectorRegistry:
+def render(snapshot: _Snapshot) -> bytes:
+    """The exposition text of a snapshot and of this process (CPU, memory, fds)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(collector)
+    registry.register(snapshot)
     ProcessCollector(registry=registry)
-    return registry
+    return generate_latest(registry)
 
 
 @router.get("/metrics", include_in_schema=False)
 async def metrics(request: Request) -> Response:
-    # async: runs on the event loop, the one thread that writes the store, so a scrape sees it consistent.
-    registry: CollectorRegistry = request.app.state.metrics_registry
-    return Response(generate_latest(registry), media_type=CONTENT_TYPE, headers={"Cache-Control": "no-store"})
+    """The snapshot is taken on the event loop (the one thread that touches the store), bounded by the caps;
+    the text is built from it in a worker thread, so a scrape never holds up tailing or other requests."""
+    collector: MstailCollector = request.app.state.metrics_collector
+    body = await asyncio.to_thread(render, collector.snapshot())
+    return Response(body, media_type=CONTENT_TYPE, headers={"Cache-Control": "no-store"})

@@ -1,4 +1,4 @@
-"""JSON responses that carry NaN/Inf as "NaN"/"Infinity" strings instead of failing (DESIGN.md)."""
+"""JSON responses that carry NaN/Inf as "NaN"/"Infinity" strings instead of failing (`mstail.parsers.record`)."""
 
 from __future__ import annotations
 

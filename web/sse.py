@@ -3,15 +3,20 @@
 Every message has `id: <seq>` (the last seq it carries). A client that reconnects with `Last-Event-ID`
 (browsers do this by themselves) or `?after=SEQ` gets exactly what it missed from the store, then the
 live batches; sse-starlette does not implement Last-Event-ID (its issue #113), so we do.
+
+At most `StreamLimit.limit` streams are open at once (`limit_streams(app, n)`, `--max-streams`): one more gets
+a 503 with a JSON reason and `Retry-After` (the page's EventSource reconnects with backoff); the open ones go on.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+from dataclasses import dataclass
 from typing import Any, AsyncIterator, Dict, List, Optional
 
-from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi import APIRouter, FastAPI, HTTPException, Query, Request
+from fastapi.responses import JSONResponse
 from sse_starlette import EventSourceResponse
 from sse_starlette.sse import SendTimeoutError
 
@@ -27,21 +32,52 @@ REPLAY_CHUNK = 2000  # items per message while replaying history
 LAST_EVENT_ID = re.compile(r"[0-9]{1,19}")  # ASCII digits only: str.isdigit() also takes '²'
 
 
+@dataclass
+class StreamLimit:
+    """How many streams may be open (None: no limit), how many are, and how many were refused."""
+
+    limit: Optional[int] = None
+    open: int = 0
+    refused: int = 0
+
+    def stats(self) -> Dict[str, Any]:
+        return {"open": self.open, "limit": self.limit, "refused": self.refused}
+
+
+def limit_streams(app: FastAPI, limit: int) -> StreamLimit:
+    """Cap `app`'s open streams at `limit` (the composition root calls this; without it there is no cap)."""
+    app.state.stream_limit = StreamLimit(limit)
+    return app.state.stream_limit
+
+
 class _Stream(EventSourceResponse):
     """An SSE response that treats a send timeout (the client stopped reading) as a normal way to end: the
-    client is dropped and counted (`hub.dropped_clients`); its browser reconnects and catches up by id."""
+    client is dropped and counted (`hub.dropped_clients`); its browser reconnects and catches up by id.
+    Beyond `limit` open streams it answers a 503 instead (counted and checked with no await in between, so
+    simultaneous clients cannot all slip in)."""
 
-    def __init__(self, hub: Hub, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, hub: Hub, limit: StreamLimit, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._hub = hub
+        self._limit = limit
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        limit = self._limit
+        if limit.limit is not None and limit.open >= limit.limit:
+            limit.refused += 1
+            reason = f"mstail: {limit.open} live streams are open, the most this server takes (--max-streams); retry later"
+            await JSONResponse({"detail": reason}, 503, headers={"Retry-After": "5", "Cache-Control": "no-store"})(
+                scope, receive, send)
+            return
+        limit.open += 1
         try:
             await super().__call__(scope, receive, send)
         except Exception as exc:  # noqa: BLE001 - only a send timeout is swallowed
             if not _only_send_timeouts(exc):
                 raise
             self._hub.dropped_clients += 1
+        finally:
+            limit.open -= 1
 
 
 def _only_send_timeouts(exc: BaseException) -> bool:
@@ -106,6 +142,7 @@ async def stream(
     requested = int(header) if header else after
     return _Stream(
         hub,
+        getattr(request.app.state, "stream_limit", None) or StreamLimit(),
         _events(store, hub, requested),
         ping=PING_S,
         send_timeout=request.app.state.send_timeout_s,

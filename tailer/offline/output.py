@@ -1,32 +1,55 @@
-"""Where `mstail parse` writes: UTF-8 JSONL or CSV on stdout or a file, and a progress bar on a terminal."""
+"""Where `mstail parse` writes: UTF-8 JSONL or CSV on stdout or a file, and a progress bar on a terminal.
+
+A file (`-o OUT`) is never one of the logs being read, and is written whole or not at all: into a temporary file
+in its folder, renamed over it at the end, so Ctrl-C, SIGTERM or an error leaves an earlier OUT as it was.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import errno
 import io
+import os
+import stat
 import sys
-from typing import Dict, List, Optional, TextIO
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional, Sequence, TextIO, Tuple
 
-from mstail.parsers.record import finite_or_name
+from mstail.parsers.record import NON_FINITE, finite_or_name
 
 from .reading import READ_CHUNK
 
 PROGRESS_MIN_BYTES = 8 << 20  # smaller inputs parse too fast for a progress bar to help
+
+#: A spreadsheet reads a cell starting with one of these as a formula (OWASP, CSV injection).
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: Any) -> Any:
+    """One CSV cell: "" for no value, a non-finite number by its name, and a text that a spreadsheet would run
+    as a formula (`=HYPERLINK(...)`, `-1+cmd|...`) behind a single quote. Numbers are never quoted (-1.5 stays a
+    number), nor "-Infinity" (a number's name). The page's export (web/static/util.js `csvCell`) has the same rule."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return "'" + value if value.startswith(FORMULA_START) and value not in NON_FINITE else value
+    return finite_or_name(value)
 
 
 def write_csv(rows: List[dict], out: TextIO) -> None:
     columns: Dict[str, None] = {}
     for row in rows:
         columns.update((key, None) for key in row)
-    writer = csv.DictWriter(out, fieldnames=list(columns), extrasaction="ignore", lineterminator="\n")
-    writer.writeheader()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow([csv_cell(name) for name in columns])  # metric names come from logs and JSONL files too
     for row in rows:
-        writer.writerow({key: ("" if value is None else finite_or_name(value)) for key, value in row.items()})
+        writer.writerow([csv_cell(row.get(name)) for name in columns])
 
 
 def copy_jsonl(path: str, out: TextIO) -> None:
     """A worker's JSONL (UTF-8, "\\n" line ends) onto `out`, as the serial run would have written it: bytes as they
-    are onto an `open_output` stream (UTF-8, no newline translation), else as text."""
+    are onto an `output` stream (UTF-8, no newline translation), else as text."""
     if isinstance(out, _Output):
         import shutil
 
@@ -43,10 +66,145 @@ class _Output(io.TextIOWrapper):
     """The output of `mstail parse`: UTF-8, "\\n" written as it is (so a worker's bytes can be copied onto it)."""
 
 
-def open_output(path: Optional[str]) -> TextIO:
+class OutputError(Exception):
+    """`-o OUT` cannot be written (a missing or unwritable folder, a folder given, a full disk, one of the logs):
+    one line for the user, `cannot write OUT: reason`."""
+
+
+_REASONS = {
+    errno.ENOENT: "its folder does not exist (create it first)",
+    errno.ENOTDIR: "a part of its path is a file, not a folder",
+    errno.EISDIR: "it is a folder (give a file name, e.g. -o DIR/records.jsonl)",
+    errno.EACCES: "permission denied (pick a folder you can write)",
+    errno.EPERM: "permission denied (pick a folder you can write)",
+    errno.EROFS: "read-only filesystem",
+    errno.ENOSPC: "no space left on the device",
+    errno.EDQUOT: "disk quota exceeded",
+}
+
+
+def _cannot_write(shown: str, exc: OSError) -> OutputError:
+    reason = _REASONS.get(exc.errno or 0) or exc.strerror or str(exc)
+    return OutputError(f"cannot write {shown}: {reason}")
+
+
+class _OutputFile(io.FileIO):
+    """The file under `-o`: a failed write (a full disk, EIO) is an OutputError, never an OSError a caller could
+    take for a log it could not read."""
+
+    shown = ""
+
+    def write(self, data: Any) -> Optional[int]:  # type: ignore[override]
+        try:
+            return super().write(data)
+        except BrokenPipeError:
+            raise  # `mstail parse LOG | head`: the reader left, which is no error (the CLI exits 0)
+        except OSError as exc:
+            raise _cannot_write(self.shown, exc) from None
+
+
+def _same_file_as_input(st: os.stat_result, inputs: Sequence[Path]) -> Optional[Path]:
+    for path in inputs:
+        try:
+            if os.path.samestat(st, os.stat(path)):
+                return path
+        except OSError:
+            continue
+    return None
+
+
+def _new_temp(target: str, like: Optional[os.stat_result]) -> Tuple[int, str]:
+    """A new file next to `target` (so the final rename stays on one filesystem): the umask's mode for a new
+    OUT, an existing OUT's own mode."""
+    folder, name = os.path.split(target)
+    while True:
+        temp = os.path.join(folder, f".{name[:200]}.{os.urandom(4).hex()}.mstail-tmp")
+        try:
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+        except FileExistsError:
+            continue
+        if like is not None:
+            with contextlib.suppress(OSError):
+                os.fchmod(fd, stat.S_IMODE(like.st_mode))
+        return fd, temp
+
+
+@contextlib.contextmanager
+def output(path: Optional[str], inputs: Sequence[Path] = ()) -> Iterator[TextIO]:
+    """Where `mstail parse` writes: stdout for None or "-"; else the file `path`, refused (OutputError) before
+    anything is opened for writing when it is one of `inputs` (the same file: through symlinks, hard links),
+    written to a temporary file in its folder and renamed over it only when the block ends without an error.
+    A device or FIFO (/dev/null, a process substitution) and a link in /dev or /proc (/dev/stdout) are written
+    directly."""
     if path is None or path == "-":
-        return _Output(sys.stdout.buffer, encoding="utf-8", newline="\n", write_through=False)
-    return _Output(open(path, "wb"), encoding="utf-8", newline="")
+        raw = _stdout()
+        if raw is None:  # a stdout without a file descriptor (a caller's redirect_stdout): written as it is
+            out = _Output(sys.stdout.buffer, encoding="utf-8", newline="\n", write_through=False)
+            try:
+                yield out
+            finally:
+                out.flush()
+            return
+        yield from _written(raw, "stdout", None, "")
+        return
+    target = os.path.realpath(path)  # through a symlink: the file it names is replaced, the link stays
+    try:
+        existing: Optional[os.stat_result] = os.stat(target)
+    except (FileNotFoundError, NotADirectoryError):
+        existing = None
+    except OSError as exc:
+        raise _cannot_write(path, exc) from None
+    if existing is not None:
+        if stat.S_ISDIR(existing.st_mode):
+            raise OutputError(f"cannot write {path}: {_REASONS[errno.EISDIR]}")
+        same = _same_file_as_input(existing, inputs)
+        if same is not None:
+            raise OutputError(f"cannot write {path}: it is the input log {same} (writing would destroy it); "
+                              "give -o another file")
+    shown_path = os.path.abspath(path)
+    direct = (existing is not None and not stat.S_ISREG(existing.st_mode)) \
+        or (shown_path != target and shown_path.startswith(("/dev/", "/proc/")))  # /dev/stdout, /dev/fd/N
+    try:
+        if direct:
+            temp = None
+            raw = _OutputFile(path, "w")
+        else:
+            fd, temp = _new_temp(target, existing)
+            raw = _OutputFile(fd, "w")
+    except OSError as exc:
+        raise _cannot_write(path, exc) from None
+    yield from _written(raw, path, temp, target)
+
+
+def _stdout() -> Optional[_OutputFile]:
+    try:
+        sys.stdout.flush()  # what was printed before comes first
+        return _OutputFile(os.dup(sys.stdout.fileno()), "w")  # a copy of the descriptor: closing it leaves stdout open
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def _written(raw: _OutputFile, shown: str, temp: Optional[str], target: str) -> Iterator[TextIO]:
+    """`output`'s stream over `raw`, then: flushed and closed, and `temp` renamed to `target` only when the caller's
+    block ended well; else `temp` removed. A failed flush, close or rename is an OutputError."""
+    raw.shown = shown
+    out = _Output(io.BufferedWriter(raw), encoding="utf-8", newline="")
+    finishing = False
+    try:
+        yield out
+        finishing = True
+        out.close()
+        if temp is not None:
+            os.replace(temp, target)
+    except BaseException as exc:  # an error, Ctrl-C: no partial OUT, an earlier one stays as it was
+        with contextlib.suppress(Exception):
+            out.close()
+        if temp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
+        if finishing and isinstance(exc, OSError) and not isinstance(exc, BrokenPipeError):
+            raise _cannot_write(shown, exc) from None
+        raise
 
 
 def progress_bar(total: int):  # type: ignore[no-untyped-def]

@@ -65,6 +65,7 @@ def _worker_init() -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it stops the workers
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # what the parent's `terminate` means, whatever it set for itself
 
 
 def _parse_in_worker(index: int) -> _Part:

@@ -7,6 +7,8 @@ backups were named on the command line or not. Lines are split by the same `Line
 
 from __future__ import annotations
 
+import os
+import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +18,7 @@ from mstail.parsers import Format, Item, SourceParser
 from mstail.parsers.interleave import InterleavedParser
 from mstail.parsers.record import PART_KEY, dumps_owned, ordered
 
-from ..discovery import ROTATED, SourceNamer, expand, rotated_backups
+from ..discovery import ROTATED, SourceNamer, expand, has_glob, rotated_backups
 from ..lines import Line, LineSplitter
 
 READ_CHUNK = 1 << 20
@@ -30,12 +32,40 @@ class Chain:
     files: List[Path]
 
 
+class InputError(Exception):
+    """A named input that exists but is no log file (a FIFO, a device, a folder): one line for the user."""
+
+
+_NOT_FILES = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+              (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def _log_files(pattern: str) -> List[Path]:
+    """The regular files `pattern` names now. A glob keeps only regular files; a plain path that exists but is
+    no regular file raises InputError, found by stat alone: opening a FIFO would wait for a writer forever."""
+    found = expand(pattern)
+    if has_glob(os.path.expanduser(pattern)):
+        return found  # `expand` kept regular files only
+    path = found[0]
+    try:
+        mode = path.stat().st_mode  # through symlinks, as `open` would go
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if stat.S_ISREG(mode):
+        return [path]
+    kind = next((name for test, name in _NOT_FILES if test(mode)), "a special file")
+    hint = f"give the logs in it, e.g. '{path}/*.log'" if stat.S_ISDIR(mode) else "mstail parse reads regular files only"
+    raise InputError(f"{path} is {kind}, not a log file: {hint}")
+
+
 def chains(inputs: Sequence[str]) -> List[Chain]:
-    """Group the given paths/globs into rotated chains; missing inputs raise FileNotFoundError."""
+    """Group the given paths/globs into rotated chains; missing inputs raise FileNotFoundError, a path that is
+    no regular file (FIFO, device, folder) InputError."""
     paths: List[Path] = []
     for pattern in inputs:
-        found = expand(pattern)
-        found = [p for p in found if p.is_file()] if found else []
+        found = _log_files(pattern)
         if not found:
             raise FileNotFoundError(pattern)
         paths += found
@@ -52,7 +82,7 @@ def chains(inputs: Sequence[str]) -> List[Chain]:
             continue
         seen.add(key)
         files = rotated_backups(path) + [path] if not rotated else [path]
-        out.append(Chain(source=namer.name(path), files=files))
+        out.append(Chain(source=namer.name(path, paths), files=files))
     return out
 
 

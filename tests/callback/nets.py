@@ -54,13 +54,23 @@ def warmup_cosine(total: int, warmup: int = 3, peak: float = 0.05, floor: float 
     return lrs
 
 
-def read_records(path: Path) -> list[dict[str, Any]]:
-    """Every line of ``path`` as strict JSON (a bare NaN or Infinity fails the test)."""
+def read_lines(path: Path) -> list[dict[str, Any]]:
+    """Every line of ``path`` as strict JSON (a bare NaN or Infinity fails the test): records and events."""
 
     def reject(token: str) -> None:
         raise AssertionError(f"bare {token} in {path}")
 
     return [json.loads(line, parse_constant=reject) for line in path.read_text().splitlines()]
+
+
+def read_records(path: Path) -> list[dict[str, Any]]:
+    """The step records of ``path`` (lines without a ``kind``)."""
+    return [line for line in read_lines(path) if "kind" not in line]
+
+
+def read_events(path: Path) -> list[dict[str, Any]]:
+    """The events of ``path`` (``end``, ``error`` ...)."""
+    return [line for line in read_lines(path) if "kind" in line]
 
 
 class BiasProbe(Callback):

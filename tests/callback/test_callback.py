@@ -22,7 +22,7 @@ from mstail.callback import JsonlCallback, JsonlWriter
 from mstail.parsers.record import RESERVED
 
 from . import nets
-from .nets import BATCH, STEPS_PER_EPOCH, read_records
+from .nets import BATCH, STEPS_PER_EPOCH, read_events, read_records
 
 STEPS = STEPS_PER_EPOCH
 
@@ -77,6 +77,30 @@ def test_model_train_writes_every_step_with_the_lr_used_and_counts_on_across_cal
     assert callback.writer.written == 3 * STEPS and callback.writer.dropped == 0
     # on_train_step_end, not the deprecated step_end, which makes Model.train print a warning.
     assert not [m for m in ms_warnings if "may not be supported" in m]
+
+
+def test_training_that_ends_writes_an_end_event_and_one_that_raises_an_error_and_an_end(tmp_path: Path) -> None:
+    # Before: no end event, so a silence after a run that exited 0 was taken for a hang (someone paged).
+    model, _ = sgd_model(0.01)
+    path = tmp_path / "m.jsonl"
+    model.train(1, nets.dataset(nets.features()), callbacks=[JsonlCallback(path)])
+    (end,) = read_events(path)
+    assert (end["kind"], end["step"], end["message"]) == ("end", STEPS, "training ended")
+
+    class Boom(ms.train.Callback):
+        def on_train_step_end(self, run_context: Any) -> None:
+            if run_context.original_args().cur_step_num == 3:
+                raise ValueError("loss is NAN or INF, terminating training")
+
+    crashed = tmp_path / "crashed.jsonl"
+    model, _ = sgd_model(0.01)  # a fresh optimizer: steps count from 1 again
+    with pytest.raises(ValueError, match="terminating training"):
+        model.train(1, nets.dataset(nets.features()), callbacks=[JsonlCallback(crashed), Boom()])
+    assert [r["step"] for r in read_records(crashed)] == [1, 2, 3]
+    error, end = read_events(crashed)
+    assert (error["kind"], error["step"], end["kind"], end["step"]) == ("error", 3, "end", 3)
+    assert error["message"].endswith("ValueError: loss is NAN or INF, terminating training")
+    assert end["message"] == "training ended by an exception (ValueError)"  # the error event says which
 
 
 def test_custom_train_cell_returning_loss_and_grad_norm(tmp_path: Path) -> None:

@@ -145,12 +145,26 @@ def test_error_events_and_terminate_training() -> None:
     lines.append((t + 1, _prefix(t + 1) + "ok"))
     run = Run().feed(lines)
     [alert] = run.fired("error")
-    assert alert["step"] == 30 and alert["message"] == "Run task failed, error msg: Inner Error!"
+    assert alert["step"] == 30 and alert["message"] == "Run task failed, error msg: Inner Error! (step 30)"
     assert alert["severity"] == "error"
     # the phrase alone, in an event that is not an error
     engine = AlertEngine()
     got = engine.observe("r", {"kind": "end", "step": 3, "message": "Received terminate training signal", "time": T0}, T0)
     assert [c["rule"] for c in got] == ["error"]
+
+
+def test_a_crash_alert_says_the_exception_and_the_step() -> None:
+    # Before: the message was "Traceback (most recent call last):", and MindSpore's "terminating training" (as
+    # LossMonitor raises it) did not match the phrase "terminate training".
+    traceback = ("Traceback (most recent call last):\n  File \"train.py\", line 40, in <module>\n"
+                 "    model.train(2, dataset, callbacks=[LossMonitor()])\n  File \"callback/_loss_monitor.py\", line 87\n"
+                 "ValueError: For 'loss' of the network, epoch: 1 step: 7, loss is NAN or INF, terminating training.")
+    [alert] = AlertEngine().observe("r", {"kind": "error", "step": 7, "message": traceback, "time": T0}, T0)
+    assert alert["message"] == ("ValueError: For 'loss' of the network, epoch: 1 step: 7, loss is NAN or INF, "
+                                "terminating training. (step 7)")
+    [alert] = AlertEngine().observe("r", {"kind": "checkpoint", "step": 7, "time": T0,
+                                          "message": "loss is NAN or INF, terminating training"}, T0)
+    assert alert["rule"] == "error"
 
 
 def test_hang_after_max_of_min_and_k_times_median_step_time_unless_training_ended() -> None:

@@ -16,7 +16,7 @@ from typing import Callable, List
 
 import pytest
 
-from mstail.parsers import load_formats
+from mstail.parsers import SourceParser, load_formats
 from mstail.tailer.config import Config
 from mstail.tailer.hub import Hub, ItemsMessage
 from mstail.tailer.tailer import READ_SLICE, Tailer
@@ -161,3 +161,48 @@ def test_a_flooded_pass_ends_after_one_round_and_quiet_files_go_first(tmp_path: 
     assert flood_steps == list(range(1, len(flood_steps) + 1))
     read = tailer.store.sources["rank0"].counters["bytes"]
     assert 0 < read <= 2 * READ_SLICE < config.read_budget_bytes
+
+
+def test_a_line_the_parser_fails_on_is_skipped_counted_and_said_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    log = tmp_path / "rank0.log"
+    log.write_text("".join(f"line={i} padding=x\n" for i in range(1, 6)) + "line=6 padding=BOOM\n"
+                   + "".join(f"line={i} padding=x\n" for i in range(7, 10)) + "line=10 padding=BOOM\n", encoding="utf-8")
+    tailer = make_tailer("polling", str(log))
+    real_feed = SourceParser.feed
+
+    def feed(parser, text, line_no, now):  # type: ignore[no-untyped-def]
+        if "BOOM" in text:
+            raise ValueError("a bug in the parser")
+        return real_feed(parser, text, line_no, now)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(SourceParser, "feed", feed)
+        asyncio.run(tailer.pass_once())
+    assert steps_of(tailer.store, "rank0") == [1, 2, 3, 4, 5, 7, 8, 9]
+    assert tailer.store.sources["rank0"].counters["failures"] == 2
+    said = [r.getMessage() for r in caplog.records if "parser failed" in r.getMessage()]
+    assert len(said) == 1 and "rank0.log:6: line skipped" in said[0]
+
+
+def test_an_unexpected_error_in_a_pass_is_reported_and_the_loop_goes_on(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    log = tmp_path / "rank0.log"
+    log.write_text("line=1 padding=x\n", encoding="utf-8")
+    tailer = make_tailer("polling", str(log))
+    real_deliver = tailer._deliver
+    calls = []
+
+    def deliver(results):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("a bug in delivery")
+        return real_deliver(results)
+
+    tailer._deliver = deliver  # type: ignore[method-assign]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("mstail.tailer.tailer.FAILURE_BACKOFF_S", 0.05)
+        asyncio.run(run_until(tailer, lambda: tailer.failures == 1 and tailer.passes >= 2, timeout_s=10))
+    assert tailer.failures == 1 and tailer.last_failure == "RuntimeError: a bug in delivery"
+    assert [r.getMessage() for r in caplog.records if "tailing failed" in r.getMessage()] == [
+        "tailing failed (RuntimeError: a bug in delivery); going on in 0.05 s"]
+    assert tailer.health()["tailing_failures"] == 1
+    assert not tailer.running and tailer.health()["problems"] == ["tailing has stopped"]  # run() has returned

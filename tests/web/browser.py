@@ -4,7 +4,8 @@ and polling that works under the page's strict CSP (Playwright's wait_for_functi
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, List
+from contextlib import contextmanager
+from typing import Any, Dict, Iterator, List
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -21,6 +22,29 @@ def wait_js(page: Any, function: str, arg: Any = None, timeout: int = UI_TIMEOUT
         if time.monotonic() >= deadline:
             raise AssertionError(f"timed out after {timeout} ms waiting for {function} ({arg!r})")
         page.wait_for_timeout(interval_ms)
+
+
+@contextmanager
+def dashboard(browser: Any, url: str, **context_options: Any) -> Iterator[Watched]:
+    """A fresh 1400 x 1000 browser context on mstail's page (light theme), live and first painted; closed after."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000}, **context_options)
+    try:
+        page = context.new_page()
+        page.set_default_timeout(UI_TIMEOUT_MS)
+        watched = Watched(page)
+        page.goto(url + "/#t=light", wait_until="load")
+        watched.wait_live()
+        wait_js(page, "() => document.body.dataset.firstPaint === '1' && document.body.dataset.busy === '0'")
+        yield watched
+    finally:
+        context.close()
+
+
+def show_chart(page: Any, metric: str) -> None:
+    page.evaluate("m => [...document.querySelectorAll('section.chart')].find(e => e.dataset.metric === m)"
+                  ".scrollIntoView({block: 'center'})", metric)
+    wait_js(page, "m => { const c = window.mstail.state.charts.get(m); return !!c && c.el.dataset.drawn === '1'"
+                  " && c.loaded && !c.refreshing && document.body.dataset.busy === '0'; }", arg=metric)
 
 
 class Watched:
@@ -58,6 +82,17 @@ class Watched:
             arg=[metric, attr, expected],
             timeout=timeout_ms,
         )
+
+    def show_chart(self, metric: str) -> None:
+        """Scroll the chart of `metric` into view (charts are fetched and drawn as they come near the screen) and
+        wait until it is drawn and no request is in flight."""
+        show_chart(self.page, metric)
+
+    def show_all_charts(self) -> None:
+        """Every chart drawn once (scrolled through, then back to the top): each then holds its data."""
+        for metric in self.page.eval_on_selector_all("section.chart", "els => els.map(e => e.dataset.metric)"):
+            self.show_chart(metric)
+        self.page.evaluate("() => window.scrollTo(0, 0)")
 
     def reload(self) -> None:
         """Reload the page. The navigation itself aborts the open EventSource request: exactly that one

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import time
 from pathlib import Path
 
@@ -53,8 +54,7 @@ def test_a_hung_writer_raises_a_hang_alert_within_the_bound(tmp_path: Path, msta
     server = mstail_server(log, args=["--alerts", str(rules)])
     writer = log_writer(log, steps=1000, interval_s=0.05)
     server.wait_records(10)
-    writer.kill()  # the job hangs: no more steps, no "Training Over!"
-    writer.wait(5)
+    writer.send_signal(signal.SIGSTOP)  # the job hangs: alive, holding its log open, no more steps, no "Training Over!"
     stopped = time.monotonic()
     last = wait_until(lambda: server.get_json("/api/sources")[0]["last_step"], 5)
     hang = wait_until(lambda: [a for a in server.get_json("/api/alerts")["active"] if a["rule"] == "hang"], 6,
@@ -62,3 +62,6 @@ def test_a_hung_writer_raises_a_hang_alert_within_the_bound(tmp_path: Path, msta
     took = time.monotonic() - stopped
     assert hang["step"] >= last - 1 and hang["severity"] == "critical"
     assert took < 1.0 + 2.0 + 1.0  # bound max(1 s, 5 x ~0.1 s) + the 1 s safety timer + slack
+    writer.send_signal(signal.SIGCONT)
+    writer.kill()
+    writer.wait(5)

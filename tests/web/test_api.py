@@ -170,9 +170,16 @@ def test_every_api_route_runs_on_the_event_loop(store: Store) -> None:
 
 
 # -- /healthz and /api/sources ----------------------------------------------------------------------------
+def test_healthz_answers_503_with_the_problems(store: Store) -> None:
+    failing = create_app(store, Hub(), health=lambda: {"problems": ["tailing has stopped"]})
+    response = get(failing, "/healthz")
+    assert response.status_code == 503
+    assert response.json()["status"] == "failing" and response.json()["problems"] == ["tailing has stopped"]
+
+
 def test_healthz(app: Any, store: Store) -> None:
     assert get_json(app, "/healthz") == {"status": "ok", "sources": 2, "last_seq": store.last_seq, "clients": 0,
-                                         "passes": 7}
+                                         "passes": 7, "problems": []}
     assert store.last_seq == 10 + BIG + 3
 
 
@@ -181,11 +188,12 @@ def test_sources(app: Any) -> None:
     assert [s["id"] for s in got] == ["rank_0", "rank_1"]
     rank0, rank1 = got
     assert list(rank0) == ["id", "path", "format", "state", "records", "first_step", "last_step", "last_time",
-                           "total_steps", "metrics", "counters"]
+                           "total_steps", "metrics", "counters", "problem"]
     assert rank0 == {
         "id": "rank_0", "path": "/logs/output/log/rank_0/info.log", "format": "mindformers", "state": "following",
         "records": 10, "first_step": 1, "last_step": 10, "last_time": T0 + 10, "total_steps": None,
         "metrics": ["loss", "lr", "grad_norm", "global_batch_size"], "counters": {"lines": 20, "bytes": 2048},
+        "problem": None,
     }
     assert (rank1["state"], rank1["records"], rank1["first_step"], rank1["last_step"], rank1["metrics"]) == (
         "idle", BIG, 1, BIG, ["loss"])

@@ -42,6 +42,7 @@ def test_every_metric_of_the_log_gets_a_chart(watched, mstail_server, log_writer
     _open(watched, server.url)
     wait_js(watched.page, "n => document.querySelectorAll('section.chart').length >= n", arg=len(metrics))
     watched.wait_chart("loss", "points", 30)
+    watched.show_all_charts()  # charts are fetched and drawn as they come near the screen
     charts = watched.charts()
     assert set(charts) == metrics
     assert all(c["points"] == 30 for c in charts.values()), charts
@@ -50,9 +51,12 @@ def test_every_metric_of_the_log_gets_a_chart(watched, mstail_server, log_writer
     assert watched.page.eval_on_selector_all("#sources .source .id", "els => els.map(e => e.textContent)") == ["rank_0"]
     assert watched.page.is_hidden("#empty")
     watched.page.screenshot(path=str(artifacts_dir / "page.png"), full_page=True)
+    watched.page.screenshot(path=str(artifacts_dir / "ranks-1-light.png"))  # the first screen
     watched.page.click("#theme")  # the dark theme, one rank
     wait_js(watched.page, "() => document.documentElement.dataset.theme === 'dark'")
     watched.page.screenshot(path=str(artifacts_dir / "page-dark.png"), full_page=True)
+    watched.page.evaluate("() => window.scrollTo(0, 0)")
+    watched.page.screenshot(path=str(artifacts_dir / "ranks-1-dark.png"))
     watched.assert_clean()
 
 
@@ -87,6 +91,7 @@ def test_live_steps_reach_every_chart(watched, mstail_server, log_writer, tmp_pa
     metrics = {m for s in sources for m in s["metrics"]}
     _open(watched, server.url)
     watched.wait_chart("loss", "points", 5)
+    watched.show_all_charts()  # each chart has fetched its history once: from then on it keeps live points too
     log_writer.finish(log_writer(log, steps=10, interval_s=0.02, start_step=6))
     server.wait_records(15)
     watched.wait_chart("loss", "points", 15)

@@ -3,7 +3,8 @@
 One mstail and one page serve the whole module, so it costs one start-up; each test first sets the zoom and
 smoothing it needs and puts back what else it changed (hidden ranks, theme, log scale), so any subset runs. Every test ends with no console
 error, page error, failed request or HTTP error. Screenshots go to tests/artifacts/ (dashboard-8ranks-light.png and
--dark.png: the whole page; dashboard-8ranks-view.png: the first screen, which docs/screenshot.png is a copy of).
+-dark.png: the whole page; dashboard-8ranks-view.png and ranks-8-light.png: the first screen, which docs/screenshot.png
+is a copy of; ranks-8-dark.png: the first screen, dark).
 
 Smoothing is checked against an oracle written here (not imported from mstail): the debiased, step-aware EMA
 of the exact series, at the steps the page shows, zoomed in and zoomed out.
@@ -22,7 +23,7 @@ from urllib.parse import parse_qsl
 import pytest
 
 from ..conftest import finish_writer, spawn_writer, start_mstail, wait_until
-from .browser import UI_TIMEOUT_MS, XSS_IMG, Watched, wait_js
+from .browser import XSS_IMG, Watched, dashboard, show_chart, wait_js
 from .test_page import _error_lines
 
 pytestmark = pytest.mark.browser
@@ -61,6 +62,12 @@ class Dash:
         self.idle()
         wait_js(self.page, "() => window.mstail.chartData('loss').every(l => l.smooth.every(v => v !== null))")
 
+    def show(self, *metrics: str) -> None:
+        """Scroll each chart into view (charts are fetched and drawn as they come near the screen), then back up."""
+        for metric in metrics:
+            self.watched.show_chart(metric)
+        self.page.evaluate("() => window.scrollTo(0, 0)")
+
     def hash(self) -> Dict[str, str]:
         return dict(parse_qsl(self.page.evaluate("location.hash").lstrip("#")))
 
@@ -76,19 +83,12 @@ def dash(browser: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Das
     with open(logs[0], "a", encoding="utf-8") as f:
         f.write(_error_lines(f"history {XSS_IMG}"))
     server = start_mstail([str(root / "output" / "log" / "rank_*" / "info.log")], root / "mstail")
-    context = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
     try:
         server.wait_records(RANKS * STEPS, timeout=60)
         wait_until(lambda: server.get_json("/api/events?kind=error"), 15, message="the error event")
-        page = context.new_page()
-        page.set_default_timeout(UI_TIMEOUT_MS)
-        watched = Watched(page)
-        page.goto(server.url + "/#t=light", wait_until="load")
-        watched.wait_live()
-        wait_js(page, "() => document.body.dataset.firstPaint === '1' && document.body.dataset.busy === '0'")
-        yield Dash(server, watched, logs)
+        with dashboard(browser, server.url, accept_downloads=True) as watched:
+            yield Dash(server, watched, logs)
     finally:
-        context.close()
         code = server.stop()
     assert code is not None, "mstail did not exit on SIGINT"
     assert "Traceback" not in server.stderr, server.stderr
@@ -143,15 +143,29 @@ def test_charts_are_grouped_with_a_header_per_rank_and_a_heatmap(dash: Dash, art
     facts = dict(page.eval_on_selector_all(f"{card} .fact", "els => els.map(e => [e.querySelector('.label').textContent,"
                                            " e.querySelector('.value').textContent])"))
     assert facts["step"] == f"{STEPS} / {STEPS}"
-    assert facts["ETA"] == "done"  # the writer logged "Training Over!"
+    # rank_0 logged "Training Over!" and then an error (the fixture appends it): the error came last, so crashed
+    assert facts["ETA"] == "stopped"
+    assert page.get_attribute(card, "data-state") == "crashed"
+    assert page.text_content(f"{card} .state").startswith("crashed")
+    other = "#sources .source[data-source='rank_1']"
+    assert page.get_attribute(other, "data-state") == "ended"  # "Training Over!" came last
+    assert page.text_content(f"{other} .fact.eta .value") == "done"
+    assert page.get_attribute(f"{other} .fact.since", "data-level") == "none"  # an ended run is never hang-red
     assert facts["step time"].endswith(" ms") and facts["throughput"].endswith("TFLOPS")
     assert facts["loss"] not in ("", "–") and facts["lr"] not in ("", "–")
+    assert page.eval_on_selector_all(f"{card} .counters", "els => els.length") == 0  # behind the disclosure
+    page.click("#file-details")
+    wait_js(page, "s => !!document.querySelector(s)", arg=f"{card} .counters")
     counters = page.text_content(f"{card} .counters")
     assert "lines " in counters and "records 3000" in counters and "rotations 0" in counters
+    assert "seq " in page.text_content("#summary")
+    page.click("#file-details")
+    wait_js(page, "s => !document.querySelector(s)", arg=f"{card} .counters")
 
     wait_js(page, "n => document.getElementById('heatmap').dataset.rows === String(n)", arg=RANKS)
     assert int(page.get_attribute("#heatmap", "data-cells")) >= RANKS * 10
     # y-axis labels are short (65536 -> 65.5k): nothing is clipped by the fixed gutter
+    dash.show("loss_scale", "lr", "throughput_tflops")
     for metric in ("loss_scale", "lr", "throughput_tflops"):
         labels = page.evaluate("m => window.mstail.yLabels(m)", metric)
         texts = [t for t, _ in labels]
@@ -160,11 +174,14 @@ def test_charts_are_grouped_with_a_header_per_rank_and_a_heatmap(dash: Dash, art
     page.screenshot(path=str(artifacts_dir / "dashboard-8ranks-light.png"), full_page=True)
     page.evaluate("() => window.scrollTo(0, 0)")
     page.screenshot(path=str(artifacts_dir / "dashboard-8ranks-view.png"))  # the first screen (README)
+    page.screenshot(path=str(artifacts_dir / "ranks-8-light.png"))
     page.click("#theme")
     wait_js(page, "() => document.documentElement.dataset.theme === 'dark'")
     assert dash.hash()["t"] == "dark"
     page.wait_for_timeout(300)
     page.screenshot(path=str(artifacts_dir / "dashboard-8ranks-dark.png"), full_page=True)
+    page.evaluate("() => window.scrollTo(0, 0)")
+    page.screenshot(path=str(artifacts_dir / "ranks-8-dark.png"))
     page.click("#theme")
     wait_js(page, "() => document.documentElement.dataset.theme === 'light'")
     dash.watched.assert_clean()
@@ -265,6 +282,7 @@ def test_toggling_a_rank_hides_it_everywhere_and_mean_mode(dash: Dash) -> None:
     page.click("#sources .source[data-source='rank_2'] .toggle")
     wait_js(page, "() => [...document.querySelectorAll('section.chart')].every(c => !c.dataset.visible.split(',').includes('rank_2'))")
     assert dash.hash()["h"] == "rank_2"
+    dash.show("lr", "step_time_ms")
     for metric in ("loss", "lr", "step_time_ms"):
         assert dash.option(metric)["legend"][0]["selected"]["rank_2"] is False
     wait_js(page, "n => document.getElementById('heatmap').dataset.rows === String(n)", arg=RANKS - 1)
@@ -304,7 +322,7 @@ def test_event_markers_and_error_text(dash: Dash) -> None:
     kinds = {m["item"]["kind"] for m in markers}
     assert {"start", "end", "error"} <= kinds, kinds
     [error] = [m for m in markers if m["item"]["kind"] == "error"]
-    x, y = page.evaluate("s => window.mstail.pixel('loss', s)", error["item"]["step"])
+    x, y = page.evaluate("([s, y]) => window.mstail.pixel('loss', s, y)", [error["item"]["step"], error["value"][1]])
     page.mouse.click(x, y)
     wait_js(page, "() => !document.getElementById('detail').hidden")
     text = page.text_content("#detail-text")
@@ -360,6 +378,7 @@ def test_url_reproduces_the_view(dash: Dash) -> None:
         wait_js(other, "() => document.body.dataset.firstPaint === '1' && document.body.dataset.busy === '0'")
         assert other.evaluate("document.documentElement.dataset.theme") == "dark"
         assert other.input_value("#smooth") == "0.9"
+        show_chart(other, "loss_scale")
         assert other.get_attribute("section.chart[data-metric='loss_scale']", "data-log") == "1"
         assert "rank_5" not in other.get_attribute("section.chart[data-metric='loss']", "data-visible").split(",")
         zoom = other.evaluate("() => { const z = window.mstail.state.charts.get('loss').chart.getOption().dataZoom[0];"

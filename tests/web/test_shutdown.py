@@ -131,3 +131,21 @@ def test_ctrl_c_with_50_open_streams_ends_them_cleanly_and_clients_resume(tmp_pa
         assert not any(m.get("event") == "reset" for m in got)
         resumed = [r["step"] for m in got if m.get("event") == "records" for r in m.data]
         assert steps + resumed == list(range(1, STEPS + 1)), (len(steps), resumed[:3])
+
+
+def test_sigterm_takes_the_clean_path_of_ctrl_c(tmp_path: Path, mstail_server, log_writer) -> None:  # type: ignore[no-untyped-def]
+    # Before: SIGTERM (systemd, kill, a scheduler) ended mstail with 143 through uvicorn, before its last pass
+    # was committed and the state closed.
+    log = tmp_path / "rank_0" / "info.log"
+    log_writer.finish(log_writer(log, steps=30, interval_s=0))
+    server = mstail_server(log)
+    server.wait_records(30)
+    last_seq = server.get_json("/healthz")["last_seq"]
+    began = time.monotonic()
+    server.proc.send_signal(signal.SIGTERM)
+    code = server.proc.wait(timeout=10)
+    assert code == 0 and time.monotonic() - began <= EXIT_WITHIN_S, f"exit {code}"
+    assert "Traceback" not in server.stderr, server.stderr
+    again = mstail_server(log)  # the same state: everything committed, nothing read twice
+    again.wait_records(30)
+    assert again.get_json("/healthz")["last_seq"] == last_seq

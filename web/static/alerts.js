@@ -6,15 +6,18 @@ import { getJSON } from "./util.js";
 import { state } from "./state.js";
 
 export function alertMarks() {
-  // One red line per alert step on the loss chart (both firing and resolved alerts: where things went wrong).
-  const seen = new Set();
-  const marks = [];
+  // One red line per alert step on the loss chart (both firing and resolved alerts: where things went wrong); the
+  // same rule at the same step on several sources is one line ("straggler @ 138 ×3").
+  const byStep = new Map();
   for (const alert of state.alerts.values()) {
-    if (typeof alert.step !== "number" || seen.has(alert.step)) continue;
-    seen.add(alert.step);
-    marks.push({ source: alert.source, step: alert.step, text: `${alert.rule} @ ${alert.step}` });
+    if (typeof alert.step !== "number") continue;
+    const key = `${alert.step}`;
+    let mark = byStep.get(key);
+    if (!mark) { mark = { source: alert.source, step: alert.step, rules: new Map() }; byStep.set(key, mark); }
+    mark.rules.set(alert.rule, (mark.rules.get(alert.rule) || 0) + 1);
   }
-  return marks;
+  return [...byStep.values()].map((m) => ({ source: m.source, step: m.step,
+    text: [...m.rules].map(([rule, n]) => `${rule}${n > 1 ? ` ×${n}` : ""}`).join(", ") + ` @ ${m.step}` }));
 }
 
 export function noteAlert(alert, live) {

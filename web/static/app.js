@@ -4,33 +4,87 @@
 // sources.js (header strip), alerts.js (alerts), heatmap.js (step-time heatmap), this file (boot, toolbar,
 // chart grid, render loop, zoom, detail panel).
 
-import { GROUPS, getJSON } from "./util.js";
+import { GROUPS, getJSON, natural } from "./util.js";
 import { readURL, state, tracked, view, writeURL } from "./state.js";
-import { ChartView } from "./chart.js";
+import { ChartView, EVENT_KINDS, EVENT_STYLE, MAX_MARKERS, legendGlyph } from "./chart.js";
 import { connect, noteEvent, setConnection, setupStream } from "./stream.js";
-import { loadRecentStepTimes, renderSources, setHidden, setupSources } from "./sources.js";
+import { CARDS_MAX, loadRecentStepTimes, noteSource, renderSources, setHidden, setupSources } from "./sources.js";
 import { alertMarks, loadAlerts, setupAlerts } from "./alerts.js";
 import { HEATMAP_REFRESH_MS, refreshHeatmap } from "./heatmap.js";
 
 const ZOOM_DEBOUNCE_MS = 100;
 const RENDER_MIN_INTERVAL_MS = 200;
+const HEALTH_CHECK_MS = 5000;  // how often the page asks /healthz whether mstail itself is in trouble
 
-const page = { applyingZoom: false, zoomTimer: null, lastRender: 0, renderQueued: false, detailItem: null };
+const page = { booting: true, applyingZoom: false, zoomTimer: null, lastRender: 0, renderQueued: false, detailItem: null };
 
-// ---- charts -------------------------------------------------------------------------------------------
+// ---- charts ---------------------------------------------------------------------------------------------
+// A chart is a box at once (cheap: a title and an empty plot of fixed height) and becomes an ECharts instance with
+// its data when it first comes near the screen (IntersectionObserver); only charts near the screen are drawn. So
+// 1,000 metrics cost 1,000 boxes, and a handful of fetches and draws.
+const NEAR_SCREEN = "600px 0px";       // how far beyond the viewport a chart counts as near
+// fetched at once wherever they are: the source cards show their latest values; overflow marks every chart.
+// With many sources (the table: loss only) each fetch is large, so only what is on the first screen is fetched.
+const EAGER_METRICS = ["loss", "lr", "throughput_tflops", "samples_per_s", "overflow"];
+const eager = (metric) => (state.sources.size > CARDS_MAX ? metric === "loss" : EAGER_METRICS.includes(metric));
+
 const hooks = {
-  place(box, group) { groupGrid(group).append(box); document.getElementById("empty").hidden = true; },
+  place(box, group) { groupGrid(group).append(box); applyFilter(box); observer().observe(box); },
   zoomed: (view_) => onZoom(view_),
-  legend(name, selected) { setHidden(name, !selected); },
+  legend(name, selected) { if (state.sources.has(name)) setHidden(name, !selected); },
   eventClicked: (item) => showDetail(item),
-  toggleLog(metric) {
-    if (view.log.has(metric)) view.log.delete(metric); else view.log.add(metric);
-    writeURL();
-    const chart = state.charts.get(metric);
-    if (chart) { chart.dirty = true; scheduleRender(); }
-  },
+  toggleLog(metric) { toggleIn(view.log, metric, false); },
+  toggleSmooth(metric) { toggleIn(view.flip, metric, true); },
+  ready: (chart) => activate(chart, true),
   alertMarks,
 };
+
+function toggleIn(set, metric, refetch) {
+  if (set.has(metric)) set.delete(metric); else set.add(metric);
+  writeURL();
+  const chart = state.charts.get(metric);
+  if (!chart) return;
+  if (refetch) { chart.stale = true; if (chart.visible) activate(chart, true); return; }
+  chart.dirty = true;
+  scheduleRender();
+}
+
+let intersections = null;
+function observer() {
+  if (!intersections) {
+    intersections = new IntersectionObserver((entries) => {
+      for (const entry of entries) {
+        const chart = state.charts.get(entry.target.dataset.metric);
+        if (!chart) continue;
+        chart.visible = entry.isIntersecting;
+        if (chart.visible && !page.booting) activate(chart, false);  // boot draws the first screen itself
+      }
+    }, { rootMargin: NEAR_SCREEN });
+  }
+  return intersections;
+}
+
+// Make a chart's ECharts instance, fetch what it lacks and draw it. `draw`: draw even if off screen (export).
+async function activate(chart, draw) {
+  if (!chart.chart) chart.init();
+  if (!chart.loaded || chart.stale) {
+    await load(chart).catch((err) => console.warn("chart fetch failed", err));
+    noteFirstTimes();
+    if (updateExtent()) scheduleRender();
+  }
+  if (draw) chart.render();
+  else { chart.dirty = true; scheduleRender(); }  // drawn with the others in the next render pass
+}
+
+// One fetch of a chart's history at a time (the observer, boot and the slider may all ask); resolves to the answer.
+function load(chart) {
+  if (!chart.refreshing) {
+    chart.refreshing = tracked(chart.refresh(stepsOf)).finally(() => { chart.refreshing = null; });
+  }
+  return chart.refreshing;
+}
+
+const stepsOf = (chart) => chart.stepsOf(view.zoom);
 
 function groupGrid(group) {
   let section = document.querySelector(`section.group[data-group="${group}"]`);
@@ -39,7 +93,21 @@ function groupGrid(group) {
     section.className = "group";
     section.dataset.group = group;
     const title = document.createElement("h2");
-    title.textContent = (GROUPS.find((g) => g[0] === group) || [group, group])[1];
+    const fold = document.createElement("button");
+    fold.type = "button";
+    fold.className = "fold";
+    fold.title = "fold or unfold this group";
+    const name = document.createElement("span");
+    name.textContent = (GROUPS.find((g) => g[0] === group) || [group, group])[1];
+    const count = document.createElement("span");
+    count.className = "count muted";
+    fold.append(name, count);
+    fold.addEventListener("click", () => {
+      if (view.collapsed.has(group)) view.collapsed.delete(group); else view.collapsed.add(group);
+      writeURL();
+      applyCollapsed(section);
+    });
+    title.append(fold);
     const grid = document.createElement("div");
     grid.className = "grid";
     section.append(title, grid);
@@ -47,8 +115,32 @@ function groupGrid(group) {
     const main = document.getElementById("charts");
     const before = [...main.children].find((el) => order.indexOf(el.dataset.group) > order.indexOf(group));
     main.insertBefore(section, before || null);
+    applyCollapsed(section);
   }
   return section.querySelector(".grid");
+}
+
+function applyCollapsed(section) {
+  const folded = view.collapsed.has(section.dataset.group);
+  section.classList.toggle("collapsed", folded);
+  section.querySelector(".fold").setAttribute("aria-expanded", String(!folded));
+  section.querySelector(".grid").hidden = folded;
+}
+
+// The chart filter: charts whose name does not contain it are hidden (and so neither fetched nor drawn).
+function applyFilter(box) {
+  const needle = view.filter.trim().toLowerCase();
+  box.hidden = !!needle && !box.dataset.metric.toLowerCase().includes(needle);
+}
+
+function filterCharts() {
+  for (const chart of state.charts.values()) applyFilter(chart.el);
+  for (const section of document.querySelectorAll("section.group")) {
+    const boxes = [...section.querySelectorAll("section.chart")];
+    const shown = boxes.filter((b) => !b.hidden).length;
+    section.hidden = shown === 0;
+    section.querySelector(".fold .count").textContent = shown === boxes.length ? ` ${boxes.length}` : ` ${shown} of ${boxes.length}`;
+  }
 }
 
 function chartFor(metric) {
@@ -56,7 +148,11 @@ function chartFor(metric) {
   if (!chart) {
     chart = new ChartView(metric, hooks);
     state.charts.set(metric, chart);
-    echarts.connect("mstail");
+    document.getElementById("empty").hidden = true;
+    if (!page.countsQueued) {  // the groups' counts, once per batch of new charts
+      page.countsQueued = true;
+      queueMicrotask(() => { page.countsQueued = false; filterCharts(); });
+    }
   }
   return chart;
 }
@@ -105,7 +201,10 @@ function renderNow() {
   page.renderQueued = false;
   page.lastRender = performance.now();
   const moved = updateExtent();
-  for (const chart of state.charts.values()) if (chart.dirty) chart.render();
+  for (const chart of state.charts.values()) {
+    if (chart.dirty && chart.visible) chart.render();
+    else if (chart.dirty && chart.loaded) chart.noteShown();
+  }
   if (moved && view.zoom) applyZoom();
   renderSources();
   if (performance.now() - state.heatmapAt > HEATMAP_REFRESH_MS) refreshHeatmap();
@@ -115,6 +214,8 @@ function renderAllNow() {
   for (const chart of state.charts.values()) chart.dirty = true;
   renderNow();
 }
+
+const drawnCharts = () => [...state.charts.values()].filter((c) => c.chart);
 
 // ---- zoom: linked across charts, re-fetched from the server -----------------------------------------------
 function onZoom(chart) {
@@ -131,7 +232,7 @@ function onZoom(chart) {
 function applyZoom() {
   // One chart is enough: echarts.connect passes the zoom on to the others (dispatching on each would make
   // every chart redraw once per chart).
-  const first = state.charts.values().next().value;
+  const first = drawnCharts()[0];
   if (!first) return;
   page.applyingZoom = true;
   try {
@@ -144,13 +245,17 @@ function applyZoom() {
 
 async function refetchVisible() {
   const began = performance.now();
-  // Each chart is redrawn as soon as its own answer is in: drawing one overlaps the others' requests.
-  const jobs = [...state.charts.values()].map((chart) => {
+  // Each chart near the screen is redrawn as soon as its own answer is in (drawing one overlaps the others'
+  // requests); the others re-fetch when they come back near the screen.
+  const jobs = [];
+  for (const chart of state.charts.values()) {
+    if (!chart.loaded) continue;
+    if (!chart.visible) { chart.stale = true; continue; }
     const range = view.zoom ? chart.stepsOf(view.zoom) : null;
-    if (view.zoom && !range) return Promise.resolve();
-    return tracked(chart.fetch(range)).then(() => { if (state.extent) chart.render(); })
-      .catch((err) => console.warn("zoom refetch failed", err));
-  });
+    if (view.zoom && !range) continue;
+    jobs.push(tracked(chart.fetch(range)).then(() => { if (state.extent) chart.render(); })
+      .catch((err) => console.warn("zoom refetch failed", err)));
+  }
   await Promise.all(jobs);
   const fetched = performance.now();
   renderNow();
@@ -179,17 +284,14 @@ async function zoomTo(from, to) {
 }
 
 async function reloadAll() {
-  await Promise.all([...state.charts.values()].map(async (chart) => {
-    try {
-      await tracked(chart.fetch(null));
-      if (view.zoom) {
-        const range = chart.stepsOf(view.zoom);
-        if (range) await tracked(chart.fetch(range));
-      }
-    } catch (err) {
-      console.warn("reload failed", err);
-    }
-  }));
+  // Charts near the screen (and those the cards read) re-fetch now; the others when they come near it.
+  const now = [];
+  for (const chart of state.charts.values()) {
+    if (!chart.loaded) continue;
+    chart.stale = true;
+    if (chart.visible || eager(chart.metric)) now.push(activate(chart, false));
+  }
+  await Promise.all(now);
   noteFirstTimes();
   renderAllNow();
   if (view.zoom) applyZoom();
@@ -250,49 +352,108 @@ function setupToolbar() {
     renderAllNow();
     refreshHeatmap();
   });
+  const filter = document.getElementById("metric-filter");
+  filter.value = view.filter;
+  filter.addEventListener("input", () => { view.filter = filter.value; writeURL(); filterCharts(); });
   document.getElementById("reset-zoom").addEventListener("click", () => zoomTo(null, null));
   document.getElementById("detail-close").addEventListener("click", () => { document.getElementById("detail").hidden = true; });
 }
 
 // ---- boot ------------------------------------------------------------------------------------------------
+// A banner while /healthz reports problems (tailing stopped or stalled, the history not written to disk).
+async function checkHealth() {
+  const banner = document.getElementById("health");
+  try {
+    const response = await fetch("/healthz", { cache: "no-store" });
+    const facts = await response.json();
+    const problems = facts.problems || [];
+    banner.textContent = problems.length ? `mstail: ${problems.join("; ")}` : "";
+    banner.hidden = !problems.length;
+  } catch (err) {
+    banner.textContent = "mstail does not answer (stopped, or the network is down)";
+    banner.hidden = false;
+  }
+}
+
+// The markers' legend, drawn from the same glyphs as the charts: every kind, each its own shape and colour.
+function renderMarkerLegend() {
+  const footer = document.getElementById("legend-help");
+  const parts = [document.createTextNode("Markers on the x axis (kinds at one step are stacked): ")];
+  for (const kind of EVENT_KINDS) {
+    const item = document.createElement("span");
+    item.className = "glyph-item";
+    item.dataset.kind = kind;
+    item.append(legendGlyph(kind), document.createTextNode(` ${EVENT_STYLE[kind].label}`));
+    parts.push(item);
+  }
+  parts.push(document.createTextNode(" · red dashed line: NaN/Inf · red line: an alert."));
+  footer.replaceChildren(...parts);
+}
+
+function onScreen(chart) {
+  const box = chart.el.getBoundingClientRect();
+  return box.height > 0 && box.top < window.innerHeight && box.bottom > 0;
+}
+
+// ECharts' deferred script runs after this module and before DOMContentLoaded (this module runs while the document
+// is already "interactive", so the ready state says nothing: ask for ECharts itself).
+const echartsLoaded = typeof window.echarts !== "undefined" ? Promise.resolve()
+  : new Promise((resolve) => document.addEventListener("DOMContentLoaded", resolve, { once: true }));
+
 async function boot() {
+  performance.mark("mstail-boot");
   setupSources({ scheduleRender });
   setupStream({ chartFor, scheduleRender });
   readURL();
   applyTheme();
   setupToolbar();
   setupAlerts();
-  const events = getJSON("/api/events");
+  renderMarkerLegend();
+  const events = getJSON(`/api/events?newest=true&limit=${MAX_MARKERS}`);
   const sources = await getJSON("/api/sources");
-  for (const info of sources) state.sources.set(info.id, info);
+  for (const info of sources.sort((a, b) => natural(a.id, b.id))) noteSource(info);
   const metrics = [...new Set(sources.flatMap((s) => s.metrics))];
-  // Ask for every chart's data first (all charts of the grid have the first one's width), then build the
-  // charts while the answers are on their way.
-  const charts = metrics.length ? [chartFor(metrics[0])] : [];
-  const pending = metrics.map((m) => getJSON(charts[0].url.call({ metric: m }, null, charts[0].points())));
-  charts.push(...metrics.slice(1).map((m) => chartFor(m)));
-  const answers = await Promise.all(charts.map((chart, i) => tracked(chart.fetch(null, pending[i]))));
+  performance.mark("mstail-sources");
+  for (const metric of metrics) chartFor(metric);
+  performance.mark("mstail-boxes");
+  renderSources();  // the strip's height decides which charts are on the first screen
+  // The charts on the first screen (and those the source cards read) fetch their data now; the rest as they
+  // come near the screen.
+  const first = [...state.charts.values()].filter((c) => onScreen(c));
+  for (const chart of first) chart.visible = true;
+  const wanted = new Set([...first, ...[...state.charts.values()].filter((c) => eager(c.metric))]);
+  const answers = await Promise.all([...wanted].map((chart) => load(chart)));
+  performance.mark("mstail-data");
+  await echartsLoaded;  // ECharts runs after this module (index.html): the data was asked for meanwhile
+  echarts.connect("mstail");
+  for (const chart of first) chart.init();
   for (const event of await events) noteEvent(event);
   noteFirstTimes();
   renderAllNow();
   await new Promise((resolve) => requestAnimationFrame(() => resolve()));
   performance.mark("mstail-first-paint");
   document.body.dataset.firstPaint = "1";
+  page.booting = false;
+  for (const chart of state.charts.values()) if (chart.visible && (!chart.chart || !chart.loaded)) activate(chart, false);
   // Stream from the oldest snapshot; each chart skips the records it already has (its own seq).
   state.lastSeq = answers.length ? Math.min(...answers.map((r) => r.seq)) : 0;
-  if (view.zoom) {
-    applyZoom();
-    await refetchVisible();
-  }
+  if (view.zoom) applyZoom();
   connect();
   await Promise.all([loadAlerts(), loadRecentStepTimes(sources).catch((err) => console.warn("step times unavailable", err))]);
   renderAllNow();
   await refreshHeatmap();
   window.addEventListener("resize", () => {
-    state.charts.forEach((v) => v.chart.resize());
+    state.plotSize = null;
+    const chart = drawnCharts()[0];
+    if (chart) {
+      const size = chart.plotSize();
+      drawnCharts().forEach((v) => v.chart.resize(size));
+    }
     if (state.heatmap) state.heatmap.resize();
   });
   setInterval(renderSources, 1000);
+  checkHealth();
+  setInterval(checkHealth, HEALTH_CHECK_MS);
 }
 
 // For tests and benchmarks (read-only use): the state and a way to zoom without synthesising wheel events.
@@ -311,9 +472,9 @@ window.mstail = {
     return option;
   },
   yLabels: (metric) => state.charts.get(metric).yLabels(),
-  pixel(metric, step) {
+  pixel(metric, step, level = 0.035) {  // where a marker at `step` (at `level` on the markers' 0..1 axis) is drawn
     const chart = state.charts.get(metric);
-    const [x, y] = chart.chart.convertToPixel({ xAxisIndex: 0, yAxisIndex: 1 }, [chart.dispOfStep(chart.sortedLines()[0].source, step, null), 0.035]);
+    const [x, y] = chart.chart.convertToPixel({ xAxisIndex: 0, yAxisIndex: 1 }, [chart.dispOfStep(chart.sortedLines()[0].source, step, null), level]);
     const box = chart.chart.getDom().getBoundingClientRect();
     return [box.left + x, box.top + y];
   },

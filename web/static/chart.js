@@ -1,20 +1,43 @@
 // One chart per metric. Data comes from /api/series (exact points, or min/max buckets of the visible range,
 // re-fetched on zoom) and from the live stream. Drawn on canvas by ECharts: nothing from the log becomes markup.
 
-import { bisectRight, csvCell, download, fmt, fmtAxis, fmtDuration, fmtTick, getJSON, metricGroup, num, safeName } from "./util.js";
-import { colorOf, state, themeColors, view } from "./state.js";
+import { bisectRight, csvCell, download, fmt, fmtAxis, fmtDuration, fmtTick, getJSON, metricGroup, natural, num, safeName,
+  smoothByDefault } from "./util.js";
+import { colorOf, meanMode, state, themeColors, view } from "./state.js";
 
-const EVENT_STYLE = {
-  start: { symbol: "triangle", color: "#14c0ff", size: 8 },
-  checkpoint: { symbol: "diamond", color: "#3370ff", size: 9 },
-  eval: { symbol: "circle", color: "#2ea121", size: 8 },
-  resume: { symbol: "arrow", color: "#7f3bf5", size: 11 },
-  end: { symbol: "rect", color: "#8f959e", size: 9 },
-  overflow: { symbol: "triangle", color: "#ff8800", size: 7 },
-  error: { symbol: "pin", color: "#d83931", size: 18 },
+// Event markers on the x axis: one glyph per kind, each a shape of its own (never two kinds alike), drawn from
+// the same paths in the page's legend (legendGlyph). Kinds at the same place are stacked upwards in this order.
+export const EVENT_STYLE = {
+  start: { path: "M0,0 L10,5 L0,10 Z", color: "#00a37a", size: 9, label: "start" },
+  checkpoint: { path: "M5,0 L10,5 L5,10 L0,5 Z", color: "#3370ff", size: 10, label: "checkpoint" },
+  eval: { path: "M5,0 A5,5 0 1,1 4.99,0 Z", color: "#2ea121", size: 9, label: "eval" },
+  overflow: { path: "M5,0 L10,10 L0,10 Z", color: "#ff8800", size: 9, label: "overflow" },
+  resume: { path: "M0,0 L5,5 L0,10 Z M5,0 L10,5 L5,10 Z", color: "#7f3bf5", size: 10, label: "resume" },
+  end: { path: "M0,0 L10,0 L10,10 L0,10 Z", color: "#646a73", size: 9, label: "training over" },
+  error: { path: "M5,10 L1.2,5 A4.5,4.5 0 1,1 8.8,5 Z", color: "#d83931", size: 14, label: "error (click it for the text)" },
 };
 export const EVENT_KINDS = Object.keys(EVENT_STYLE);
-const MAX_MARKERS = 3000;     // events drawn per chart (the newest ones beyond that are kept)
+const MARKER_BASE_Y = 0.035;  // on the hidden 0..1 axis: just above the x axis
+const MARKER_STEP_Y = 0.075;  // one glyph higher per kind at the same place
+const MARKER_GAP_PX = 12;     // glyphs closer than this on the x axis share a stack
+const ALERT_LABEL_GAP_PX = 90;  // alert labels closer than this are merged into one ("+N")
+const MANY_SOURCES_POINTS = 60000;  // points per chart at most, shared by its sources (1,024 ranks: 58 each)
+
+// A glyph as a small SVG (same path as on the chart), for the page's legend.
+export function legendGlyph(kind) {
+  const style = EVENT_STYLE[kind];
+  const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+  svg.setAttribute("viewBox", "-1 -1 12 12");
+  svg.setAttribute("width", "12");
+  svg.setAttribute("height", "12");
+  svg.setAttribute("class", "glyph");
+  const path = document.createElementNS("http://www.w3.org/2000/svg", "path");
+  path.setAttribute("d", style.path);
+  path.setAttribute("fill", style.color);
+  svg.append(path);
+  return svg;
+}
+export const MAX_MARKERS = 3000;  // events drawn per chart (the newest ones beyond that are kept; the page loads no more)
 const MAX_NAN_LINES = 300;    // non-finite markLines per chart
 const NAN_COLOR = "#d83931";
 
@@ -34,6 +57,12 @@ export class ChartView {
     this.latest = new Map();     // source -> latest value
     this.seq = 0;
     this.dirty = false;
+    this.chart = null;           // the ECharts instance: made when the chart first comes near the screen (init)
+    this.visible = false;        // near the screen (app.js's IntersectionObserver): only such charts are drawn
+    this.loaded = false;         // its history has been fetched (live records are kept from then on)
+    this.loading = null;         // the first fetch in flight; records that arrive meanwhile wait in `held`
+    this.held = [];
+    this.stale = false;          // the zoom changed while it was off screen: re-fetch when it comes back
     this.build();
   }
 
@@ -50,6 +79,9 @@ export class ChartView {
     this.latestEl.className = "latest";
     const tools = document.createElement("span");
     tools.className = "tools";
+    this.smoothButton = this.tool(tools, "smooth", smoothByDefault(this.metric)
+      ? "smoothing on for this chart (the slider's weight): click to draw it as logged"
+      : "a schedule, flag or counter: drawn as logged; click to smooth it too", () => this.hooks.toggleSmooth(this.metric));
     this.logButton = this.tool(tools, "log", "log-scale y axis", () => this.hooks.toggleLog(this.metric));
     this.tool(tools, "csv", "download the visible data as CSV", () => this.exportCSV());
     this.tool(tools, "png", "download this chart as PNG", () => this.exportPNG());
@@ -60,9 +92,22 @@ export class ChartView {
     this.el = box;
     this.plot = plot;
     this.hooks.place(box, this.group);
-    this.chart = echarts.init(plot, null, { renderer: "canvas" });
+  }
+
+  // Every plot of the grid has the same size: measured once (app.js, state.plotSize) rather than per chart, as each
+  // reading of a size after a change to the page lays out every chart box again (1,000 of them: seconds).
+  plotSize() {
+    if (!state.plotSize) state.plotSize = { width: this.plot.clientWidth || 600, height: this.plot.clientHeight || 270 };
+    return state.plotSize;
+  }
+
+  init() {
+    if (this.chart) return;
+    const { width, height } = this.plotSize();
+    this.chart = echarts.init(this.plot, null, { renderer: "canvas", width, height });
     this.chart.group = "mstail";
     this.chart.setOption(this.baseOption());
+    this.fresh = true;  // its first render takes the current zoom (the others got it through echarts.connect)
     this.chart.on("datazoom", () => this.hooks.zoomed(this));
     this.chart.on("legendselectchanged", (e) => this.hooks.legend(e.name, e.selected[e.name]));
     this.chart.on("click", (p) => {
@@ -85,8 +130,9 @@ export class ChartView {
     return {
       animation: false,
       backgroundColor: "transparent",
-      grid: { left: 56, right: 18, top: 30, bottom: 50 },
-      legend: { type: "scroll", top: 0, left: 0, right: 0, itemWidth: 14, itemHeight: 8, textStyle: { fontSize: 11 } },
+      grid: { left: 56, right: 18, top: 32, bottom: 50 },
+      legend: { type: "scroll", top: 2, left: 0, right: 0, height: 18, padding: [2, 5], itemWidth: 14, itemHeight: 8,
+        textStyle: { fontSize: 11, lineHeight: 14 }, pageIconSize: 10, pageTextStyle: { fontSize: 11 } },
       tooltip: { trigger: "axis", renderMode: "richText", confine: true, formatter: (p) => this.tooltip(p) },
       xAxis: { type: "value" },
       yAxis: [{ type: "value", scale: true }, { type: "value", min: 0, max: 1, show: false }],
@@ -104,21 +150,59 @@ export class ChartView {
   url(range, points) {
     const params = new URLSearchParams({ metric: this.metric, points: String(points) });
     if (range) { params.set("start", String(range[0])); params.set("end", String(range[1])); }
-    if (view.smooth > 0) params.set("smooth", String(view.smooth));
+    if (this.smoothing()) params.set("smooth", String(view.smooth));
     if (view.x === "samples") params.set("axis", "samples");
     return `/api/series?${params}`;
   }
 
-  points() {
-    // About one bucket per pixel column: min/max buckets at that density hide nothing the screen could show.
-    return Math.max(200, Math.min(2000, Math.round(this.plot.clientWidth || 600)));
+  smoothing() {
+    // Smoothed when the slider is on and this metric is smoothed by default, unless its chart flipped that.
+    return view.smooth > 0 && smoothByDefault(this.metric) !== view.flip.has(this.metric);
   }
 
-  async fetch(range, pending) {
-    // `pending`: an answer already asked for (boot asks for every chart's data before building the charts)
-    const response = await (pending || getJSON(this.url(range, this.points())));
+  points() {
+    // About one bucket per pixel column: min/max buckets at that density hide nothing the screen could show.
+    // With many sources each gets a share of MANY_SOURCES_POINTS (the mean + band needs no more).
+    const width = Math.max(200, Math.min(2000, Math.round(this.plotSize().width)));
+    return Math.min(width, Math.max(50, Math.floor(MANY_SOURCES_POINTS / Math.max(1, state.sources.size))));
+  }
+
+  async fetch(range) {
+    const response = await getJSON(this.url(range, this.points()));
     this.load(response, range);
     return response;
+  }
+
+  // The whole history (and the zoomed range, exact, when zoomed); records that came meanwhile are added after.
+  async refresh(stepsOf) {
+    this.stale = false;
+    const first = !this.loaded;
+    if (first) this.loading = true;
+    try {
+      const answer = await this.fetch(null);
+      const range = view.zoom ? stepsOf(this) : null;
+      if (range) await this.fetch(range);
+      return answer;
+    } finally {
+      if (first) {
+        this.loading = null;
+        this.loaded = true;
+        const held = this.held;
+        this.held = [];
+        for (const record of held) this.append(record);
+      }
+    }
+  }
+
+  // The sources it shows (data-visible), kept current for charts off screen too (they are drawn when they come back).
+  noteShown() {
+    this.el.dataset.visible = [...new Set(this.sortedLines().map((l) => l.source))].filter((s) => !view.hidden.has(s)).join(",");
+  }
+
+  notePoints() {
+    let n = 0;
+    for (const line of this.lines.values()) n += line.x.length;
+    this.el.dataset.points = String(n);
   }
 
   load(response, range) {
@@ -151,9 +235,18 @@ export class ChartView {
     if (!range) for (const key of [...this.lines.keys()]) if (!seen.has(key)) this.lines.delete(key);
     if (!range) this.seq = Math.max(this.seq, response.seq);
     this.dirty = true;
+    this.notePoints();
   }
 
   append(record) {
+    if (!this.loaded) {
+      // Not fetched yet: its fetch brings the history; keep only the latest value (the source cards show it),
+      // and what arrives while the fetch is under way (it may be newer than the answer).
+      const value = record[this.metric];
+      if (num(value) !== null) this.latest.set(record.source, value);
+      if (this.loading) this.held.push(record);
+      return;
+    }
     if (record.seq <= this.seq) return;
     this.seq = record.seq;
     const value = record[this.metric];
@@ -176,12 +269,13 @@ export class ChartView {
     if (!finite) this.nonfinite.set(`${record.source}#${record.step}`, { source: record.source, x: record.step, value });
     this.latest.set(record.source, value);
     this.dirty = true;
+    this.el.dataset.points = String(Number(this.el.dataset.points || 0) + 1);
   }
 
   continueEma(line, step, y) {
     // The server's EMA continued exactly: its debias denominator and last step came with the last answer.
     const ema = line.ema;
-    if (!(view.smooth > 0) || !ema || ema.w !== view.smooth) return null;
+    if (!this.smoothing() || !ema || ema.w !== view.smooth) return null;
     const prev = line.smooth.length ? line.smooth[line.smooth.length - 1] : null;
     if (y === null) return prev;
     const dx = ema.x === null ? ema.stride : step - ema.x;
@@ -254,11 +348,11 @@ export class ChartView {
   // ---- drawing -----------------------------------------------------------------------------------------
   value(line, i) {
     // The y of the main line: smoothed when smoothing is on.
-    return view.smooth > 0 && line.smooth[i] !== null && line.smooth[i] !== undefined ? line.smooth[i] : line.last[i];
+    return this.smoothing() && line.smooth[i] !== null && line.smooth[i] !== undefined ? line.smooth[i] : line.last[i];
   }
 
   sortedLines() {
-    return [...this.lines.values()].sort((a, b) => a.source.localeCompare(b.source) || a.segment - b.segment);
+    return [...this.lines.values()].sort((a, b) => natural(a.source, b.source) || a.segment - b.segment);
   }
 
   yOk(y) {
@@ -268,7 +362,7 @@ export class ChartView {
 
   overlaySeries(lines) {
     const series = [];
-    const smoothing = view.smooth > 0;
+    const smoothing = this.smoothing();
     const base = view.baseline && view.baseline !== "" ? this.baselineLookup() : null;
     for (const line of lines) {
       if (base && line.source === view.baseline) continue;
@@ -297,11 +391,20 @@ export class ChartView {
         for (let i = 0; i < n; i++) band.push([this.disp(line, i), this.yOk(line.min[i]), this.yOk(line.max[i])]);
         series.push(bandSeries(`${id}|band`, line.source, color, band));
       }
+      // The raw line stays clearly visible under the smoothed one; every point shows as a dot when there are
+      // few, and a point with no neighbour (a single point, or one between gaps) always does.
       series.push({
         id: `${id}|raw`, name: line.source, type: "line", data: raw, color, connectNulls: false,
-        showSymbol: n < 60 && !smoothing, symbolSize: 4, emphasis: { disabled: true },
-        lineStyle: { width: smoothing ? 1 : 1.5, opacity: smoothing ? 0.35 : 1 },
+        showSymbol: n < 60, symbolSize: smoothing ? 4 : 5, emphasis: { disabled: true },
+        itemStyle: { opacity: smoothing ? 0.6 : 1 },
+        lineStyle: { width: smoothing ? 1.2 : 1.5, opacity: smoothing ? 0.55 : 1 },
       });
+      const lone = n < 60 ? [] : raw.filter((p, i) => p[1] !== null && p[0] !== null
+        && !(i > 0 && raw[i - 1][1] !== null) && !(i + 1 < n && raw[i + 1][1] !== null));
+      if (lone.length) {
+        series.push({ id: `${id}|lone`, name: line.source, type: "scatter", data: lone, color, symbolSize: 6,
+          emphasis: { disabled: true }, tooltip: { show: false } });
+      }
       if (smoothing) {
         series.push({ id: `${id}|smooth`, name: line.source, type: "line", data: smooth, color, connectNulls: true,
           showSymbol: false, emphasis: { disabled: true }, lineStyle: { width: 2 } });
@@ -331,7 +434,8 @@ export class ChartView {
   }
 
   meanSeries(lines) {
-    // Many ranks: the mean over the shown sources and the min-max band across them, per step.
+    // Many ranks: the mean over the shown sources and the min-max band across them, per step; the starred and
+    // the worst sources (the source table's) drawn on top, each in its own colour.
     const byStep = new Map();
     for (const line of lines) {
       for (let i = 0; i < line.x.length; i++) {
@@ -346,23 +450,42 @@ export class ChartView {
       }
     }
     const cells = [...byStep.entries()].sort((a, b) => a[0] - b[0]).map((e) => e[1]);
-    const color = "#3370ff";
+    const color = themeColors().mean;
     const ranks = new Set(lines.map((l) => l.source)).size;
+    const top = lines.filter((l) => this.onTop(l.source));
     return [
       bandSeries("mean|band", "min–max", color, cells.map((c) => [c.x, this.yOk(c.lo), this.yOk(c.hi)])),
-      { id: "mean|line", name: `mean of ${ranks}`, type: "line", symbol: "none", color, lineStyle: { width: 2 },
-        emphasis: { disabled: true }, data: cells.map((c) => [c.x, this.yOk(c.sum / c.n)]) },
+      { id: "mean|line", name: `mean of ${ranks}`, type: "line", symbol: cells.length === 1 ? "circle" : "none",
+        color, lineStyle: { width: 2 }, emphasis: { disabled: true }, data: cells.map((c) => [c.x, this.yOk(c.sum / c.n)]) },
+      ...this.overlaySeries(top).map((s) => ({ ...s, z: 3 })),
     ];
   }
 
+  onTop(source) {
+    return view.pick.has(source) || state.worst.has(source);
+  }
+
+  // x-axis units per pixel of the plot (for "closer than N px" decisions: marker stacks, alert labels).
+  unitsPerPixel() {
+    const range = view.zoom || state.extent;
+    const width = Math.max(100, this.plotSize().width - 74);
+    return range ? (range[1] - range[0]) / width : 1;
+  }
+
   markerSeries() {
-    const items = [];
+    // Markers never hide each other: kinds that fall within MARKER_GAP_PX of each other are stacked (one level per
+    // kind, in EVENT_KINDS order); the same kind there is one glyph (its newest event, with a count).
+    const places = new Map();  // pixel bucket -> kind -> {x, item, count}
+    const bucketWidth = this.unitsPerPixel() * MARKER_GAP_PX;
     const push = (item, kind, source, step, time) => {
       if (view.hidden.has(source)) return;
       const x = this.dispOfStep(source, step, time);
       if (x === null || x === undefined) return;
-      const style = EVENT_STYLE[kind];
-      items.push({ value: [x, 0.035], symbol: style.symbol, symbolSize: style.size, itemStyle: { color: style.color }, item });
+      const key = Math.round(x / bucketWidth);
+      let kinds = places.get(key);
+      if (!kinds) { kinds = new Map(); places.set(key, kinds); }
+      const known = kinds.get(kind);
+      if (known) { known.count += 1; known.item = item; } else kinds.set(kind, { x, item, count: 1 });
     };
     const firstStep = new Map();
     for (const line of this.lines.values()) {
@@ -382,6 +505,19 @@ export class ChartView {
         }
       }
     }
+    const items = [];
+    for (const kinds of places.values()) {
+      let level = 0;
+      for (const kind of EVENT_KINDS) {
+        const mark = kinds.get(kind);
+        if (!mark) continue;
+        const style = EVENT_STYLE[kind];
+        items.push({ value: [mark.x, MARKER_BASE_Y + level * MARKER_STEP_Y], symbol: `path://${style.path}`,
+          symbolSize: style.size, itemStyle: { color: style.color }, item: mark.item, count: mark.count });
+        level += 1;
+      }
+    }
+    items.sort((a, b) => a.value[0] - b.value[0]);
     const shown = items.length > MAX_MARKERS ? items.slice(items.length - MAX_MARKERS) : items;
     this.el.dataset.markers = String(shown.length);
     return { id: "events", name: "events", type: "scatter", yAxisIndex: 1, data: shown, z: 5, cursor: "pointer",
@@ -409,11 +545,28 @@ export class ChartView {
   alertSeries() {
     const marks = this.metric === "loss" ? this.hooks.alertMarks() : [];
     this.el.dataset.alertMarks = String(marks.length);
-    const shown = [];
+    // One line per alert step; labels closer than ALERT_LABEL_GAP_PX are merged into the first ("… +2").
+    const placed = [];
     for (const m of marks) {
       const x = this.dispOfStep(m.source, m.step, null);
-      if (x !== null && x !== undefined) shown.push({ xAxis: x, text: m.text });
+      if (x !== null && x !== undefined) placed.push({ xAxis: x, text: m.text });
     }
+    placed.sort((a, b) => a.xAxis - b.xAxis);
+    const gap = this.unitsPerPixel() * ALERT_LABEL_GAP_PX;
+    let head = null;
+    for (const mark of placed) {
+      if (head && mark.xAxis - head.xAxis < gap) {
+        head.more += 1;
+        head.text = `${head.base} +${head.more}`;
+        mark.label = { show: false };
+      } else {
+        head = mark;
+        head.base = mark.text;
+        head.more = 0;
+      }
+    }
+    const shown = placed.map(({ xAxis, text, label }) => (label ? { xAxis, text, label } : { xAxis, text }));
+    this.el.dataset.alertLabels = String(shown.filter((m) => !m.label).length);
     return {
       id: "alerts", name: "alerts", type: "line", data: [], color: NAN_COLOR, silent: true,
       markLine: { symbol: "none", silent: true, animation: false,
@@ -453,24 +606,29 @@ export class ChartView {
   }
 
   render() {
+    if (!this.chart) return;
     this.dirty = false;
     const c = themeColors();
     const lines = this.sortedLines();
     const shownLines = lines.filter((l) => !view.hidden.has(l.source));
-    const mean = view.ranks === "mean" && !view.baseline;
+    const shownSources = [...new Set(shownLines.map((l) => l.source))];
+    const mean = meanMode(shownSources.length);
     const series = mean ? this.meanSeries(shownLines) : this.overlaySeries(lines);
     // Marker series only when they have something to show: an empty markLine still costs a redraw.
     for (const extra of [this.markerSeries(), this.nonfiniteSeries(), this.alertSeries()]) {
       if ((extra.data && extra.data.length) || (extra.markLine && extra.markLine.data.length)) series.push(extra);
     }
     const sources = [...new Set(lines.map((l) => l.source))];
-    const legendNames = mean ? [`mean of ${new Set(shownLines.map((l) => l.source)).size}`, "min–max"]
+    const legendNames = mean ? [`mean of ${shownSources.length}`, "min–max", ...shownSources.filter((s) => this.onTop(s))]
       : sources.filter((s) => !(view.baseline && s === view.baseline));
     const selected = {};
-    if (!mean) for (const s of sources) selected[s] = !view.hidden.has(s);
+    for (const s of sources) if (!mean || this.onTop(s)) selected[s] = !view.hidden.has(s);
     const logScale = view.log.has(this.metric);
+    const zoom = {};
+    if (this.fresh && view.zoom) Object.assign(zoom, { startValue: view.zoom[0], endValue: view.zoom[1] });
+    this.fresh = false;
     this.chart.setOption({
-      legend: { data: legendNames, selected, textStyle: { color: c.text }, pageTextStyle: { color: c.muted } },
+      legend: { data: legendNames, selected, textStyle: { color: c.text, lineHeight: 14 }, pageTextStyle: { color: c.muted } },
       tooltip: { backgroundColor: c.tooltip, borderColor: c.axis, textStyle: { color: c.text } },
       xAxis: this.xAxisOption(),
       yAxis: [{
@@ -479,21 +637,36 @@ export class ChartView {
         axisLine: { show: false }, axisLabel: { color: c.muted, formatter: (v) => fmtTick(v, this.interval("yAxis")) },
         splitLine: { lineStyle: { color: c.split } },
       }, { type: "value", min: 0, max: 1, show: false }],
-      dataZoom: [{}, { borderColor: c.axis, textStyle: { color: c.muted }, fillerColor: "rgba(51,112,255,0.15)",
+      dataZoom: [{ ...zoom }, { ...zoom, borderColor: c.axis, textStyle: { color: c.muted }, fillerColor: "rgba(51,112,255,0.15)",
         moveHandleStyle: { color: c.axis }, handleStyle: { color: c.panel, borderColor: c.muted } }],
       series,
     }, { replaceMerge: ["series"] });
     const ds = this.el.dataset;
-    ds.points = String(lines.reduce((n, l) => n + l.x.length, 0));
+    this.notePoints();
+    ds.drawn = "1";
+    ds.mode = mean ? "mean" : "overlay";
+    ds.smoothed = this.smoothing() ? "1" : "0";
     ds.nonfinite = String(this.nonfinite.size);
     ds.bucketed = lines.some((l) => l.min.some((v, i) => v !== l.max[i])) ? "1" : "0";
-    ds.visible = shownLines.map((l) => l.source).filter((s, i, a) => a.indexOf(s) === i).join(",");
+    this.noteShown();
     ds.log = logScale ? "1" : "0";
     ds.x = view.x;
     this.logButton.classList.toggle("on", logScale);
     this.logButton.setAttribute("aria-pressed", String(logScale));
-    this.latestEl.textContent = [...this.latest.entries()].filter(([s]) => !view.hidden.has(s))
-      .map(([source, v]) => `${source}: ${fmt(v)}`).join("  ");
+    this.smoothButton.classList.toggle("on", this.smoothing());
+    this.smoothButton.setAttribute("aria-pressed", String(this.smoothing()));
+    this.smoothButton.disabled = !(view.smooth > 0);
+    this.latestEl.textContent = this.latestText();
+  }
+
+  latestText() {
+    // The newest value per shown source; with many sources their mean and range.
+    const values = [...this.latest.entries()].filter(([s]) => !view.hidden.has(s)).sort((a, b) => natural(a[0], b[0]));
+    if (values.length <= 4) return values.map(([source, v]) => `${source}: ${fmt(v)}`).join("  ");
+    const finite = values.map(([, v]) => num(v)).filter((v) => v !== null && Number.isFinite(v));
+    if (!finite.length) return `${values.length} sources`;
+    const mean = finite.reduce((a, b) => a + b, 0) / finite.length;
+    return `mean ${fmt(mean)} · ${fmt(Math.min(...finite))} … ${fmt(Math.max(...finite))} over ${values.length} sources`;
   }
 
   tooltip(params) {
@@ -505,7 +678,7 @@ export class ChartView {
     for (const p of list) {
       const id = String(p.seriesId || "");
       if (!/\|(raw|smooth|line)$/.test(id) || !Array.isArray(p.value) || p.value[1] === null) continue;
-      const kind = id.endsWith("|raw") && view.smooth > 0 ? " raw" : id.endsWith("|smooth") ? " smoothed" : "";
+      const kind = id.endsWith("|raw") && this.smoothing() ? " raw" : id.endsWith("|smooth") ? " smoothed" : "";
       rows.push(`${p.seriesName}${kind}: ${fmt(p.value[1])}`);
       if (rows.length >= 16) { rows.push("…"); break; }
     }
@@ -523,7 +696,7 @@ export class ChartView {
         if (range && (x === null || x < range[0] || x > range[1])) continue;
         const t = line.t[i] === null ? "" : new Date(line.t[i] * 1000).toISOString();
         rows.push([line.source, line.segment, line.x[i], t, line.s[i], line.last[i], line.min[i], line.max[i],
-          view.smooth > 0 ? line.smooth[i] : null]);
+          this.smoothing() ? line.smooth[i] : null]);
       }
     }
     return rows;
@@ -536,7 +709,8 @@ export class ChartView {
     setTimeout(() => URL.revokeObjectURL(url), 10_000);
   }
 
-  exportPNG() {
+  async exportPNG() {
+    await this.hooks.ready(this);
     const url = this.chart.getDataURL({ type: "png", pixelRatio: 2, backgroundColor: themeColors().panel });
     download(`mstail-${safeName(this.metric)}.png`, url);
   }

@@ -1,117 +1,325 @@
-// The header strip: one card per source (step, loss, lr, step time, ETA, throughput, time since its last step,
-// the follower's counters), the baseline select's choices, and showing / hiding a source on every chart.
-// It keeps the per-source facts the cards show up to date from the stream's records (noteRecord).
+// The sources: one card per source up to CARDS_MAX sources, beyond that a compact table (filter by name, sort by
+// lag / step time / loss, the worst few highlighted) so the charts still start on the first screen. Each shows the
+// source's state in words and colour (following, idle, ended, crashed, hung, unreadable, no format: hang colours
+// only while the alert engine has a hang alert firing for it), step, loss, lr, step time, ETA, throughput and
+// time since its last step; the file-reading counters sit behind the "file details" disclosure. It keeps the
+// per-source facts up to date from the stream's records (noteRecord) and from /api/sources, asked every second
+// (the counters: lines, bytes, records). The baseline select's choices and showing / hiding a source live here too.
 // Everything from log text or paths is set with textContent: never HTML.
 
-import { fmt, fmtAxis, fmtDuration, getJSON, median, num } from "./util.js";
-import { colorOf, state, view, writeURL } from "./state.js";
+import { fmt, fmtAxis, fmtDuration, getJSON, median, natural, num } from "./util.js";
+import { MANY_LINES, colorOf, state, view, writeURL } from "./state.js";
 import { drawHeatmap } from "./heatmap.js";
 
 const STEP_TIMES_KEPT = 50;       // the header's step time is the median of this many latest steps
+export const CARDS_MAX = 8;       // more sources than this: a compact table instead of cards
+const TABLE_ROWS_MAX = 200;       // rows drawn in the table (sorted and filtered first; the rest are counted)
+const WORST_KEPT = 3;             // sources highlighted as the worst (and drawn on top of the mean + band)
+const POLL_MS = 1000;             // /api/sources: counters at most this far behind
+const POLL_MANY_MS = 5000;        // ... with more than POLL_FAST_MAX sources and the file details closed
+const POLL_FAST_MAX = 128;
+const IDLE_AFTER_S = 300;         // no step for this long (or 10 step times, if longer): idle, not following
+const EXPLAIN_HINT = "try `mstail parse FILE --explain` to see what each line matched, or `--pattern` / a format file "
+  + "for a log format mstail does not know";
 
 let scheduleRender = null;        // app.js's render loop, passed to setupSources
-let sourcesFetch = null;          // the /api/sources request in flight (refreshSources), if any
+let sourcesFetch = null;          // the /api/sources request in flight, if any
+let polledAt = 0;
 
 export function setupSources(hooks) {
   ({ scheduleRender } = hooks);
+  const filter = document.getElementById("source-filter");
+  filter.value = view.sourceFilter;
+  filter.addEventListener("input", () => { view.sourceFilter = filter.value; writeURL(); renderSources(); });
+  const sort = document.getElementById("source-sort");
+  sort.value = view.sourceSort;
+  sort.addEventListener("change", () => { view.sourceSort = sort.value; writeURL(); renderSources(); });
+  const details = document.getElementById("file-details");
+  details.addEventListener("click", () => {
+    view.details = !view.details;
+    details.setAttribute("aria-expanded", String(view.details));
+    renderSources();
+    if (view.details) pollSources(true);
+  });
 }
 
-// ---- sources: show / hide ---------------------------------------------------------------------------------
+// ---- sources: show / hide, pick ---------------------------------------------------------------------------
 export function setHidden(source, hidden) {
   if (hidden) view.hidden.add(source); else view.hidden.delete(source);
-  writeURL();
-  for (const chart of state.charts.values()) chart.dirty = true;
-  scheduleRender();
+  redrawAll();
   if (state.heatmapAnswer) drawHeatmap(state.heatmapAnswer);
 }
 
-// ---- header strip: one card per source ------------------------------------------------------------------
+function setPicked(source, picked) {
+  if (picked) view.pick.add(source); else view.pick.delete(source);
+  redrawAll();
+}
+
+function redrawAll() {
+  writeURL();
+  for (const chart of state.charts.values()) chart.dirty = true;
+  scheduleRender();
+  renderSources();
+}
+
+// ---- what a source is doing -----------------------------------------------------------------------------
+function hangAlert(id) {
+  for (const alert of state.alerts.values()) {
+    if (alert.rule === "hang" && alert.source === id && alert.state === "firing") return alert;
+  }
+  return null;
+}
+
+// One word and a colour class per source. Red only for what needs someone: a firing hang alert, a crash, a file
+// mstail cannot read. An ended or long-silent run without a hang alert is ended / idle, never red.
+export function sourceStatus(info) {
+  if (info.state === "unreadable") return { key: "unreadable", text: "unreadable", level: "bad" };
+  if (hangAlert(info.id)) return { key: "hung", text: "hung", level: "bad" };
+  const life = state.lifecycle.get(info.id);
+  if (life && life.kind === "error" && !(typeof life.step === "number" && info.last_step > life.step)) {
+    return { key: "crashed", text: "crashed", level: "bad" };
+  }
+  if (life && life.kind === "end") return { key: "ended", text: "ended", level: "done" };
+  if (!info.format && info.problem) return { key: "noformat", text: "no format", level: "warn" };
+  // following: the file is followed and its last step is recent (an old run read at start is idle, not live)
+  const since = typeof info.last_time === "number" ? Date.now() / 1000 - info.last_time : null;
+  const stepMs = median(state.recentStepMs.get(info.id) || []);
+  const recent = since === null || since < Math.max(IDLE_AFTER_S, 10 * (stepMs || 0) / 1000);
+  if (info.state === "following" && info.records && recent) return { key: "following", text: "following", level: "ok" };
+  if (info.state === "gone") return { key: "gone", text: "gone", level: "muted" };
+  if (!info.records) return { key: "waiting", text: info.format ? "waiting for steps" : "waiting", level: "muted" };
+  return { key: "idle", text: "idle", level: "muted" };
+}
+
 function latestOf(metric, source) {
   const chart = state.charts.get(metric);
   return chart ? chart.latest.get(source) : undefined;
 }
 
-function fact(parent, label, value, cls) {
-  const item = document.createElement("span");
-  item.className = `fact ${cls || ""}`.trim();
-  const l = document.createElement("span");
-  l.className = "label";
-  l.textContent = label;
-  const v = document.createElement("span");
-  v.className = "value";
-  v.textContent = value;
-  item.append(l, v);
-  parent.append(item);
-  return item;
+// The facts of one source, as [label, text, class] rows, plus what sorting and ranking need.
+function factsOf(info, now, maxStep) {
+  const status = sourceStatus(info);
+  const stepMs = median(state.recentStepMs.get(info.id) || []);
+  const total = info.total_steps ? ` / ${info.total_steps}` : "";
+  const left = info.total_steps && info.last_step !== null ? info.total_steps - info.last_step : null;
+  const running = status.key === "following" || status.key === "hung";
+  const eta = status.key === "ended" ? "done" : status.key === "crashed" ? "stopped"
+    : running && left !== null && stepMs !== null ? fmtDuration(left * stepMs / 1000) : "–";
+  const tflops = latestOf("throughput_tflops", info.id);
+  const sps = latestOf("samples_per_s", info.id);
+  const since = typeof info.last_time === "number" ? Math.max(0, now - info.last_time) : null;
+  // amber: a following run slower than usual to log its next step; red: a hang alert is firing
+  const amberS = Math.max(15, Math.max(60, 10 * (stepMs || 0) / 1000) / 3);
+  const level = status.key === "hung" ? "red" : status.key === "following" && since !== null && since >= amberS ? "amber" : "none";
+  const lag = maxStep !== null && info.last_step !== null ? maxStep - info.last_step : null;
+  const loss = latestOf("loss", info.id);
+  return {
+    status, stepMs, lag, loss: num(loss), level,
+    rows: [
+      ["step", info.last_step === null ? "–" : `${info.last_step}${total}`, "step"],
+      ["loss", fmt(loss), "loss"],
+      ["lr", fmt(latestOf("lr", info.id)), "lr"],
+      ["step time", stepMs === null ? "–" : `${fmt(Math.round(stepMs))} ms`, "steptime"],
+      ["ETA", eta, "eta"],
+      ["throughput", tflops !== undefined ? `${fmt(tflops)} TFLOPS` : sps !== undefined ? `${fmt(sps)} samples/s` : "–", "throughput"],
+      ["since last step", since === null ? "–" : fmtDuration(since), `since ${level}`],
+    ],
+  };
 }
 
+function countersText(info) {
+  const c = info.counters || {};
+  const parts = [["lines", c.lines], ["bytes", c.bytes], ["records", info.records], ["unmatched", c.unmatched_metric_lines],
+    ["field errors", c.field_errors], ["cut", c.cut_lines], ["bad utf-8", c.bad_utf8_lines],
+    ["truncations", c.truncations], ["rotations", c.rotations], ["failures", c.failures], ["unplottable", c.unplottable]];
+  return parts.filter((p) => p[1] !== undefined).map(([k, v]) => `${k} ${k === "bytes" ? fmtAxis(v) : v}`).join(" · ");
+}
+
+function el(tag, cls, text) {
+  const node = document.createElement(tag);
+  if (cls) node.className = cls;
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+function toggleButton(info) {
+  const head = el("button", "toggle");
+  head.type = "button";
+  head.title = `${info.path}\nclick: show or hide this source on every chart`;
+  head.setAttribute("aria-pressed", String(!view.hidden.has(info.id)));
+  head.addEventListener("click", () => setHidden(info.id, !view.hidden.has(info.id)));
+  const swatch = el("span", "swatch");
+  swatch.style.background = colorOf(info.id);
+  head.append(swatch, el("span", "id", info.id));
+  return head;
+}
+
+function statusEl(info, status) {
+  const st = el("span", `state ${status.key} level-${status.level}`, status.text + (info.format ? ` · ${info.format}` : ""));
+  st.dataset.state = status.key;
+  return st;
+}
+
+function problemEl(info) {
+  // what mstail cannot do with this file, and what to try (from the server, as text)
+  return el("div", "problem", info.problem);
+}
+
+// ---- cards (a few sources) --------------------------------------------------------------------------------
+function card(info, facts) {
+  const node = el("div", "source card");
+  node.dataset.source = info.id;
+  node.dataset.state = facts.status.key;
+  node.classList.toggle("hidden-source", view.hidden.has(info.id));
+  node.append(toggleButton(info), statusEl(info, facts.status));
+  const list = el("div", "facts");
+  for (const [label, text, cls] of facts.rows) {
+    const item = el("span", `fact ${cls}`);
+    item.append(el("span", "label", label), el("span", "value", text));
+    if (cls.startsWith("since")) item.dataset.level = facts.level;
+    list.append(item);
+  }
+  node.append(list);
+  if (view.details) node.append(el("div", "counters", countersText(info)));
+  if (info.problem) node.append(problemEl(info));
+  return node;
+}
+
+// ---- table (many sources) ---------------------------------------------------------------------------------
+const TABLE_COLUMNS = ["source", "state", "step", "lag", "loss", "step time", "ETA", "since last step"];
+
+function tableRow(info, facts, worst) {
+  const row = el("tr", "source row");
+  row.dataset.source = info.id;
+  row.dataset.state = facts.status.key;
+  row.classList.toggle("hidden-source", view.hidden.has(info.id));
+  row.classList.toggle("worst", worst);
+  const name = el("td", "name");
+  const pin = el("button", "pin", "★");
+  pin.type = "button";
+  pin.title = "draw this source on top of the mean + band";
+  pin.setAttribute("aria-pressed", String(view.pick.has(info.id)));
+  pin.addEventListener("click", () => setPicked(info.id, !view.pick.has(info.id)));
+  name.append(pin, toggleButton(info));
+  const status = el("td");
+  status.append(statusEl(info, facts.status));
+  const by = Object.fromEntries(facts.rows.map((r) => [r[2].split(" ")[0], r[1]]));
+  const since = el("td", `since ${facts.level}`, by.since);
+  since.dataset.level = facts.level;
+  row.append(name, status, el("td", "num step", by.step), el("td", "num lag", facts.lag === null ? "–" : String(facts.lag)),
+    el("td", "num loss", by.loss), el("td", "num steptime", by.steptime), el("td", "num eta", by.eta), since);
+  const rows = [row];
+  if (view.details || info.problem) {
+    const extra = el("tr", "source-extra");
+    const cell = el("td");
+    cell.colSpan = TABLE_COLUMNS.length;
+    if (view.details) cell.append(el("div", "counters", countersText(info)));
+    if (info.problem) cell.append(problemEl(info));
+    extra.append(cell);
+    rows.push(extra);
+  }
+  return rows;
+}
+
+const SORTS = {
+  name: (a, b) => natural(a.info.id, b.info.id),
+  lag: (a, b) => (b.facts.lag ?? -1) - (a.facts.lag ?? -1) || natural(a.info.id, b.info.id),
+  steptime: (a, b) => (b.facts.stepMs ?? -1) - (a.facts.stepMs ?? -1) || natural(a.info.id, b.info.id),
+  loss: (a, b) => (Number.isFinite(b.facts.loss) ? b.facts.loss : -Infinity) - (Number.isFinite(a.facts.loss) ? a.facts.loss : -Infinity)
+    || natural(a.info.id, b.info.id),
+};
+
+// The worst few: hung or crashed first, then the farthest behind, then the slowest (only when clearly behind or
+// slower than the others: a healthy run highlights nobody).
+function rankWorst(entries) {
+  const times = entries.map((e) => e.facts.stepMs).filter((v) => v !== null);
+  const typical = median(times);
+  const score = (e) => {
+    if (e.facts.status.level === "bad") return 1e12;
+    const lag = e.facts.lag || 0;
+    const slow = typical && e.facts.stepMs !== null ? e.facts.stepMs / typical - 1 : 0;
+    return lag > 0 || slow > 0.1 ? lag * 1000 + Math.max(0, slow) * 1000 : 0;
+  };
+  return entries.map((e) => [score(e), e.info.id]).filter(([s]) => s > 0).sort((a, b) => b[0] - a[0])
+    .slice(0, WORST_KEPT).map(([, id]) => id);
+}
+
+// ---- the strip ------------------------------------------------------------------------------------------
 export function renderSources() {
   const strip = document.getElementById("sources");
-  strip.replaceChildren();
   const now = Date.now() / 1000;
-  for (const info of [...state.sources.values()].sort((a, b) => a.id.localeCompare(b.id))) {
-    const card = document.createElement("div");
-    card.className = "source";
-    card.dataset.source = info.id;
-    card.classList.toggle("hidden-source", view.hidden.has(info.id));
-    const head = document.createElement("button");
-    head.type = "button";
-    head.className = "toggle";
-    head.title = `${info.path}\nclick: show or hide this source on every chart`;
-    head.setAttribute("aria-pressed", String(!view.hidden.has(info.id)));
-    head.addEventListener("click", () => setHidden(info.id, !view.hidden.has(info.id)));
-    const swatch = document.createElement("span");
-    swatch.className = "swatch";
-    swatch.style.background = colorOf(info.id);
-    const id = document.createElement("span");
-    id.className = "id";
-    id.textContent = info.id;
-    head.append(swatch, id);
-    const st = document.createElement("span");
-    st.className = `state ${info.state}`;
-    st.textContent = (state.ended.has(info.id) ? "finished" : info.state) + (info.format ? ` · ${info.format}` : "");
-    card.append(head, st);
-
-    const facts = document.createElement("div");
-    facts.className = "facts";
-    const recent = state.recentStepMs.get(info.id) || [];
-    const stepMs = median(recent);
-    const total = info.total_steps ? ` / ${info.total_steps}` : "";
-    fact(facts, "step", info.last_step === null ? "–" : `${info.last_step}${total}`, "step");
-    fact(facts, "loss", fmt(latestOf("loss", info.id)), "loss");
-    fact(facts, "lr", fmt(latestOf("lr", info.id)), "lr");
-    fact(facts, "step time", stepMs === null ? "–" : `${fmt(Math.round(stepMs))} ms`, "steptime");
-    const left = info.total_steps && info.last_step !== null ? info.total_steps - info.last_step : null;
-    const eta = state.ended.has(info.id) ? "done" : left !== null && stepMs !== null ? fmtDuration(left * stepMs / 1000) : "–";
-    fact(facts, "ETA", eta, "eta");
-    const tflops = latestOf("throughput_tflops", info.id);
-    const sps = latestOf("samples_per_s", info.id);
-    fact(facts, "throughput", tflops !== undefined ? `${fmt(tflops)} TFLOPS` : sps !== undefined ? `${fmt(sps)} samples/s` : "–", "throughput");
-    const since = typeof info.last_time === "number" ? Math.max(0, now - info.last_time) : null;
-    const hangS = Math.max(60, 10 * (stepMs || 0) / 1000);
-    const level = state.ended.has(info.id) || since === null ? "none" : since >= hangS ? "red" : since >= Math.max(15, hangS / 3) ? "amber" : "ok";
-    const sinceEl = fact(facts, "since last step", since === null ? "–" : fmtDuration(since), `since ${level}`);
-    sinceEl.dataset.level = level;
-    card.append(facts);
-
-    const c = info.counters || {};
-    const counters = document.createElement("div");
-    counters.className = "counters";
-    const parts = [["lines", c.lines], ["bytes", c.bytes], ["records", info.records], ["unmatched", c.unmatched_metric_lines],
-      ["field errors", c.field_errors], ["cut", c.cut_lines], ["bad utf-8", c.bad_utf8_lines],
-      ["truncations", c.truncations], ["rotations", c.rotations]];
-    counters.textContent = parts.filter((p) => p[1] !== undefined).map(([k, v]) => `${k} ${k === "bytes" ? fmtAxis(v) : v}`).join(" · ");
-    card.append(counters);
-    strip.append(card);
+  const infos = [...state.sources.values()];
+  let maxStep = null;
+  for (const info of infos) if (info.last_step !== null && !(maxStep >= info.last_step)) maxStep = info.last_step;
+  const entries = infos.map((info) => ({ info, facts: factsOf(info, now, maxStep) }));
+  const worst = rankWorst(entries.filter((e) => !view.hidden.has(e.info.id)));
+  const changed = String(worst) !== String([...state.worst]);
+  state.worst = new Set(worst);
+  if (changed) for (const chart of state.charts.values()) chart.dirty = true;
+  const many = infos.length > CARDS_MAX;
+  const panel = document.getElementById("sources-panel");
+  panel.dataset.layout = many ? "table" : "cards";
+  document.getElementById("source-filter").hidden = !many;
+  document.getElementById("source-sort-label").hidden = !many;
+  if (!many) {
+    strip.replaceChildren(...entries.sort(SORTS.name).map((e) => card(e.info, e.facts)));
+  } else {
+    const needle = view.sourceFilter.trim().toLowerCase();
+    const shown = entries.filter((e) => !needle || e.info.id.toLowerCase().includes(needle)).sort(SORTS[view.sourceSort] || SORTS.name);
+    const table = el("table", "source-table");
+    const head = el("tr");
+    for (const name of TABLE_COLUMNS) head.append(el("th", undefined, name));
+    const thead = el("thead");
+    thead.append(head);
+    const body = el("tbody");
+    const worstSet = new Set(worst);
+    for (const e of shown.slice(0, TABLE_ROWS_MAX)) body.append(...tableRow(e.info, e.facts, worstSet.has(e.info.id)));
+    table.append(thead, body);
+    const parts = [table];
+    const more = shown.length - Math.min(shown.length, TABLE_ROWS_MAX);
+    const note = `${shown.length} of ${infos.length} sources${more ? ` (${more} more not listed: filter or sort to see them)` : ""}`;
+    parts.push(el("p", "muted table-note", note));
+    const scroll = strip.querySelector(".table-scroll");
+    const top = scroll ? scroll.scrollTop : 0;
+    const wrap = el("div", "table-scroll");
+    wrap.append(...parts.slice(0, 1));
+    strip.replaceChildren(wrap, parts[1]);
+    wrap.scrollTop = top;
   }
-  document.getElementById("summary").textContent =
-    `${state.sources.size} source${state.sources.size === 1 ? "" : "s"} · seq ${state.lastSeq}`;
+  const summary = `${infos.length} source${infos.length === 1 ? "" : "s"}` + (view.details ? ` · seq ${state.lastSeq}` : "");
+  document.getElementById("summary").textContent = summary;
+  renderEmpty(infos);
   renderBaselineChoices();
+  const shown = infos.filter((i) => !view.hidden.has(i.id)).length;
+  document.querySelector("#ranks option[value='auto']").textContent = `auto (${shown > MANY_LINES ? "mean + band" : "overlay"})`;
+  maybePoll();
+}
+
+// No chart yet: say which files mstail has found (or that it has found none), what each is doing, and what to try.
+function renderEmpty(infos) {
+  const empty = document.getElementById("empty");
+  if (state.charts.size) { empty.hidden = true; return; }
+  empty.hidden = false;
+  const lines = [];
+  if (!infos.length) {
+    lines.push("No log file found yet. mstail shows curves as soon as a file matching --log (or --jsonl) appears and "
+      + "logs step lines.");
+  } else {
+    lines.push(`No step lines yet in ${infos.length === 1 ? "the file" : `the ${infos.length} files`} mstail follows:`);
+    for (const info of infos.slice(0, 20)) {
+      const why = info.problem ? ` — ${info.problem}` : info.format ? ` — format ${info.format}, waiting for its step lines`
+        : " — no known format recognised yet";
+      lines.push(`${info.path} (${sourceStatus(info).text})${why}`);
+    }
+    if (infos.length > 20) lines.push(`… and ${infos.length - 20} more`);
+    lines.push(`Nothing after a while? ${EXPLAIN_HINT}.`);
+  }
+  empty.replaceChildren(...lines.map((text, i) => el(i ? "span" : "strong", "empty-line", text)));
 }
 
 function renderBaselineChoices() {
   const select = document.getElementById("baseline");
-  const ids = [...state.sources.keys()].sort();
+  const ids = [...state.sources.keys()].sort(natural);
   const have = [...select.options].map((o) => o.value).slice(1);
   if (String(have) === String(ids)) { select.value = view.baseline; return; }
   const none = document.createElement("option");
@@ -126,13 +334,13 @@ function renderBaselineChoices() {
   select.value = ids.includes(view.baseline) ? view.baseline : "";
 }
 
+// ---- keeping the facts current --------------------------------------------------------------------------
 export function noteRecord(record) {
   const info = state.sources.get(record.source);
-  if (!info) { refreshSources(); return; }
+  if (!info) { pollSources(true); return; }
   if (info.first_step === null) info.first_step = record.step;
-  info.last_step = record.step;
-  info.records += 1;
-  if (typeof record.time === "number") info.last_time = record.time;
+  if (!(info.last_step > record.step)) info.last_step = record.step;
+  if (typeof record.time === "number" && !(info.last_time > record.time)) info.last_time = record.time;
   if (!state.firstTime.has(record.source) && typeof record.time === "number") state.firstTime.set(record.source, record.time);
   const ms = num(record.step_time_ms);
   if (ms !== null && Number.isFinite(ms)) {
@@ -143,18 +351,39 @@ export function noteRecord(record) {
   }
 }
 
-function refreshSources() {
-  if (sourcesFetch) return;
+// A source's entry from the server (the stream's `source` message or /api/sources): the server's counters and
+// state win; the newest step the page saw wins if the server's answer is older than the stream.
+export function noteSource(fresh) {
+  const known = state.sources.get(fresh.id);
+  if (known) {
+    if (known.last_step !== null && !(fresh.last_step >= known.last_step)) fresh.last_step = known.last_step;
+    if (typeof known.last_time === "number" && !(fresh.last_time >= known.last_time)) fresh.last_time = known.last_time;
+  }
+  colorOf(fresh.id);
+  state.sources.set(fresh.id, fresh);
+}
+
+function maybePoll() {
+  const every = state.sources.size > POLL_FAST_MAX && !view.details ? POLL_MANY_MS : POLL_MS;
+  if (performance.now() - polledAt >= every - 50) pollSources(false);
+}
+
+function pollSources(now) {
+  if (sourcesFetch || (!now && document.hidden)) return;
+  polledAt = performance.now();
   sourcesFetch = getJSON("/api/sources").then((list) => {
-    for (const info of list) if (!state.sources.has(info.id)) state.sources.set(info.id, info);
-    scheduleRender();
+    const added = list.filter((info) => !state.sources.has(info.id)).map((info) => info.id).sort(natural);
+    for (const id of added) colorOf(id);
+    for (const info of list) noteSource(info);
+    renderSources();
+    if (added.length) scheduleRender();
   }).catch((err) => console.warn("sources unavailable", err)).finally(() => { sourcesFetch = null; });
 }
 
 export async function loadRecentStepTimes(sources) {
   const lasts = sources.map((s) => s.last_step).filter((s) => s !== null);
   if (!lasts.length || !sources.some((s) => s.metrics.includes("step_time_ms"))) return;
-  const start = Math.min(...lasts) - STEP_TIMES_KEPT * 4;
+  const start = Math.min(...lasts) - STEP_TIMES_KEPT;  // the newest steps only (1,024 ranks: 51,200 points)
   const answer = await getJSON(`/api/series?metric=step_time_ms&start=${start}&points=20000`);
   for (const s of answer.series) {
     const values = s.last.map(num).filter((v) => v !== null && Number.isFinite(v));

@@ -2,12 +2,19 @@
 // mirrored into the URL's fragment (#s=0.6&x=step...), so copying the address bar reproduces the view.
 // Requests in flight are counted here too (tracked), mirrored into <body data-busy data-loads> for the tests.
 
-import { PALETTE } from "./util.js";
+import { colorAt } from "./util.js";
 
 export const view = {
   smooth: 0.6,          // EMA weight (0 = off), computed by the server on the full-resolution series
+  flip: new Set(),      // metrics whose smoothing default (util.js smoothByDefault) is flipped by the user
   x: "step",            // step | time | relative | samples
-  ranks: "overlay",     // overlay | mean
+  ranks: "auto",        // auto (overlay up to MANY_LINES sources, else mean) | overlay | mean
+  pick: new Set(),      // sources drawn on top of the mean + band (besides the worst few)
+  filter: "",           // charts whose metric name contains this (case-insensitive)
+  collapsed: new Set(), // chart groups folded away
+  sourceFilter: "",     // the source table's name filter
+  sourceSort: "name",   // name | lag | steptime | loss
+  details: false,       // file-reading counters shown (a disclosure)
   baseline: "",         // a source id: charts show each other source minus this one, step-aligned
   theme: "light",       // light | dark
   hidden: new Set(),    // source ids toggled off
@@ -23,7 +30,9 @@ export const state = {
   alerts: new Map(),    // alert id -> alert
   recentStepMs: new Map(), // source -> last step times (ms), for the header's median and ETA
   firstTime: new Map(), // source -> time of its first record (relative time axis)
-  ended: new Set(),     // sources that logged "training over"
+  ended: new Set(),     // sources that logged "training over" (an `end` event)
+  lifecycle: new Map(), // source -> its newest start / resume / end / error event (ended? crashed?)
+  worst: new Set(),     // the few sources the source table ranks worst (drawn on top of the mean + band)
   extent: null,         // [min, max] of x over every chart (all charts share it: linked zoom by percent)
   lastSeq: 0,
   stream: null,
@@ -33,6 +42,7 @@ export const state = {
   heatmap: null,        // the step-time heatmap's ECharts instance (heatmap.js)
   heatmapAt: -Infinity, // performance.now() of its last refresh
   heatmapAnswer: null,  // its last /api/series answer, redrawn when a source is shown or hidden
+  plotSize: null,       // {width, height} of a chart's plot (all alike), measured once and on resize
 };
 
 export async function tracked(promise) {
@@ -49,8 +59,16 @@ export async function tracked(promise) {
 }
 
 export function colorOf(source) {
-  if (!state.colors.has(source)) state.colors.set(source, PALETTE[state.colors.size % PALETTE.length]);
+  // First come, first served (boot hands the sources over in natural order): a colour never changes while open.
+  if (!state.colors.has(source)) state.colors.set(source, colorAt(state.colors.size));
   return state.colors.get(source);
+}
+
+export const MANY_LINES = 16;  // beyond this many shown sources, "auto" draws the mean + band, the worst on top
+
+export function meanMode(shownSources) {
+  if (view.baseline) return false;
+  return view.ranks === "mean" || (view.ranks === "auto" && shownSources > MANY_LINES);
 }
 
 export function isDark() {
@@ -59,8 +77,8 @@ export function isDark() {
 
 export function themeColors() {
   return isDark()
-    ? { text: "#c9d1d9", muted: "#8b949e", axis: "#484f58", split: "#262c36", panel: "#161b22", tooltip: "#1f2630" }
-    : { text: "#1f2329", muted: "#646a73", axis: "#bbbfc4", split: "#eff0f1", panel: "#ffffff", tooltip: "#ffffff" };
+    ? { text: "#c9d1d9", muted: "#8b949e", axis: "#484f58", split: "#262c36", panel: "#161b22", tooltip: "#1f2630", mean: "#c9d1d9" }
+    : { text: "#1f2329", muted: "#646a73", axis: "#bbbfc4", split: "#eff0f1", panel: "#ffffff", tooltip: "#ffffff", mean: "#3d4653" };
 }
 
 export function readURL() {
@@ -68,12 +86,19 @@ export function readURL() {
   const smooth = Number(params.get("s"));
   if (params.has("s") && Number.isFinite(smooth) && smooth >= 0 && smooth <= 0.99) view.smooth = smooth;
   if (["step", "time", "relative", "samples"].includes(params.get("x"))) view.x = params.get("x");
-  if (["overlay", "mean"].includes(params.get("r"))) view.ranks = params.get("r");
+  if (["auto", "overlay", "mean"].includes(params.get("r"))) view.ranks = params.get("r");
+  const set = (key) => new Set((params.get(key) || "").split(",").filter(Boolean));
+  view.flip = set("f");
+  view.pick = set("p");
+  view.collapsed = set("c");
+  if (params.has("q")) view.filter = params.get("q");
+  if (params.has("sq")) view.sourceFilter = params.get("sq");
+  if (["name", "lag", "steptime", "loss"].includes(params.get("o"))) view.sourceSort = params.get("o");
   if (params.has("b")) view.baseline = params.get("b");
   if (["light", "dark"].includes(params.get("t"))) view.theme = params.get("t");
   else if (!params.has("t") && window.matchMedia && window.matchMedia("(prefers-color-scheme: dark)").matches) view.theme = "dark";
-  if (params.get("h")) view.hidden = new Set(params.get("h").split(","));
-  if (params.get("l")) view.log = new Set(params.get("l").split(","));
+  view.hidden = set("h");
+  view.log = set("l");
   const zoom = (params.get("z") || "").split(",").map(Number);
   if (zoom.length === 2 && zoom.every(Number.isFinite) && zoom[0] < zoom[1]) view.zoom = zoom;
 }
@@ -87,6 +112,12 @@ export function writeURL() {
   params.set("t", view.theme);
   if (view.hidden.size) params.set("h", [...view.hidden].join(","));
   if (view.log.size) params.set("l", [...view.log].join(","));
+  for (const [key, values] of [["f", view.flip], ["p", view.pick], ["c", view.collapsed]]) {
+    if (values.size) params.set(key, [...values].join(","));
+  }
+  if (view.filter) params.set("q", view.filter);
+  if (view.sourceFilter) params.set("sq", view.sourceFilter);
+  if (view.sourceSort !== "name") params.set("o", view.sourceSort);
   if (view.zoom) params.set("z", view.zoom.map((v) => String(Number(v.toPrecision(12)))).join(","));
   // The query string (e.g. ?token=...) stays as it is; the view lives in the fragment, never sent to the server.
   history.replaceState(null, "", `${window.location.pathname}${window.location.search}#${params}`);

@@ -5,8 +5,9 @@
 
 import { RESERVED, num } from "./util.js";
 import { state } from "./state.js";
+import { MAX_MARKERS } from "./chart.js";
 import { noteAlert, renderAlerts } from "./alerts.js";
-import { noteRecord } from "./sources.js";
+import { noteRecord, noteSource } from "./sources.js";
 
 const RECONNECT_MAX_MS = 10000;
 
@@ -26,8 +27,13 @@ export function setConnection(text, cls) {
 export function noteEvent(event) {
   if (event.kind === "alert") return;
   state.events.push(event);
+  if (state.events.length > 2 * MAX_MARKERS) state.events.splice(0, state.events.length - MAX_MARKERS);  // bounded
   if (event.kind === "end") state.ended.add(event.source);
   if (event.kind === "start" || event.kind === "resume") state.ended.delete(event.source);
+  if (["start", "resume", "end", "error"].includes(event.kind)) {
+    const known = state.lifecycle.get(event.source);
+    if (!known || !(known.seq > event.seq)) state.lifecycle.set(event.source, event);
+  }
 }
 
 export function connect() {
@@ -61,10 +67,7 @@ export function connect() {
     scheduleRender();
   });
   stream.addEventListener("source", (e) => {
-    const info = JSON.parse(e.data);
-    const known = state.sources.get(info.id);
-    state.sources.set(info.id, known && known.records > info.records ? { ...info, records: known.records,
-      last_step: known.last_step, last_time: known.last_time } : info);
+    noteSource(JSON.parse(e.data));
     scheduleRender();
   });
   stream.addEventListener("reset", () => window.location.reload());

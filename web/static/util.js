@@ -2,8 +2,31 @@
 
 export const RESERVED = new Set(["seq", "source", "step", "epoch", "time", "segment", "line", "kind", "message"]);
 
+// 16 colours far apart in hue and lightness (readable on both themes); sources beyond them get hues spaced by the
+// golden angle (colorAt), so no two lines drawn together share a colour.
 export const PALETTE = ["#3370ff", "#f54a45", "#2ea121", "#ff8800", "#7f3bf5", "#14c0ff", "#c9a800", "#a23b72",
-  "#2a9d8f", "#e76f51", "#5b6b7f", "#8ab17d"];
+  "#2a9d8f", "#e76f51", "#5b6b7f", "#8ab17d", "#0b5cad", "#d4489b", "#6b4226", "#00a37a"];
+
+export function colorAt(index) {
+  if (index < PALETTE.length) return PALETTE[index];
+  const hue = Math.round((index * 137.508) % 360);
+  return `hsl(${hue}, ${62 + (index % 3) * 10}%, ${42 + (index % 4) * 6}%)`;
+}
+
+// Natural order: rank_2 before rank_10 (numbers compared as numbers), for cards, legends and heatmap rows.
+const COLLATOR = new Intl.Collator(undefined, { numeric: true, sensitivity: "base" });
+export const natural = (a, b) => COLLATOR.compare(a, b) || (a < b ? -1 : a > b ? 1 : 0);
+
+// Schedules, flags, counters and step indices are drawn as logged: an EMA would draw overflow as 0.42, a loss-scale
+// drop as a slow ramp, and make lr lag its own schedule. Each chart can still flip its default (view.flip).
+const UNSMOOTHED = [
+  /(^|[_.])lr$/, /learning_rate/, /loss_scale|scale_sense/, /overflow|skipped|(^|_)is_|_flag$/,
+  /(^|_)(steps?|epochs?|iters?|iterations?)(_(idx|index|num|no))?$/,
+  /^consumed_|(^|_)counts?$|^num_|_total$|batch_size$/,
+];
+export function smoothByDefault(metric) {
+  return !UNSMOOTHED.some((re) => re.test(metric));
+}
 
 export const GROUPS = [
   ["loss", "Losses"],
@@ -110,10 +133,13 @@ export function bisectRight(arr, x) {
   return lo - 1;
 }
 
+// One CSV cell. A text a spreadsheet would run as a formula (starting = + - @, tab or CR: `-1+cmd|...` too) goes
+// behind a single quote (OWASP); numbers never do (-1.5 stays a number), nor "-Infinity", a number's name.
+// `mstail parse --to csv` keeps the same rule (tailer/offline/output.py, csv_cell).
 export function csvCell(value) {
   if (value === null || value === undefined) return "";
   let text = String(value);
-  if (/^[=+\-@\t\r]/.test(text) && typeof value === "string" && !/^-?\d/.test(text)) text = `'${text}`;
+  if (typeof value === "string" && /^[=+\-@\t\r]/.test(text) && text !== "-Infinity") text = `'${text}`;
   return /[",\n\r]/.test(text) ? `"${text.replace(/"/g, '""')}"` : text;
 }
 
