@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from .bounded import BUDGET_S
+from .kinds import fits
 from .record import NON_FINITE, RESERVED, Item, Record
 from .schema import Format, Rule
 
@@ -169,7 +170,8 @@ class SourceParser:
             out += self.flush(now)
             return out
         if rule is None:
-            if _METRIC_LOOKING.search(match.message):
+            # Most lines have no "loss" in any case (casefold finds all that IGNORECASE does), and skip the regex.
+            if "loss" in match.message.casefold() and _METRIC_LOOKING.search(match.message):
                 self.state.counts["unmatched_metric_lines"] += 1
             if match.prefixed and match.level in match.fmt.error_levels:
                 error = {"kind": "error", "time": match.when(now), "line": line_no, "level": match.level}
@@ -255,6 +257,9 @@ class SourceParser:
         step = self._global_step(groups)
         if step is None:
             return None
+        if not fits(step):  # a step no history can hold: the line is a field error, not a record
+            self.state.counts["field_errors"] += 1
+            return None
         record: Record = {"step": step}
         epoch = groups.get("epoch")
         if epoch is not None:
@@ -311,13 +316,23 @@ class SourceParser:
                 continue  # an optional part of the line that is not there
             if fast is not None:
                 try:
-                    values[name] = fast(text)
-                    continue
+                    value = fast(text)
                 except (ValueError, KeyError):  # "[1.5]", "None", ...: the full converter knows
                     self._skip_fast(rule, plan, entry)
+                else:
+                    if fits(value, text):
+                        values[name] = value
+                    else:  # beyond 64 bits or the float range: a field error, the rest of the record kept
+                        self.state.counts["field_errors"] += 1
+                    continue
             try:
-                values[name] = convert(text)
-            except ValueError:
+                value = convert(text)
+            except (ValueError, OverflowError):
+                self.state.counts["field_errors"] += 1
+                continue
+            if fits(value, text):
+                values[name] = value
+            else:
                 self.state.counts["field_errors"] += 1
         for extract in rule.extract:  # multi-valued fields: pydict, pairs
             try:
@@ -356,6 +371,10 @@ class SourceParser:
 
     def _feed_json(self, obj: Dict[str, Any], line_no: int, now: float, out: List[Item]) -> None:
         values = jsonl_values(obj)
+        for key, value in list(values.items()):
+            if value.__class__ is int and not fits(value):  # beyond 64 bits: a field error (the step: no record)
+                del values[key]
+                self.state.counts["field_errors"] += 1
         for key in ("seq", "source", "segment", "line"):
             values.pop(key, None)  # ours to assign, whatever the writer put there
         if not isinstance(values.get("time"), (int, float)):

@@ -56,12 +56,15 @@ class Explainer:
         part, parser, text = self.parser.route(text)
         if part is not None:
             where = f"{where}[{part}]"
-        flagged_before = parser.counts["unmatched_metric_lines"]
+        flagged_before, errors_before = parser.counts["unmatched_metric_lines"], parser.counts["field_errors"]
         parser.feed(text, number, now)
+        errors = parser.counts["field_errors"] - errors_before
+        bad = f"  ({errors} field error{'s' if errors != 1 else ''}: a value that did not convert, or beyond 64 bits " \
+              "or the float range: left out)" if errors else ""
         match = parser.last_match
         if match is not None and match.obj is not None:
             self.rules[f"{match.fmt.name} (json)"] += 1
-            return f"{where}:{number}  {match.fmt.name}  json  {_show(match.obj)}"
+            return f"{where}:{number}  {match.fmt.name}  json  {_show(match.obj)}{bad}"
         slow = ", ".join(parser.last_slow)
         if match is None or match.rule is None:
             if slow:
@@ -77,11 +80,13 @@ class Explainer:
         self.rules[label] += 1
         found: Dict[str, Any] = {k: v for k, v in match.groups.items() if k in STEP_GROUPS and v is not None}
         found.update(parser.values(rule, match.groups))
+        parser.counts["field_errors"] = errors_before + errors  # `values` again above must not count them twice
         prefix = "prefixed" if match.prefixed else "bare"
+        shown = f"{where}:{number}  {label}  {prefix}  {_show(found)}{bad}"
         if parser.last_slow:  # a rule tried before this one, or this one's pairs
             self.slow += 1
-            return f"{where}:{number}  {label}  {prefix}  {_show(found)}  (skipped for time: {', '.join(parser.last_slow)})"
-        return f"{where}:{number}  {label}  {prefix}  {_show(found)}"
+            return f"{shown}  (skipped for time: {', '.join(parser.last_slow)})"
+        return shown
 
     def summary(self) -> str:
         lines = [f"{count:>9}  {printable(label)}" for label, count in self.rules.most_common()]

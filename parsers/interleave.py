@@ -18,6 +18,9 @@ from .engine import ParserState, SourceParser
 from .record import PART_KEY, Item
 from .schema import Format
 
+#: launcher tags one file may hold (ranks of one job on one node are far fewer; a job of 1,024 ranks fits).
+MAX_PARTS = 1024
+
 _TAG = re.compile(r"^\[(?:(?P<word>rank|default)(?P<n>\d{1,9})\]|\d{1,9},(?P<mpi>\d{1,9})\]<std(?:out|err)>): ?")
 
 
@@ -38,6 +41,8 @@ class InterleavedParser:
         self._make = make
         self.main = make()
         self.parts: Dict[str, SourceParser] = {}
+        #: lines whose tag would have made a part beyond MAX_PARTS: parsed by the main parser, tag and all
+        self.overflow_lines = 0
 
     def route(self, text: str) -> Tuple[Optional[str], SourceParser, str]:
         """Where a line goes: its part's name (None: untagged), that part's parser, and the line without its tag."""
@@ -47,6 +52,9 @@ class InterleavedParser:
         name = f"{tag['word'] or 'rank'}{tag['n'] or tag['mpi']}"
         parser = self.parts.get(name)
         if parser is None:
+            if len(self.parts) >= MAX_PARTS:  # 20,000 tags must not become 20,000 sources
+                self.overflow_lines += 1
+                return None, self.main, text
             parser = self.parts[name] = self._make()
         return name, parser, text[tag.end():]
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import functools
+import math
 import re
 import time
 from typing import Callable, Dict, Optional, Union
@@ -29,6 +30,17 @@ def _bare(text: str, unit: str) -> str:
     if text.startswith("[") and text.endswith("]"):
         text = text[1:-1].strip()
     return text
+
+
+def fits(value: Value, text: str = "") -> bool:
+    """Whether a converted value can be stored and charted: an int within 64 bits, a float that is finite or was
+    written as infinite (`1` followed by 400 zeros becomes inf in `float()`: that is a value out of range, not an
+    Infinity the log printed)."""
+    if value.__class__ is int:
+        return -(1 << 63) <= value < (1 << 63)  # type: ignore[operator]
+    if value.__class__ is float and (value == math.inf or value == -math.inf):
+        return "inf" in text.lower()
+    return True
 
 
 def to_float(text: str, unit: str = "") -> Optional[float]:

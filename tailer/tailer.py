@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from mstail.parsers import Format, Item, SourceParser, format_table
-from mstail.parsers.interleave import InterleavedParser
+from mstail.parsers.interleave import MAX_PARTS, InterleavedParser
 from mstail.parsers.record import PART_KEY
 
 from .alerts import AlertEngine
@@ -414,6 +414,9 @@ class Tailer:
             elif fmt and fmt != source.said_format:
                 log.info("%s: format %s", source.id, fmt)
             source.said_format = fmt
+            if parser.overflow_lines:
+                self.notices.say((source.id, "tags"), f"{path}: more than {MAX_PARTS} launcher tags ([rankN]:); the "
+                                 "lines of the others are parsed as the file's own source")
             if not fmt and parser.counts["unmatched_metric_lines"]:
                 self.notices.say((source.id, "no format"), f"{source.id}: {_hint(path, parser.counts)}", logging.INFO)
         self._report_missing_folders()

@@ -107,3 +107,13 @@ def test_explain_shows_each_tagged_line_as_its_rank_saw_it(tmp_path: Path) -> No
     assert steps and all(line.startswith(("train.log[rank0]:", "train.log[rank1]:")) for line in steps)
     assert sum("[rank0]" in line for line in steps) == sum("[rank1]" in line for line in steps)
     assert "0  lines that look like metrics but matched no rule" in out.getvalue()
+
+
+def test_launcher_tags_beyond_the_cap_go_to_the_files_own_parser() -> None:
+    # Before: 20,000 tags in one file became 20,000 sources (and a 13.9 MB /metrics).
+    from mstail.parsers.interleave import MAX_PARTS
+
+    parser = fresh()
+    for rank in range(MAX_PARTS + 50):
+        parser.feed(f"[rank{rank}]: epoch: 1 step: 1, loss is 2.0", rank + 1, 0.0)
+    assert len(parser.parts) == MAX_PARTS and parser.overflow_lines == 50
