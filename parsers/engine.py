@@ -79,8 +79,11 @@ class ParserState:
     spe_learned: int = 0  # steps per epoch inferred from step_in_epoch when the log does not print it
     epoch_max: Dict[int, int] = field(default_factory=dict)  # the largest step_in_epoch seen per epoch
     spe_told: int = 0  # steps per epoch told by an attach rule's `epoch_length` (TimeMonitor)
+    print_every: int = 0  # LossMonitor's print interval in steps, once the log has shown it (0: not yet)
+    in_epoch: int = 0  # the epoch-relative step of the last LossMonitor-style record
     counted_step: int = 0
-    last: Optional[Record] = None  # the last record emitted (a late attach line joins its step)
+    resume_told: bool = False  # the log said "resume" (an event rule) since the last record: no second resume event
+    last: Optional[Record] = None  # the last record emitted, as amended since (a later attach line amends it)
     event_steps: Dict[str, int] = field(default_factory=dict)  # the step of the last event of each kind
     parts: Dict[str, "ParserState"] = field(default_factory=dict)  # launcher-tagged parts (InterleavedParser)
 
@@ -94,8 +97,9 @@ class ParserState:
 
     @classmethod
     def from_json(cls, data: Dict[str, Any]) -> "ParserState":
-        plain = {f.name: data[f.name] for f in fields(cls) if f.name not in ("epoch_max", "parts")}
-        plain["counts"] = {**dict.fromkeys(COUNTS, 0), **plain["counts"]}  # a count added since it was saved
+        # A field or a count added since the state was saved takes its default.
+        plain = {f.name: data[f.name] for f in fields(cls) if f.name not in ("epoch_max", "parts") and f.name in data}
+        plain["counts"] = {**dict.fromkeys(COUNTS, 0), **plain.get("counts", {})}
         return cls(
             **json.loads(json.dumps(plain)),
             epoch_max={epoch: most for epoch, most in data["epoch_max"]},
@@ -105,7 +109,8 @@ class ParserState:
 
 #: What a parser counts (`ParserState.counts`); they show on `/api/sources` and in `mstail parse`'s summary.
 #: `slow_lines`: lines on which a user's regex ran out of its time budget (`bounded`) and was skipped.
-COUNTS = ("lines", "records", "events", "field_errors", "unmatched_metric_lines", "slow_lines")
+#: `amends`: items that added a later line's values to a record already emitted (an "amend" `Item`).
+COUNTS = ("lines", "records", "events", "amends", "field_errors", "unmatched_metric_lines", "slow_lines")
 
 #: (format origin, format name, where) of the user regexes that ran out of time and were warned about: once each.
 _WARNED: set = set()
@@ -117,8 +122,9 @@ class SourceParser:
     Args:
         formats: candidates in detection order; the first whose record rule matches a line is locked in.
         forced: use this format from the first line (`--format NAME`), no detection.
-        grace_s: how long a record waiting for its attach lines (or a multi-line event) is held before it is
-            emitted anyway. Default 0.5 s; the wait normally ends at the next line.
+        grace_s: how long a multi-line event (a traceback) is held open for more lines before it is emitted.
+            Default 0.5 s; the wait normally ends at the next line that is not part of it. Records are never held:
+            a step is emitted at its line, and a line that attaches later yields an "amend" item (`_amend`).
         source: what the lines come from (a source id, a file), named in warnings; optional.
     """
 
@@ -129,9 +135,7 @@ class SourceParser:
         self.format: Optional[Format] = forced
         self.grace_s = grace_s
         self.state = ParserState(format=forced.name if forced else None)
-        self._pending: Optional[Tuple[Record, set, float]] = None  # record, attach rules still expected, since
         self._open_event: Optional[Tuple[Record, List[str], float]] = None
-        self._deferred: List[Record] = []  # events that arrived while a record was held: emitted right after it
         self.last_match: Optional[_Match] = None  # how the last fed line matched (for --explain)
         self.last_slow: List[str] = []  # "format rule 'name'": the user regexes that ran out of time on the last line
         self.source = source
@@ -180,17 +184,14 @@ class SourceParser:
             return out
         kind = rule.kind
         if kind == "record":
-            if self._pending is not None:
-                self._emit_pending(out)
             record = self._start_record(rule, match.groups, match.when(now), line_no)
             if record is not None:
-                waiting = set(rule.wait_for)
-                if waiting:
-                    self._pending = (record, waiting, now)
-                else:
-                    self._emit(record, out)
+                self._emit(record, out)
         elif kind == "attach":
-            self._attach(rule, match.groups, lambda: match.when(now), line_no, out)  # the time only if a late record
+            values = self.values(rule, match.groups)
+            if rule.epoch_length:
+                self._learn_epoch_length(rule, match.groups, values)
+            self._amend(values, out)
         else:
             when = match.when(now)
             event = {"kind": rule.event, "time": when, "line": line_no}
@@ -203,33 +204,29 @@ class SourceParser:
                 event["step"] = self.state.event_steps[rule.same_step_as]
             values = self.values(rule, match.groups)
             event.update(values)
-            if rule.record:  # eval results: the numbers are charted at the current step too
-                self._attach(rule, match.groups, lambda: when, line_no, out, dict(values))
             if rule.multiline:
                 self._open_event = (event, [match.message], now)
             else:
                 event["message"] = match.message
                 self._emit_event(event, out)
-        pending, event = self._pending, self._open_event
-        if (pending is not None and now - pending[2] >= self.grace_s) or (
-            event is not None and now - event[2] >= self.grace_s
-        ):  # what `flush(now)` would emit (checked here: most lines have nothing to flush)
+            if rule.record:  # eval results: the numbers are charted at the current step too
+                self._amend(dict(values), out)
+        event = self._open_event
+        if event is not None and now - event[2] >= self.grace_s:  # what `flush(now)` would emit
             out += self.flush(now)
         return out
 
     def flush(self, now: float, force: bool = False) -> List[Item]:
-        """Emit what has waited `grace_s` (or everything, with force=True: end of input)."""
+        """Emit an open multi-line event that has waited `grace_s` (or at once with force=True: end of input)."""
         out: List[Item] = []
-        if self._pending is not None and (force or now - self._pending[2] >= self.grace_s):
-            self._emit_pending(out)
         if self._open_event is not None and (force or now - self._open_event[2] >= self.grace_s):
             self._close_event(out)
         return out
 
     @property
     def holding(self) -> bool:
-        """True while a record or event waits for more lines (the caller should call flush() later)."""
-        return self._pending is not None or self._open_event is not None
+        """True while a multi-line event waits for more lines (the caller should call flush() later)."""
+        return self._open_event is not None
 
     # -- matching -------------------------------------------------------------------------------------------
     def _match(self, text: str) -> Optional[_Match]:
@@ -292,16 +289,67 @@ class SourceParser:
                 if epochs is not None:
                     self.state.meta["total_steps"] = spe * int(epochs)
             else:
-                # MindSpore's LossMonitor prints the step within the epoch only: learn the epoch length
-                # from the largest step seen in an earlier epoch.
-                self.state.epoch_max[epoch] = max(self.state.epoch_max.get(epoch, 0), in_epoch)
-                earlier = [m for e, m in self.state.epoch_max.items() if e < epoch]
-                spe = self.state.spe_told or (max(earlier) if earlier else self.state.spe_learned)
-                self.state.spe_learned = spe
+                return self._loss_monitor_step(epoch, in_epoch)
             return (epoch - 1) * spe + in_epoch
         except ValueError:
             self.state.counts["field_errors"] += 1
             return None
+
+    def _loss_monitor_step(self, epoch: int, in_epoch: int) -> int:
+        """The global step of a line that prints only the epoch and the step within it (MindSpore's LossMonitor).
+
+        LossMonitor(N) prints every N steps, so the step within the epoch repeats with the epoch length only when
+        N divides it. Exact sources, best first: the epoch length TimeMonitor told (`spe_told`); else the print
+        interval N, seen as the gap between two lines of one epoch or as the first line of a run (printed at step
+        N), which makes the first line of a new epoch N steps after the last one — and tells the epoch length.
+        Without either (N larger than an epoch and no TimeMonitor) the epoch length is the largest step within an
+        epoch seen so far, a guess: `meta["steps_per_epoch"]` then says "guessed" (shown on the source), never
+        silently wrong."""
+        state = self.state
+        last = state.last
+        prev_epoch = last.get("epoch") if last is not None else None
+        state.epoch_max[epoch] = max(state.epoch_max.get(epoch, 0), in_epoch)
+        if state.spe_told:
+            step = (epoch - 1) * state.spe_told + in_epoch
+        elif last is None or not isinstance(prev_epoch, int):
+            if epoch == 1:
+                state.print_every = in_epoch  # the first line of a run is printed at step N
+                step = in_epoch
+            else:
+                step = self._guessed_step(epoch, in_epoch)
+        elif epoch == prev_epoch and in_epoch > state.in_epoch:
+            gap = in_epoch - state.in_epoch
+            if state.print_every and gap != state.print_every:
+                state.print_every = 0  # not LossMonitor's fixed interval after all: learn again
+            else:
+                state.print_every = gap
+            step = last["step"] + gap
+        elif epoch > prev_epoch and state.print_every and self._epoch_length(epoch, in_epoch, last["step"]):
+            step = last["step"] + state.print_every
+        else:  # an epoch without a known length, or a step going backwards (a restart: a new segment)
+            step = self._guessed_step(epoch, in_epoch)
+        state.in_epoch = in_epoch
+        return step
+
+    def _epoch_length(self, epoch: int, in_epoch: int, last_step: int) -> bool:
+        """Learn the epoch length from a new epoch's first line printed `print_every` steps after `last_step`;
+        False when that gives no whole, plausible length (it must fit every step seen within an epoch)."""
+        state = self.state
+        spe, rest = divmod(last_step + state.print_every - in_epoch, epoch - 1)
+        if rest or spe < max(state.epoch_max.values(), default=1):
+            return False
+        state.spe_learned = spe
+        state.meta["steps_per_epoch"] = spe
+        return True
+
+    def _guessed_step(self, epoch: int, in_epoch: int) -> int:
+        """(epoch - 1) x the epoch length known (told or learned), else x the largest step within an epoch seen."""
+        state = self.state
+        spe = state.spe_told or state.spe_learned
+        if not spe:
+            spe = max(state.epoch_max.values(), default=in_epoch)
+            state.meta["steps_per_epoch"] = "guessed"
+        return (epoch - 1) * spe + in_epoch
 
     def values(self, rule: Rule, groups: Dict[str, Optional[str]], into: Optional[Record] = None) -> Record:
         """The typed values a rule extracts from its groups (conversion failures are counted, not raised); added to
@@ -386,35 +434,23 @@ class SourceParser:
         if isinstance(values.get("kind"), str):
             self._emit_event(values, out)
         elif isinstance(values.get("step"), int):
-            self._emit_pending(out)
             self._emit({"step": values.pop("step"), **values}, out)
 
     # -- state transitions ----------------------------------------------------------------------------------
-    def _attach(
-        self, rule: Rule, groups: Dict[str, Optional[str]], when: Callable[[], float], line_no: int, out: List[Item],
-        values: Optional[Record] = None,
-    ) -> None:
-        """Add an attach line's values to the held record; when none is held, they make a record of the last
-        step (`when()` gives its time)."""
-        if values is None:
-            values = self.values(rule, groups)
-        if rule.epoch_length:
-            self._learn_epoch_length(rule, groups, values)
-        if self._pending is not None:
-            record, waiting, _ = self._pending
-            for key, value in values.items():
-                record.setdefault(key, value)
-            waiting.discard(rule.name)
-            if not waiting:
-                self._emit_pending(out)
-        elif self.state.last is not None and values:
-            # The record already left (grace expired): the late fields become a record of the same step.
-            late: Record = {"step": self.state.last["step"]}
-            if "epoch" in self.state.last:
-                late["epoch"] = self.state.last["epoch"]
-            late.update(time=when(), line=line_no)
-            late.update(values)
-            self._emit(late, out)
+    def _amend(self, values: Record, out: List[Item]) -> None:
+        """A later line's values (TimeMonitor's epoch times, MindFormers' progress line, eval results) join the last
+        record, which was emitted at its own line: the keys it lacks are added to it and go out as an "amend" item
+        (step, segment and the new values; `fold_amends` joins it to its record when both are still in hand). Keys
+        the record has keep their value; with no record yet, the values have no step to join and are dropped."""
+        last = self.state.last
+        if last is None:
+            return
+        new = {key: value for key, value in values.items() if key not in last}
+        if not new:
+            return
+        last.update(new)
+        self.state.counts["amends"] += 1
+        out.append(Item("amend", {"step": last["step"], "segment": last["segment"], **new}))
 
     def _learn_epoch_length(self, rule: Rule, groups: Dict[str, Optional[str]], values: Record) -> None:
         """MindSpore's TimeMonitor prints the epoch time and the per-step time (epoch time / steps in the epoch):
@@ -431,34 +467,32 @@ class SourceParser:
         high = round((top + top_error) / (bottom - bottom_error))
         if low == high and low >= max(self.state.epoch_max.values(), default=1):  # never shorter than a step seen
             self.state.spe_told = low
-
-    def _emit_pending(self, out: List[Item]) -> None:
-        if self._pending is not None:
-            record = self._pending[0]
-            self._pending = None
-            self._emit(record, out)
-            if self._deferred:
-                deferred, self._deferred = self._deferred, []
-                for event in deferred:
-                    self._emit_event(event, out)
+            self.state.meta["steps_per_epoch"] = low
 
     def _emit(self, record: Record, out: List[Item]) -> None:
-        if self.state.last is not None and record["step"] < self.state.last["step"]:
+        last = self.state.last
+        if last is not None and record["step"] < last["step"]:
             self.state.segment += 1  # resume from a checkpoint or a relaunch: a new run segment, never a zig-zag
+            if not self.state.resume_told:  # the log did not say it: a resume event all the same, for the marker
+                self._emit_event({
+                    "kind": "resume", "time": record["time"], "line": record["line"], "step": record["step"],
+                    "from_step": last["step"],
+                    "message": f"resumed at step {record['step']} (the step before was {last['step']})",
+                }, out)
+        self.state.resume_told = False
         record["segment"] = self.state.segment
-        self.state.last = record
+        self.state.last = dict(record)  # the parser's own copy: amends add to it, the emitted record is the caller's
         self.state.counts["records"] += 1
         out.append(Item("record", record))
 
     def _emit_event(self, event: Record, out: List[Item]) -> None:
-        last = self._pending[0] if self._pending is not None else self.state.last
+        last = self.state.last
         if "step" not in event and last is not None:
             event["step"] = last["step"]
         if isinstance(event.get("step"), int):
             self.state.event_steps[event["kind"]] = event["step"]
-        if self._pending is not None:
-            self._deferred.append(event)  # keep line order: the held record (an earlier line) goes out first
-            return
+        if event["kind"] == "resume":
+            self.state.resume_told = True
         self.state.counts["events"] += 1
         out.append(Item("event", event))
 
@@ -486,8 +520,9 @@ class SourceParser:
     # -- persistence ----------------------------------------------------------------------------------------
     @property
     def emitted(self) -> int:
-        """Items handed out so far (records and events)."""
-        return self.state.counts["records"] + self.state.counts["events"]
+        """Items handed out so far (records, events and amends)."""
+        counts = self.state.counts
+        return counts["records"] + counts["events"] + counts["amends"]
 
     @property
     def meta(self) -> Dict[str, Any]:
@@ -498,8 +533,8 @@ class SourceParser:
         return self.state.counts
 
     def snapshot(self) -> ParserState:
-        """A copy of the cross-line state; only meaningful while nothing is held (`holding` is False), which is
-        when a checkpoint is taken."""
+        """A copy of the cross-line state; only meaningful while no multi-line event is open (`holding` is False),
+        which is when a checkpoint is taken."""
         return ParserState.from_json(self.state.to_json())
 
     def restore(self, state: ParserState) -> bool:

@@ -24,6 +24,8 @@ from .schema import RULE_KINDS, STEP_GROUPS, Extractor, Field, Format, FormatErr
 BUILTIN_ORIGIN = "built-in"
 PATTERN_ORIGIN = "--pattern"
 _FORMAT_KEYS = {"name", "description", "priority", "prefix", "rule", "error_levels", "jsonl"}
+#: `wait_for` (mstail 0.1: hold a record until these attach rules came) is accepted and has no effect: a record is
+#: published at its line and a later attach line amends it, so a format written for 0.1 still loads.
 _RULE_KEYS = {"name", "kind", "regex", "fields", "wait_for", "event", "multiline", "pairs", "record", "same_step_as",
               "epoch_length"}
 _FIELD_KEYS = {"type", "rename", "unit", "scale", "null"}
@@ -114,9 +116,6 @@ def parse_format(text: str, origin: str, default_name: str) -> Format:
     for rule in rules:
         if names.count(rule.name) > 1:
             raise FormatError(origin, "two rules share this name", rule.name)
-        for wanted in rule.wait_for:
-            if not any(r.name == wanted and r.kind == "attach" for r in rules):
-                raise FormatError(origin, f"wait_for names {wanted!r}, which is not an attach rule", rule.name)
     levels = _typed(data, "error_levels", list, [], origin, None)
     return Format(
         name=name,
@@ -166,9 +165,6 @@ def _rule(data: Mapping[str, Any], origin: str, index: int) -> Rule:
     event = data.get("event", "")
     if kind == "event" and not (isinstance(event, str) and event):
         raise FormatError(origin, "an event rule needs event = \"<kind>\" (checkpoint, eval, error, end, start ...)", name)
-    wait_for = data.get("wait_for", [])
-    if not isinstance(wait_for, list) or not all(isinstance(w, str) for w in wait_for):
-        raise FormatError(origin, "wait_for must be a list of attach-rule names", name)
     record = _typed(data, "record", bool, False, origin, name)
     same_step_as = _typed(data, "same_step_as", str, "", origin, name)
     if (record or same_step_as) and kind != "event":
@@ -187,7 +183,6 @@ def _rule(data: Mapping[str, Any], origin: str, index: int) -> Rule:
         kind=kind,
         regex=regex,
         fields=fields,
-        wait_for=tuple(wait_for),
         event=event,
         multiline=bool(data.get("multiline", False)),
         extract=extract,

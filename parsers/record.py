@@ -6,6 +6,10 @@ A record is one step of one source: a flat JSON object whose reserved keys (`RES
 bare NaN is not JSON, it crashes strict encoders such as sse-starlette's, and dropping it would hide the most
 important point). The page keeps a JavaScript copy of `RESERVED` (web/static/util.js); a test checks they agree.
 
+A record is emitted at its step line; a line that belongs to it but comes later (TimeMonitor, MindFormers' progress
+line, eval results) amends it: the amend adds metrics the record lacks, never changes one it has, so one step of one
+source is one record, live and offline (mstail.parsers.amends).
+
 Between a parser and the tailer a record travels as an `Item`; a launcher-tagged rank's items carry their part
 id under `PART_KEY` (mstail.parsers.interleave), which the tailer turns into a source of its own.
 """
@@ -35,7 +39,8 @@ Record = Dict[str, Any]
 
 
 class Item(NamedTuple):
-    """One parser output: kind "record" (a step) or "event" (its data has a "kind" key)."""
+    """One parser output: kind "record" (a step), "event" (its data has a "kind" key) or "amend" (values a later line
+    adds to the last record: its "step", "segment" and the new metrics; see mstail.parsers.amends)."""
 
     kind: str
     data: Record

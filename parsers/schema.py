@@ -61,10 +61,10 @@ class Field:
 class Rule:
     """One regex tried against a line's message.
 
-    kind: `record` starts a step record, `attach` adds its fields to the record just started (the
-    MindFormers progress line), `event` emits an event of kind `event`, `ignore` marks a known line that is
-    deliberately not a record (it is not counted as an unmatched metric-looking line).
-    wait_for: attach rules whose arrival completes a record; until then (or `grace` seconds) it is held.
+    kind: `record` starts a step record, `attach` adds its fields to the last record (the MindFormers progress
+    line, MindSpore's TimeMonitor; the record was emitted at its own line, so this is an amend), `event` emits an
+    event of kind `event`, `ignore` marks a known line that is deliberately not a record (it is not counted as an
+    unmatched metric-looking line).
     multiline: following lines that carry no prefix and match no rule are appended to the event's message.
     extract: multi-valued fields (pydict fields, pairs), run after `fields`.
     record: (event rules) the event's values also become metrics of the current step (eval results).
@@ -78,7 +78,6 @@ class Rule:
     kind: str
     regex: Regex
     fields: Tuple[Field, ...]
-    wait_for: Tuple[str, ...] = ()
     event: str = ""
     multiline: bool = False
     extract: Tuple[Extractor, ...] = ()

@@ -25,7 +25,7 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import IO, TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from mstail.platform import per_user_dir
 
@@ -136,6 +136,7 @@ class StateDB:
         self._owner: Optional[IO[str]] = None  # the open lock file that keeps a second mstail out
         self._unsaved: List[Tuple[int, str, Optional[str], str]] = []  # (seq, source, kind, JSON) not yet on disk
         self._unsaved_checkpoints: Dict[str, Tuple[str, str]] = {}  # source -> (path, JSON), written with them
+        self._rewrites: Dict[int, str] = {}  # seq -> JSON: amended records already on disk, rewritten with them
         #: why the last commit failed (disk full, read-only, I/O error, ...), or None when everything is written
         self.write_error: Optional[str] = None
         self._backoff = 0.0
@@ -218,6 +219,18 @@ class StateDB:
         """Queue stored items (with their seq) for the next `commit`; readers see them at once."""
         self._unsaved += [(item["seq"], item["source"], item.get("kind"), _dumps(item)) for item in items]
 
+    def replace(self, item: Dict[str, Any]) -> None:
+        """Queue a stored item's new content (an amended record, same seq) for the next `commit`; readers see it
+        at once."""
+        data = _dumps(item)
+        for i in range(len(self._unsaved) - 1, -1, -1):  # an amend is for a recent record: search from the end
+            if self._unsaved[i][0] == item["seq"]:
+                self._unsaved[i] = self._unsaved[i][:3] + (data,)
+                return
+            if self._unsaved[i][0] < item["seq"]:
+                break
+        self._rewrites[item["seq"]] = data
+
     def commit(self, checkpoints: Dict[str, Tuple[str, SourceCheckpoint]]) -> None:
         """Write the queued items together with these checkpoints (id -> (path, checkpoint)), one transaction.
 
@@ -226,7 +239,7 @@ class StateDB:
         again, backing off from 1 s to 30 s, until everything queued is written."""
         for source, (path, checkpoint) in checkpoints.items():
             self._unsaved_checkpoints[source] = (path, _dumps(checkpoint.to_json()))
-        if not self._unsaved and not self._unsaved_checkpoints:
+        if not self._unsaved and not self._unsaved_checkpoints and not self._rewrites:
             return
         now = time.monotonic()
         if self.write_error is not None and now < self._retry_at:
@@ -235,6 +248,8 @@ class StateDB:
             try:
                 self.conn.execute("BEGIN")
                 self.conn.executemany("INSERT OR REPLACE INTO items VALUES (?, ?, ?, ?)", self._unsaved)
+                self.conn.executemany("UPDATE items SET data = ? WHERE seq = ?",
+                                      [(data, seq) for seq, data in self._rewrites.items()])
                 self.conn.executemany("INSERT OR REPLACE INTO sources VALUES (?, ?, ?)",
                                       [(source, path, data) for source, (path, data) in self._unsaved_checkpoints.items()])
                 self.conn.execute("COMMIT")
@@ -248,6 +263,7 @@ class StateDB:
                 return
         self._unsaved.clear()
         self._unsaved_checkpoints.clear()
+        self._rewrites.clear()
         self.write_error, self._backoff = None, 0.0
 
     @property
@@ -280,33 +296,41 @@ class StateDB:
             if not rows:
                 return
             after = rows[-1][0]
-            yield from (json.loads(data) for _, data in rows)
+            yield from self._decoded(rows)
 
     def items_after(self, seq: int, limit: int) -> List[Dict[str, Any]]:
-        rows = self._rows("SELECT data FROM items WHERE seq > ? ORDER BY seq LIMIT ?", seq, limit)
+        """Records, events and amends with seq > `seq` (a stream's replay)."""
+        rows = self._rows("SELECT seq, data FROM items WHERE seq > ? ORDER BY seq LIMIT ?", seq, limit)
         return self._with_unsaved(rows, seq, limit, lambda kind: True)
 
     def records_after(self, seq: int, limit: int) -> List[Dict[str, Any]]:
-        rows = self._rows("SELECT data FROM items WHERE seq > ? AND kind IS NULL ORDER BY seq LIMIT ?", seq, limit)
+        rows = self._rows("SELECT seq, data FROM items WHERE seq > ? AND kind IS NULL ORDER BY seq LIMIT ?", seq, limit)
         return self._with_unsaved(rows, seq, limit, lambda kind: kind is None)
 
     def events(self, kind: Optional[str] = None, after: int = 0, limit: int = 1000, newest: bool = False) -> List[Dict[str, Any]]:
-        """Events (of one `kind`, or all) in seq order: the first `limit` after seq `after`, or with `newest`
-        the last `limit` of them."""
-        where, params = ("kind = ?", (kind,)) if kind is not None else ("kind IS NOT NULL", ())
-        wanted: Callable[[Optional[str]], bool] = (lambda k: k == kind) if kind is not None else (lambda k: k is not None)
+        """Events (of one `kind`, or all but amends) in seq order: the first `limit` after seq `after`, or with
+        `newest` the last `limit` of them."""
+        where, params = ("kind = ?", (kind,)) if kind is not None else ("kind IS NOT NULL AND kind != 'amend'", ())
+        wanted: Callable[[Optional[str]], bool] = (
+            (lambda k: k == kind) if kind is not None else (lambda k: k is not None and k != "amend"))
         if not newest:
-            rows = self._rows(f"SELECT data FROM items WHERE seq > ? AND {where} ORDER BY seq LIMIT ?", after, *params, limit)
+            rows = self._rows(f"SELECT seq, data FROM items WHERE seq > ? AND {where} ORDER BY seq LIMIT ?",
+                              after, *params, limit)
             return self._with_unsaved(rows, after, limit, wanted)
         queued = [data for seq, _, k, data in self._unsaved if seq > after and wanted(k)][-limit:]
-        rows = self._rows(f"SELECT data FROM items WHERE seq > ? AND {where} ORDER BY seq DESC LIMIT ?", after, *params,
-                          limit - len(queued))
-        return [json.loads(data) for (data,) in reversed(rows)] + [json.loads(data) for data in queued]
+        rows = self._rows(f"SELECT seq, data FROM items WHERE seq > ? AND {where} ORDER BY seq DESC LIMIT ?", after,
+                          *params, limit - len(queued))
+        return list(self._decoded(reversed(rows))) + [json.loads(data) for data in queued]
+
+    def _decoded(self, rows: Iterable[Tuple[int, str]]) -> Iterator[Dict[str, Any]]:
+        """Items of (seq, JSON) rows read from the file, as rewritten since when a rewrite is still queued."""
+        rewrites = self._rewrites
+        return (json.loads(rewrites.get(seq, data) if rewrites else data) for seq, data in rows)
 
     def _with_unsaved(self, rows: List[Tuple[Any, ...]], after: int, limit: int,
                       wanted: Callable[[Optional[str]], bool]) -> List[Dict[str, Any]]:
         """Rows read from the file, then the queued items after them (their seqs are all higher), up to `limit`."""
-        out = [json.loads(data) for (data,) in rows]
+        out = list(self._decoded(rows))
         if len(out) < limit and self._unsaved:
             out += [json.loads(data) for seq, _, kind, data in self._unsaved if seq > after and wanted(kind)][:limit - len(out)]
         return out

@@ -191,8 +191,8 @@ class FileFollower:
         else:
             drained = len(self.draining) + 1  # the old file (read to its end above) goes there on rotation
             if self._check_rotation(now):
-                # Read the newer files in this same pass: a step line at the end of the old file must meet its
-                # progress line at the top of the new one before the parser's grace period runs out.
+                # Read the newer files in this same pass: a step line at the end of the old file meets its progress
+                # line at the top of the new one, and the two go out as one record (no amend message).
                 newer = self.draining[drained:] + ([self.current] if self.current else [])
                 for handle in newer:
                     before = handle.pos

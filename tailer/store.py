@@ -83,6 +83,7 @@ class Store:
         self.db = db if db is not None else StateDB(None)
         self._last_seq = 0
         self._series: Dict[Tuple[str, str, int], Series] = {}
+        self._last_record: Dict[str, Dict[str, Any]] = {}  # source -> its newest record as stored (what an amend is for)
         self.sources: Dict[str, SourceInfo] = {}
 
     @property
@@ -99,10 +100,18 @@ class Store:
 
     def add(self, source_id: str, items: Iterable[Item]) -> List[Dict[str, Any]]:
         """Append a source's parsed items; returns them as stored (with `seq` and `source`). They are visible
-        to queries at once and durable after the next `commit`."""
+        to queries at once and durable after the next `commit`. An amend (values a later line adds to the source's
+        newest record, mstail.parsers.amends) replaces that record in the database with the values added, extends
+        its charts, and is stored as an item of kind "amend" (so a stream replay after any seq applies it too);
+        one that matches no stored record is dropped."""
         info = self.sources[source_id]
         stored = []
         for item in items:
+            if item.kind == "amend":
+                amend = self._amend(info, item.data)
+                if amend is not None:
+                    stored.append(amend)
+                continue
             data = dict(item.data)
             data.pop("line", None)  # line numbers belong to `mstail parse` output only
             self._last_seq += 1
@@ -111,9 +120,27 @@ class Store:
             data = ordered(data)
             if item.kind == "record":
                 self._index_record(info, data)
+                self._last_record[source_id] = data
             stored.append(data)
         self.db.insert(stored)
         return stored
+
+    def _amend(self, info: SourceInfo, values: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+        """Apply one amend to the source's newest record; returns the amend as stored, None when it adds nothing."""
+        record = self._last_record.get(info.id)
+        if record is None or record["step"] != values["step"] or record.get("segment", 0) != values.get("segment", 0):
+            return None
+        new = {key: value for key, value in values.items() if key not in record and key not in RESERVED}
+        if not new:
+            return None
+        merged = {**record, **new}  # a new dict: the old one may still be on its way to a client
+        self._last_record[info.id] = merged
+        self.db.replace(merged)
+        if _INT64_MIN <= record["step"] <= _INT64_MAX:  # else the record is kept, not drawn (`_index_record`)
+            self._index_values(info, record["step"], record.get("segment", 0), new, _float(record.get("time")))
+        self._last_seq += 1
+        return ordered({"seq": self._last_seq, "source": info.id, "step": record["step"], "time": record.get("time"),
+                        "segment": record.get("segment", 0), "kind": "amend", **new})
 
     def commit(self, checkpoints: Optional[Dict[str, Tuple[str, SourceCheckpoint]]] = None) -> None:
         """Make the items added so far durable, together with the sources' checkpoints (id -> (path, checkpoint))."""
@@ -130,8 +157,11 @@ class Store:
         for data in self.db.all_items():
             self._last_seq = data["seq"]
             info = self.add_source(data["source"], saved.get(data["source"], ("", None))[0])
+            if data.get("kind") == "amend":
+                continue  # its values are in its record's row already
             if "kind" not in data:
                 self._index_record(info, data)
+                self._last_record[info.id] = data
             if on_item is not None:
                 on_item(data)
         return {source_id: checkpoint for source_id, (_, checkpoint) in saved.items()}
@@ -149,8 +179,11 @@ class Store:
             info.first_step = step
         info.last_step = step
         info.last_time = record.get("time")
-        when = _float(info.last_time)
-        for key, value in record.items():
+        self._index_values(info, step, segment, record, _float(info.last_time))
+
+    def _index_values(self, info: SourceInfo, step: int, segment: int, values: Dict[str, Any], when: float) -> None:
+        """Append a record's metrics (or an amend's) to their chart columns."""
+        for key, value in values.items():
             if key in RESERVED or not isinstance(value, (int, float)):
                 continue
             number = _float(value)

@@ -4,9 +4,10 @@ How it runs: one asyncio task. Each *pass* runs in a worker thread (file IO and 
 block the web server): it expands the `--log` patterns, reads every file in rounds of small slices (so one
 flooding file cannot starve the others: a pass ends after `pass_time_s`), feeds the lines to that source's
 parser and returns the parsed items. Back on the event loop the items enter the store (which numbers them) and go out to the
-hub as one batch. Then the loop sleeps until a watchfiles event, the safety timer, or — when a record
-is waiting for its progress line — the parser's grace period; if a file had more to read it goes again
-at once.
+hub as one batch. Then the loop sleeps until a watchfiles event, the safety timer, or — when a traceback
+may have more lines — the parser's grace period; if a file had more to read it goes again at once.
+A step's record is published at its line; a line that belongs to it but comes later amends it
+(mstail.parsers.amends): joined to it when both are read in one pass, else applied by the store.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from mstail.parsers import Format, Item, SourceParser, format_table
+from mstail.parsers.amends import fold_amends
 from mstail.parsers.interleave import MAX_PARTS, InterleavedParser
 from mstail.parsers.record import PART_KEY
 
@@ -314,7 +316,8 @@ class Tailer:
                          f"parser failed on it ({type(exc).__name__}: {exc})", logging.ERROR)
 
     def _finish_pass(self, source: _Source, items: List[Item], now: float) -> List[Item]:
-        """Flush what waited too long, drop items stored before a restart, note a resume point."""
+        """Flush what waited too long, drop items stored before a restart, note a resume point, join the amends
+        whose record is in this pass to it (a step line and its progress line, read together, go out as one)."""
         parser = source.parser
         items += parser.flush(now)
         if source.skip:
@@ -323,7 +326,7 @@ class Tailer:
             items = items[dropped:]
         if not parser.holding:
             source.snapshot = SourceCheckpoint(source.follower.checkpoint(), parser.snapshot(), emitted_at=parser.emitted)
-        return items
+        return fold_amends(items)
 
     def _deliver(self, results: List[Tuple[_Source, List[Item]]]) -> None:
         started = time.monotonic()
@@ -345,15 +348,16 @@ class Tailer:
                 info.counters = {**source.follower.counters, **parser.counts, "failures": source.failures}
                 info.problem = source.follower.problem or (
                     _hint(source.follower.path, parser.counts)
-                    if parser.format is None and parser.counts["unmatched_metric_lines"] else None)
+                    if parser.format is None and parser.counts["unmatched_metric_lines"] else None) or (
+                    GUESSED_STEPS if parser.meta.get("steps_per_epoch") == "guessed" else None)
                 if part_items:
-                    history = [self._history(source, item) for item in part_items]
                     stored = self.store.add(source_id, part_items)
                     batch += stored
-                    if self.alerts is not None:
+                    if self.alerts is not None:  # the rules judge whole records and events; amends are not theirs
+                        observed = [item for item in part_items if item.kind != "amend"]
                         changes = []
-                        for data, old in zip(stored, history):
-                            changes += self.alerts.observe(source_id, data, now, history=old)
+                        for data, item in zip((d for d in stored if d.get("kind") != "amend"), observed):
+                            changes += self.alerts.observe(source_id, data, now, history=self._history(source, item))
                         batch += self._store_alerts(source_id, changes)
                 info.state = self._state(source, now)
                 if info.state != old_state:
@@ -472,6 +476,11 @@ class Tailer:
         if last is not None and now - last >= self.config.idle_after_s:
             return "idle"
         return "following"
+
+
+#: What a source whose global steps rest on a guessed epoch length says (`SourceParser._loss_monitor_step`).
+GUESSED_STEPS = ("global steps are estimates: the log prints the step within the epoch but not how many steps an "
+                 "epoch has (LossMonitor printing less than once an epoch, no TimeMonitor)")
 
 
 def _hint(path: Path, counts: Dict[str, int]) -> str:

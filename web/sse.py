@@ -107,7 +107,8 @@ def frame(seq: int, event: str, data: Any) -> bytes:
 
 
 def encode_items(items: List[Dict[str, Any]]) -> bytes:
-    """Runs of records become one `records` message; each event its own `event` message (`alert` for alerts)."""
+    """Runs of records become one `records` message; each event its own `event` message (`alert` for alerts,
+    `amend` for values a later line added to a record already sent: the page adds them to its charts)."""
     out: List[bytes] = []
     run: List[Dict[str, Any]] = []
     for item in items:
@@ -115,7 +116,7 @@ def encode_items(items: List[Dict[str, Any]]) -> bytes:
             if run:
                 out.append(frame(run[-1]["seq"], "records", run))
                 run = []
-            out.append(frame(item["seq"], "alert" if item["kind"] == "alert" else "event", item))
+            out.append(frame(item["seq"], item["kind"] if item["kind"] in ("alert", "amend") else "event", item))
         else:
             run.append(item)
     if run:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from mstail.parsers import Format, Item, SourceParser
+from mstail.parsers.amends import settled
 from mstail.parsers.interleave import InterleavedParser
 from mstail.parsers.record import PART_KEY, dumps_owned, ordered
 
@@ -105,12 +106,17 @@ def chain_lines(chain: Chain, progress=None) -> Iterator[Tuple[Path, Line]]:  # 
 
 
 def parse_chain(chain: Chain, parser: InterleavedParser, progress=None) -> Iterator[Item]:  # type: ignore[no-untyped-def]
-    """Items of one chain in order: its lines fed to `parser` one by one, as the sidecar's passes feed them,
-    then everything still held (a finished log has no later line to wait for)."""
+    """Records and events of one chain in order: its lines fed to `parser` one by one, as the sidecar's passes feed
+    them, then everything still held (a finished log has no later line to wait for); each amend joined to its
+    record (`settled`), as the sidecar's history ends up."""
     now = time.time()
-    for _path, line in chain_lines(chain, progress):
-        yield from parser.feed(line.text, line.number, now)
-    yield from parser.flush(now, force=True)
+
+    def items() -> Iterator[Item]:
+        for _path, line in chain_lines(chain, progress):
+            yield from parser.feed(line.text, line.number, now)
+        yield from parser.flush(now, force=True)
+
+    return settled(items())
 
 
 @dataclass

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from mstail.parsers import SourceParser, format_table, load_formats
+from mstail.parsers.amends import settled
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "sample_logs"
@@ -18,12 +19,14 @@ INF = float("inf")
 
 
 def parse(lines: Sequence[str], fmt: Optional[str] = None) -> Tuple[List[dict], List[dict], SourceParser]:
-    """Feed lines as `mstail parse` does (one read time, a forced flush at the end): records, events, parser."""
+    """Feed lines as `mstail parse` does (one read time, a forced flush at the end, amends joined to their records):
+    records, events, parser."""
     parser = SourceParser(FORMATS, forced=format_table(FORMATS)[fmt] if fmt else None)
-    items = []
+    fed = []
     for number, line in enumerate(lines, 1):
-        items += parser.feed(line, number, READ_TIME)
-    items += parser.flush(READ_TIME, force=True)
+        fed += parser.feed(line, number, READ_TIME)
+    fed += parser.flush(READ_TIME, force=True)
+    items = list(settled(fed))
     records = [i.data for i in items if i.kind == "record"]
     events = [i.data for i in items if i.kind == "event"]
     assert len(records) + len(events) == len(items)

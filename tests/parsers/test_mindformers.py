@@ -10,7 +10,7 @@ from typing import Callable, List, Optional
 
 import pytest
 
-from mstail.parsers import SourceParser
+from mstail.parsers import Item, SourceParser
 
 from .support import FORMATS, INF, NAN, READ_TIME, SAMPLES, assert_metrics, metrics, parse, same
 
@@ -379,18 +379,18 @@ def test_step_without_progress_line_is_still_emitted() -> None:
     assert all("samples_per_s" not in r for r in records)
 
 
-def test_live_grace_period_releases_a_record_waiting_for_its_progress_line() -> None:
+def test_a_step_is_emitted_at_its_line_and_its_progress_line_amends_it() -> None:
     parser = SourceParser(FORMATS, grace_s=0.5)
     step = PREFIXES["file_v10"](SINK % (1, 1, 1, 10, 2.0, 512, "1e-05", "False", "1.0"))
-    assert parser.feed(step, 1, 100.0) == []
-    assert parser.holding
-    assert parser.flush(100.2) == []
-    released = parser.flush(100.6)
-    assert [i.kind for i in released] == ["record"] and released[0].data["step"] == 1
-    assert not parser.holding
-    # A progress line arriving after the grace period still reaches the chart, as a record of the same step.
-    late = parser.feed(PREFIXES["file_v10"](progress(10.0, 2.0, 5)), 2, 101.0)
-    assert [(i.kind, i.data["step"], i.data["samples_per_s"]) for i in late] == [("record", 1, 2.0)]
+    emitted = parser.feed(step, 1, 100.0)
+    assert [(i.kind, i.data["step"], i.data["loss"]) for i in emitted] == [("record", 1, 2.0)]
+    assert not parser.holding and parser.flush(100.6) == []
+    # However late the progress line comes, it amends step 1 (never a second record of it).
+    late = parser.feed(PREFIXES["file_v10"](progress(10.0, 2.0, 5)), 2, 160.0)
+    assert late == [Item("amend", {"step": 1, "segment": 0, "samples_per_s": 2.0})]
+    assert parser.counts["amends"] == 1 and parser.emitted == 2
+    # A second progress line for the same step adds nothing: the record keeps the value it has.
+    assert parser.feed(PREFIXES["file_v10"](progress(10.0, 3.0, 5)), 3, 161.0) == []
 
 
 def test_step_going_backwards_opens_a_new_segment() -> None:
@@ -577,11 +577,9 @@ def test_event_between_a_step_and_its_progress_line_keeps_line_order() -> None:
         FILE("something broke", lv="ERROR"),
         FILE(progress(40.0, 2.0, 6)),
     ]
-    parser = SourceParser(FORMATS)
-    items = [item for n, line in enumerate(lines, 1) for item in parser.feed(line, n, READ_TIME)]
-    items += parser.flush(READ_TIME, force=True)
-    assert [(i.kind, i.data["line"]) for i in items] == [("record", 1), ("event", 2)]
-    assert items[0].data["samples_per_s"] == 2.0  # the wait for the progress line was not cut short
+    records, events, _ = parse(lines)
+    assert [(r["line"], e["line"]) for r, e in zip(records, events)] == [(1, 2)]
+    assert records[0]["samples_per_s"] == 2.0  # the progress line after the event still amends its step
 
 
 def test_ansi_colour_codes_are_ignored() -> None:

@@ -92,9 +92,9 @@ def test_eval_time_monitor_is_not_a_training_step_time() -> None:
         LOSS_MONITOR % (2, 1, "0.125"),
     ]
     records, events, _ = parse(lines)
-    # The eval numbers are a record of the epoch's last step (charted), and an `eval` event.
-    assert [(r["step"], r.get("step_time_ms")) for r in records] == [(2, 10.0), (2, None), (3, None)]
-    assert_metrics(records[1], {"eval_accuracy": 0.9})
+    # The eval numbers amend the epoch's last step (charted there, one record per step), and make an `eval` event.
+    assert [(r["step"], r.get("step_time_ms")) for r in records] == [(2, 10.0), (3, None)]
+    assert_metrics(records[0], {"loss": 0.25, "epoch_time_ms": 20.0, "step_time_ms": 10.0, "eval_accuracy": 0.9})
     assert [(e["kind"], e["step"], e["eval_accuracy"]) for e in events] == [("eval", 2, 0.9)]
 
 
@@ -110,7 +110,9 @@ def test_traceback_after_a_loss_monitor_line() -> None:
     records, events, parser = parse(lines)
     assert parser.counts["unmatched_metric_lines"] == 0  # "loss is NAN" inside the traceback is not a step
     assert len(records) == 1 and math.isnan(records[0]["loss"])
-    assert [(e["kind"], e["step"], e["line"]) for e in events] == [("error", 1, 3)]
+    # A first line in epoch 3 with nothing known of the epoch length: its global step is a guess, and says so.
+    assert [(e["kind"], e["step"], e["line"]) for e in events] == [("error", 3, 3)]
+    assert parser.meta["steps_per_epoch"] == "guessed"
     assert events[0]["message"].endswith("terminating training.")
 
 
@@ -129,15 +131,15 @@ def test_mindspore_logger_error_becomes_an_event_with_its_clock() -> None:
 def test_sample_lossmonitor_log() -> None:
     records, events, parser = parse((SAMPLES / "mindspore_lossmonitor.log").read_text(encoding="utf-8").splitlines())
     assert parser.format is not None and parser.format.name == "mindspore"
-    # The eval after epoch 2 is a record of step 16 holding only eval_* metrics (and an `eval` event).
+    # The eval after epoch 2 amends step 16's record with its eval_* metrics (and makes an `eval` event).
     evals = [r for r in records if "eval_loss" in r]
-    assert [(r["step"], r["epoch"], r["line"]) for r in evals] == [(16, 2, 22)]
-    assert_metrics(evals[0], {"eval_accuracy": 0.9375, "eval_loss": 0.3011})
+    assert [(r["step"], r["epoch"], r["line"]) for r in evals] == [(16, 2, 19)]
+    assert_metrics(evals[0], {"loss": 0.6569548, "epoch_time_ms": 490.616, "step_time_ms": 61.327,
+                              "data_time_ms": 5.112, "eval_accuracy": 0.9375, "eval_loss": 0.3011})
     assert [(e["kind"], e["step"], e["eval_accuracy"], e["eval_loss"], e["line"]) for e in events] == [
         ("eval", 16, 0.9375, 0.3011, 22)
     ]
     assert events[0]["message"] == "Eval result: epoch 2, metrics: {'accuracy': 0.9375, 'loss': 0.3011}"
-    records = [r for r in records if "eval_loss" not in r]
     assert [r["step"] for r in records] == list(range(1, 25))
     assert [r["epoch"] for r in records] == [1] * 8 + [2] * 8 + [3] * 8
     assert all(r["time"] == READ_TIME for r in records)  # print() lines carry no timestamp
@@ -145,8 +147,6 @@ def test_sample_lossmonitor_log() -> None:
     assert_metrics(records[7], {"loss": 1.2321866, "epoch_time_ms": 1735.192, "step_time_ms": 216.899,
                                 "data_time_ms": 4.112})
     assert_metrics(records[10], {"loss": NAN})
-    assert_metrics(records[15], {"loss": 0.6569548, "epoch_time_ms": 490.616, "step_time_ms": 61.327,
-                                 "data_time_ms": 5.112})
     assert_metrics(records[23], {"loss": 0.361621, "epoch_time_ms": 484.112, "step_time_ms": 60.514,
                                  "data_time_ms": 6.112})
     assert sum(1 for r in records if "epoch_time_ms" in r) == 3
@@ -188,7 +188,8 @@ def test_jsonl_reserved_keys_are_ours_and_kind_makes_events() -> None:
     assert [(r["step"], r["segment"], r["line"]) for r in records] == [(5, 0, 2), (4, 1, 6)]
     assert "seq" not in records[0] and "source" not in records[0]
     assert [(e["kind"], e.get("step"), e["message"], e["line"]) for e in events] == [
-        ("start", None, "training started", 1), ("checkpoint", 5, "saved net-5_1.ckpt", 5)
+        ("start", None, "training started", 1), ("checkpoint", 5, "saved net-5_1.ckpt", 5),
+        ("resume", 4, "resumed at step 4 (the step before was 5)", 6),  # a step going back: a new segment
     ]
 
 

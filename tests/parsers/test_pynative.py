@@ -218,9 +218,9 @@ def test_checkpoint_epoch_end_and_end_events() -> None:
         log("Training completed. Final checkpoint saved.", ts="2024-04-02 09:13:59,000"),
     ]
     records, events, parser = parse(lines)
-    # "Epoch N finished" joins the epoch's last step as a record of that step (its step was already emitted).
-    assert [(r["step"], r["line"]) for r in records] == [(1, 1), (2, 2), (2, 4), (3, 5), (4, 6)]
-    assert_metrics(records[2], {"epoch_time_ms": 12340.0})
+    # "Epoch N finished" amends the epoch's last step (already emitted): one record per step.
+    assert [(r["step"], r["line"]) for r in records] == [(1, 1), (2, 2), (3, 5), (4, 6)]
+    assert records[1]["epoch_time_ms"] == 12340.0 and records[1]["loss"] == 1.5
     assert [(e["kind"], e["step"], e["line"]) for e in events] == [("checkpoint", 2, 3), ("checkpoint", 4, 7),
                                                                     ("end", 4, 8)]
     assert (events[0]["path"], events[0]["async"]) == ("/home/ma-user/work/output/checkpoint", 0)

@@ -255,18 +255,19 @@ def _append(path: Path, *lines: str) -> None:
         out.write("".join(line + "\n" for line in lines))
 
 
-def test_a_restart_while_a_record_waits_for_its_progress_line_neither_loses_nor_repeats(tmp_path: Path) -> None:
+def test_a_restart_between_a_step_and_its_progress_line_amends_the_stored_step(tmp_path: Path) -> None:
     log, state = tmp_path / "worker_0.log", tmp_path / "state.sqlite"
     step = lambda i: STEP_LINE.format(s=i, i=i)  # noqa: E731
     progress = lambda i: PROGRESS_LINE.format(s=i)  # noqa: E731
     _append(log, step(1), progress(1))
     first = _tailer(state, str(log))
     asyncio.run(first.pass_once())
-    _append(log, step(2), progress(2), step(3))  # step 3 waits for its progress line when the pass ends
+    _append(log, step(2), progress(2), step(3))  # step 3 is published at once, without its progress line
     asyncio.run(first.pass_once())
+    assert "samples_per_s" not in first.store.records_after(2, 1)[0]
     first.store.close()  # the process dies here: what is committed is all there is
     (checkpoint,) = [c for _, c in StateDB(state, expected="test").sources().values()]
-    assert checkpoint.emitted - checkpoint.emitted_at == 1  # step 2 is stored past the resume point
+    assert checkpoint.emitted == checkpoint.emitted_at == 5  # 3 records, 2 amends; nothing held: resume after step 3
 
     second = _tailer(state, str(log))
     _append(log, progress(3))
@@ -274,10 +275,12 @@ def test_a_restart_while_a_record_waits_for_its_progress_line_neither_loses_nor_
     records = second.store.records_after(0, 100)
     assert [(r["seq"], r["step"]) for r in records] == [(1, 1), (2, 2), (3, 3)]
     assert all(r["samples_per_s"] == 0.14181 and r["loss"] == 15.507022 for r in records)  # progress merged
+    amends = [i for i in second.store.items_after(3) if i.get("kind") == "amend"]
+    assert [(a["seq"], a["step"], a["samples_per_s"]) for a in amends] == [(4, 3, 0.14181)]  # a replay applies it
 
 
 def test_torchrun_tagged_ranks_resume_after_a_restart_each_in_its_own_source(tmp_path: Path) -> None:
-    """Ranks tagged `[rankN]: ` in one file; mstail dies while rank 1's step waits for its progress line."""
+    """Ranks tagged `[rankN]: ` in one file; mstail dies between rank 1's step and its progress line."""
     log, state = tmp_path / "train.log", tmp_path / "state.sqlite"
     step = lambda r, i: f"[rank{r}]: " + STEP_LINE.format(s=i, i=i)  # noqa: E731
     progress = lambda r, i: f"[rank{r}]: " + PROGRESS_LINE.format(s=i)  # noqa: E731

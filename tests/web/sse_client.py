@@ -54,11 +54,11 @@ def collect(url: str, until: Callable[[List[SSEMessage]], bool], headers: Option
 
 
 def stream_seqs(got: List[SSEMessage]) -> List[int]:
-    """Every seq delivered (records, events and alerts), in arrival order."""
+    """Every seq delivered (records, events, alerts and amends), in arrival order."""
     seqs: List[int] = []
     for message in got:
         if message.get("event") == "records":
             seqs += [r["seq"] for r in message.data]
-        elif message.get("event") in ("event", "alert"):
+        elif message.get("event") in ("event", "alert", "amend"):
             seqs.append(message.data["seq"])
     return seqs

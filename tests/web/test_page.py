@@ -187,3 +187,28 @@ def test_markup_in_logs_and_paths_is_inert(watched, mstail_server, log_writer, w
     assert all(XSS_IMG in m for m in messages), messages
     assert page.eval_on_selector_all("#alerts-panel img, #alerts-panel b", "els => els.length") == 0
     watched.assert_clean()
+
+
+@pytest.mark.timeout(60)
+def test_a_late_timemonitor_line_amends_its_step_on_the_page(watched, mstail_server, tmp_path):
+    """A LossMonitor step is drawn at once; TimeMonitor's line, 1 s later, arrives as an amend: its times join the
+    epoch's last step in their own charts, and the step stays one point (issue 15)."""
+    log = tmp_path / "train.log"
+    log.write_text("".join(f"epoch: 1 step: {s}, loss is {3 - s / 10:.4f}\n" for s in range(1, 4)), encoding="utf-8")
+    server = mstail_server(log)
+    server.wait_records(3)
+    _open(watched, server.url)
+    watched.wait_chart("loss", "points", 3)
+    with open(log, "a", encoding="utf-8") as out:
+        out.write("epoch: 1 step: 4, loss is 2.6000\n")
+        out.flush()
+        watched.wait_chart("loss", "points", 4)  # drawn at its line: nothing waits for the TimeMonitor line
+        time.sleep(1.0)
+        out.write("Train epoch time: 400.000 ms, per step time: 100.000 ms\n")
+    watched.wait_chart("step_time_ms", "points", 1, timeout_ms=10_000)
+    watched.show_all_charts()
+    charts = watched.charts()
+    assert charts["epoch_time_ms"]["points"] == 1 and charts["loss"]["points"] == 4
+    records = server.get_json("/api/records?after=0")
+    assert [(r["step"], r.get("step_time_ms")) for r in records] == [(1, None), (2, None), (3, None), (4, 100.0)]
+    watched.assert_clean()

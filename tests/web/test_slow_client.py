@@ -28,9 +28,11 @@ def test_a_client_that_stopped_reading_is_dropped_and_others_go_on(tmp_path: Pat
         wait_until(lambda: server.get_json("/healthz")["clients"] == 1, 10, message="the stalled client connected")
         began = time.monotonic()
 
-        # Meanwhile a reading client gets live steps as usual.
+        # Meanwhile a reading client gets live steps as usual (from the seq before the writer starts: a step is
+        # published at its line, possibly before this client has connected).
+        before = server.get_json("/healthz")["last_seq"]
         writer = log_writer(log, steps=20, interval_s=0.05, start_step=12001)
-        got = collect(f"{server.url}/api/stream", until=lambda g: any(
+        got = collect(f"{server.url}/api/stream?after={before}", until=lambda g: any(
             m.get("event") == "event" and m.data["kind"] == "end" for m in g))
         log_writer.finish(writer)
         records = [r["step"] for m in got if m.get("event") == "records" for r in m.data]

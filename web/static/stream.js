@@ -52,6 +52,17 @@ export function connect() {
     }
     scheduleRender();
   });
+  stream.addEventListener("amend", (e) => {
+    // Values a later line added to a record already drawn (TimeMonitor's epoch times, a progress line): the
+    // record's new metrics join its charts at its step; it stays one record (noteRecord counted it).
+    const amend = JSON.parse(e.data);
+    state.lastSeq = Math.max(state.lastSeq, amend.seq);
+    for (const key of Object.keys(amend)) {
+      if (RESERVED.has(key) || num(amend[key]) === null) continue;
+      chartFor(key).append(amend);
+    }
+    scheduleRender();
+  });
   stream.addEventListener("event", (e) => {
     const event = JSON.parse(e.data);
     state.lastSeq = Math.max(state.lastSeq, event.seq);
