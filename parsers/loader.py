@@ -25,7 +25,7 @@ BUILTIN_ORIGIN = "built-in"
 PATTERN_ORIGIN = "--pattern"
 _FORMAT_KEYS = {"name", "description", "priority", "prefix", "rule", "error_levels", "jsonl"}
 _RULE_KEYS = {"name", "kind", "regex", "fields", "wait_for", "event", "multiline", "pairs", "record", "same_step_as",
-              "epoch_length"}
+              "epoch_length", "literal"}
 _FIELD_KEYS = {"type", "rename", "unit", "scale", "null"}
 _PYDICT_KEYS = {"type", "prefix"}
 _PAIRS_KEYS = {"group", "regex", "type", "names", "prefix"}
@@ -182,6 +182,10 @@ def _rule(data: Mapping[str, Any], origin: str, index: int) -> Rule:
             raise FormatError(
                 origin, f"epoch_length must name two metrics of this rule (numerator, denominator): {sorted(outputs)}", name
             )
+    literal = data.get("literal", [])
+    literal = [literal] if isinstance(literal, str) else literal
+    if not (isinstance(literal, list) and all(isinstance(text, str) and text and "\n" not in text for text in literal)):
+        raise FormatError(origin, "literal must be a non-empty text, or a list of them, that every matching line holds", name)
     return Rule(
         name=name,
         kind=kind,
@@ -194,6 +198,7 @@ def _rule(data: Mapping[str, Any], origin: str, index: int) -> Rule:
         record=record,
         same_step_as=same_step_as,
         epoch_length=tuple(epoch_length),
+        literal=tuple(literal),
     )
 
 

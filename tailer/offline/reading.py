@@ -12,14 +12,15 @@ import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from mstail.parsers import Format, Item, SourceParser
+from mstail.parsers.blocks import feed_block
 from mstail.parsers.interleave import InterleavedParser
 from mstail.parsers.record import PART_KEY, dumps_owned, ordered
 
 from ..discovery import ROTATED, SourceNamer, expand, has_glob, rotated_backups
-from ..lines import Line, LineSplitter
+from ..lines import Block, Line, LineSplitter
 
 READ_CHUNK = 1 << 20
 
@@ -86,8 +87,11 @@ def chains(inputs: Sequence[str]) -> List[Chain]:
     return out
 
 
-def chain_lines(chain: Chain, progress=None) -> Iterator[Tuple[Path, Line]]:  # type: ignore[no-untyped-def]
-    """The lines of one chain in order, split exactly as when following; `progress(n_bytes)` as bytes are read."""
+def chain_lines(
+    chain: Chain, progress=None, blocks: bool = False  # type: ignore[no-untyped-def]
+) -> Iterator[Tuple[Path, Union[Line, Block]]]:
+    """The lines of one chain in order, split exactly as when following; `progress(n_bytes)` as bytes are read.
+    With `blocks` (default False), runs of whole lines come as `Block`s (`LineSplitter.feed`)."""
     for path in chain.files:
         splitter = LineSplitter()
         with open(path, "rb") as handle:
@@ -97,7 +101,7 @@ def chain_lines(chain: Chain, progress=None) -> Iterator[Tuple[Path, Line]]:  # 
                     break
                 if progress is not None:
                     progress(len(data))
-                for line in splitter.feed(data):
+                for line in splitter.feed(data, blocks):
                     yield path, line
             if splitter.pending_bytes:  # a finished log may end without a newline
                 for line in splitter.feed(b"\n"):
@@ -105,11 +109,14 @@ def chain_lines(chain: Chain, progress=None) -> Iterator[Tuple[Path, Line]]:  # 
 
 
 def parse_chain(chain: Chain, parser: InterleavedParser, progress=None) -> Iterator[Item]:  # type: ignore[no-untyped-def]
-    """Items of one chain in order: its lines fed to `parser` one by one, as the sidecar's passes feed them,
-    then everything still held (a finished log has no later line to wait for)."""
+    """Items of one chain in order: its lines fed to `parser` (blocks of them through `feed_block`, as the sidecar's
+    catch-up feeds them), then everything still held (a finished log has no later line to wait for)."""
     now = time.time()
-    for _path, line in chain_lines(chain, progress):
-        yield from parser.feed(line.text, line.number, now)
+    for _path, piece in chain_lines(chain, progress, blocks=True):
+        if isinstance(piece, Block):
+            yield from feed_block(parser, piece.data, piece.number, now, piece.decode, piece.start)
+        else:
+            yield from parser.feed(piece.text, piece.number, now)
     yield from parser.flush(now, force=True)
 
 
