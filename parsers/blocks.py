@@ -69,9 +69,12 @@ def feed_block(
         fed(end)
         pos, line_no = end + 1, line_no + 1
     finder = finder_for(main.format) if main.format is not None else None
-    for start in finder.starts(block, pos) if finder is not None else ():
-        if start < pos:
-            continue  # a line fed already (while an event was open)
+    starts = finder.starts(block, pos) if finder is not None else []
+    for start in starts + [size] if finder is not None else ():
+        while main.collecting and pos < start:  # an open multi-line event takes whatever line comes next
+            end = find(b"\n", pos)
+            fed(end)
+            pos, line_no = end + 1, line_no + 1
         if start > pos:
             # The lines before the next that may matter are only counted, as `feed` counts a line no rule matches,
             # with the `flush(now)` it ends with (once: with the same `now` it emits nothing the second time).
@@ -79,16 +82,10 @@ def feed_block(
             main.counts["lines"] += skipped
             out += main.flush(now)
             pos, line_no = start, line_no + skipped
-        end = find(b"\n", pos)
-        fed(end)
-        pos, line_no = end + 1, line_no + 1
-        while main.collecting and pos < size:  # an open multi-line event takes whatever line comes next
+        if start == pos < size:
             end = find(b"\n", pos)
             fed(end)
             pos, line_no = end + 1, line_no + 1
-    if finder is not None and pos < size:
-        main.counts["lines"] += block.count(b"\n", pos)
-        out += main.flush(now)
     while pos < size:  # a format whose lines cannot be told apart (or none locked): every line
         end = find(b"\n", pos)
         fed(end)
