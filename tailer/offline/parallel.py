@@ -14,10 +14,10 @@ from typing import List, Optional, Sequence, TextIO, Tuple, Union
 
 from mstail.parsers import Format
 
-from . import reading
+from . import reading, split
 from .reading import Chain, ParseError, Summary, _Part, add_part, parse_group
 from .output import copy_jsonl, progress_bar, write_csv
-from .split import SPLIT_MIN_BYTES, Piece, PieceResult, copy_piece, joined_part, parse_piece, pieces, shift_rows, stitch
+from .split import Piece, PieceResult, copy_piece, joined_part, parse_piece, pieces, shift_rows, stitch
 
 #: Below this many bytes in all, chains are parsed in this process: starting workers would cost more than it saves.
 PARALLEL_MIN_BYTES = 4 << 20
@@ -52,7 +52,7 @@ def plan(groups: List[Chain], sizes: List[int], jobs: Optional[int]) -> Tuple[Li
     cpus = jobs if jobs is not None else _usable_cpus()
     units: List[Unit] = []
     for index, (group, size) in enumerate(zip(groups, sizes)):
-        if 1 < cpus and len(groups) < cpus and len(group.files) == 1 and size >= SPLIT_MIN_BYTES and _can_fork():
+        if 1 < cpus and len(groups) < cpus and len(group.files) == 1 and size >= split.SPLIT_MIN_BYTES and _can_fork():
             units += [(index, piece) for piece in pieces(group, size, cpus)]
         else:
             units.append((index, None))

@@ -52,7 +52,8 @@ def run_parse(
 
     Chains are independent: with more than one, they are parsed in worker processes (at most `jobs`, default
     one per usable CPU; inputs under PARALLEL_MIN_BYTES stay in this process unless `jobs` is given) and written
-    in their order, exactly as one process would. `jobs=1` parses here. A worker's failure raises ParseError
+    in their order, exactly as one process would. With fewer chains than workers, a big file is parsed in pieces,
+    joined at checked seams (`split`), again exactly as one process would. `jobs=1` parses here. A worker's failure raises ParseError
     (a missing file still raises FileNotFoundError)."""
     groups = _chains(inputs)
     sizes = [sum(os.path.getsize(f) for f in g.files) for g in groups]

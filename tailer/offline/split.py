@@ -6,7 +6,10 @@ so each seam is checked: the worker of the next piece notes, early in its piece,
 what its state was then (`Probe`); the worker of the piece before reads on past its end until its own parser, holding
 nothing either, is in that same state at one of those places (up to the run segment's number and the counts, which
 only add up). From there both parsers give the same items, so the output is the first worker's up to that place and
-the second's after it, its segments renumbered. Where no place agrees (a log whose state never converges: a
+the second's after it, its segments renumbered. One part of the state a fresh parser learns only late: the step of
+the last event of a kind a rule takes its step from (`same_step_as`: a checkpoint's save, logged 1,000s of steps
+apart). A place where the next piece's parser lacks it still counts if that parser met such an event before any
+line that takes its step (then it knows what the other knows), which it tells when it has (`Probe.missing`). Where no place agrees (a log whose state never converges: a
 `--pattern` that counts steps, launcher-tagged ranks), the file is parsed again in one process: slower, never other.
 """
 
@@ -18,7 +21,7 @@ import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 from mstail.parsers import Format, Item
 from mstail.parsers.interleave import InterleavedParser
@@ -61,6 +64,10 @@ class Probe:
     records: int
     events: int
     unmatched: int
+    #: event kinds whose last step the parser did not know here (left out of `state`); the place counts only if it
+    #: met an event of each before any event that takes its step (`valid`)
+    missing: List[str] = field(default_factory=list)
+    valid: bool = True
 
 
 @dataclass
@@ -86,19 +93,39 @@ def pieces(chain: Chain, size: int, count: int) -> List[Piece]:
     return [Piece(chain, i, len(starts), start, end) for i, (start, end) in enumerate(zip(starts, ends))]
 
 
-def comparable(parser: InterleavedParser) -> Optional[str]:
+def comparable(parser: InterleavedParser, drop: Sequence[str] = ()) -> Optional[str]:
     """The parser's state as two parsers must share it for the same lines to give them the same items, or None when
     that cannot be told (launcher-tagged parts). Left out: the counts and the run segment (they add up), the
-    segment of the last record, and the steps of event kinds no rule of the format takes (`same_step_as`)."""
+    segment of the last record, the steps of event kinds no rule of the format takes (`same_step_as`) and of those
+    in `drop`."""
     if parser.parts or parser.main.format is None:
         return None
     state = parser.main.snapshot().to_json()
     del state["counts"], state["segment"]
     if state.get("last"):
         state["last"] = {key: value for key, value in state["last"].items() if key != "segment"}
-    taken = {rule.same_step_as for rule in parser.main.format.rules if rule.same_step_as}
+    taken = set(takers(parser.main.format).values()) - set(drop)
     state["event_steps"] = {kind: step for kind, step in state["event_steps"].items() if kind in taken}
     return json.dumps(state, sort_keys=True)
+
+
+def takers(fmt: Format) -> Dict[str, str]:
+    """Event kind -> the event kind whose last step it takes (`same_step_as`)."""
+    return {rule.event: rule.same_step_as for rule in fmt.rules if rule.same_step_as}
+
+
+def _follow(following: List[Tuple[Probe, Set[str]]], items: List[Item], taking: Dict[str, str]) -> List[Tuple[Probe, Set[str]]]:
+    """Places still missing some steps (each with those it has not learnt yet), after `items` (met after them): an
+    event of a missing kind is learnt, an event that takes a step not learnt yet makes the place useless. Returns the
+    places still missing some."""
+    for kind, data in items:
+        if kind != "event":
+            continue
+        for probe, unknown in following:
+            if taking.get(data.get("kind")) in unknown:
+                probe.valid = False
+            unknown.discard(data.get("kind"))
+    return [(probe, unknown) for probe, unknown in following if probe.valid and unknown]
 
 
 def _probes_path(folder: str, piece: Piece) -> str:
@@ -120,8 +147,12 @@ def parse_piece(
             number = _lines_before(handle, piece.start)
             splitter = LineSplitter(piece.start, first_number=number + 1)
 
+            following: List[Tuple[Probe, Set[str]]] = []  # places still missing some steps (see `_follow`)
+            published = piece.index == 0  # the first piece has no places to tell
+
             def take(until: Optional[int], step: int) -> Iterator[bool]:
                 """Read and parse up to `until` (None: the end) in reads of `step` bytes; yields after each read."""
+                nonlocal following
                 while until is None or handle.tell() < until:
                     data = handle.read(step if until is None else min(step, until - handle.tell()))
                     if not data:
@@ -131,22 +162,38 @@ def parse_piece(
                     items: List[Item] = []
                     for line in splitter.feed(data, blocks=True):
                         items += feed(parser, line, now)
+                    if following:
+                        following = _follow(following, items, takers(parser.main.format))  # type: ignore[arg-type]
                     write_items(items, piece.chain.source, part, to, write, rows, with_events)
                     yield True
 
+            def publish() -> None:
+                nonlocal published
+                for probe, _ in following:
+                    probe.valid = False  # never learnt what it missed: it cannot be told to agree
+                _publish(result.probes, _probes_path(folder, piece))
+                published = True
+
             handle.seek(piece.start)
-            if piece.index > 0:
-                try:
+            try:
+                if piece.index > 0:
                     window = piece.start + PROBE_BYTES if piece.end is None else min(piece.end, piece.start + PROBE_BYTES)
                     for _ in take(window, PROBE_STEP):
                         state = None if parser.holding else comparable(parser)
                         if state is not None:
-                            result.probes.append(Probe(splitter.offset, state, parser.main.state.segment, part.written,
-                                                       part.records, part.events, parser.counts["unmatched_metric_lines"]))
-                finally:
-                    _publish(result.probes, _probes_path(folder, piece))
-            for _ in take(piece.end, READ_CHUNK):
-                pass
+                            fmt = parser.main.format
+                            known = parser.main.state.event_steps
+                            missing = sorted(set(takers(fmt).values()) - set(known))  # type: ignore[arg-type]
+                            probe = Probe(splitter.offset, state, parser.main.state.segment, part.written, part.records,
+                                          part.events, parser.counts["unmatched_metric_lines"], missing)
+                            result.probes.append(probe)
+                            following += [(probe, set(missing))] if missing else []
+                for _ in take(piece.end, PROBE_STEP if following else READ_CHUNK):
+                    if not published and not following:
+                        publish()
+            finally:
+                if not published:
+                    publish()
             if piece.end is None:
                 if splitter.pending_bytes:  # a finished log may end without a newline
                     write_items([i for line in splitter.feed(b"\n") for i in feed(parser, line, now)],
@@ -169,7 +216,7 @@ def _seam(piece: Piece, parser: InterleavedParser, splitter: LineSplitter, take:
             pass
         if splitter.offset != probe.offset:
             return None  # the file ended before (it changed while parsed)
-        if not parser.holding and comparable(parser) == probe.state:
+        if probe.valid and not parser.holding and comparable(parser, probe.missing) == probe.state:
             return [index, parser.main.state.segment]
     return None
 
