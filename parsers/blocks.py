@@ -14,7 +14,7 @@ from typing import Callable, Dict, List, Optional, Tuple, Union
 
 from .engine import METRIC_HINT, SourceParser
 from .interleave import InterleavedParser
-from .prefilter import TAGS, LineFinder, line_finder
+from .prefilter import LineFinder, line_finder
 from .record import Item
 from .schema import Format
 
@@ -49,8 +49,7 @@ def feed_block(
             default None: the exception propagates.
     """
     main = parser.main if isinstance(parser, InterleavedParser) else parser
-    # A block with no launcher tag goes straight to the main parser, where `InterleavedParser.feed` sends its lines.
-    feed = parser.feed if any(tag in block for tag in TAGS) else main.feed
+    feed = parser.feed
     out: List[Item] = []
     pos, size = 0, len(block)
     find = block.find
