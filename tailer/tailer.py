@@ -43,9 +43,10 @@ log = logging.getLogger("mstail.sidecar")
 
 #: bytes one file gives per round of a pass: small enough that a round over a flooding file is a few ms of parsing.
 READ_SLICE = 8 << 10
-#: bytes per round of a file still catching up (what it held when mstail reached it): read in blocks of whole lines
-#: through the parsers' fast path (`parsers.blocks`), a round costs about what an 8 KiB one does line by line.
-CATCH_UP_SLICE = 256 << 10
+#: bytes per round of a file still catching up (what it held when mstail reached it), read in blocks of whole lines
+#: through the parsers' fast path (`parsers.blocks`): a round's parsing costs a few ms, and its records (about 40)
+#: cost as much again to store, so live files still wait about one short pass.
+CATCH_UP_SLICE = 64 << 10
 #: a read pass running longer than this is a stall: /healthz says so (a pass normally takes milliseconds).
 STALL_S = 10.0
 #: a `--log` pattern naming nothing for this long, in a folder that does not exist, is said on stderr.
