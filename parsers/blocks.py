@@ -54,26 +54,25 @@ def feed_block(
     pos, size = 0, len(block)
     find = block.find
 
-    def fed(end: int) -> None:
-        """Feed the line from `pos` to `end` (its newline)."""
+    def feed_next() -> None:
+        """Feed the line at `pos` and move past it."""
+        nonlocal pos, line_no
+        end = find(b"\n", pos)
         try:
             out.extend(feed(decode(block[pos:end], offset + pos), line_no, now))
         except Exception as exc:  # noqa: BLE001 - the caller decides what a line the parser fails on costs
             if on_error is None:
                 raise
             on_error(line_no, exc)
+        pos, line_no = end + 1, line_no + 1
 
     while pos < size and main.format is None:  # every line, until a line locks the format
-        end = find(b"\n", pos)
-        fed(end)
-        pos, line_no = end + 1, line_no + 1
+        feed_next()
     finder = finder_for(main.format) if main.format is not None else None
     starts = finder.starts(block, pos) if finder is not None else []
     for start in starts + [size] if finder is not None else ():
         while main.collecting and pos < start:  # an open multi-line event takes whatever line comes next
-            end = find(b"\n", pos)
-            fed(end)
-            pos, line_no = end + 1, line_no + 1
+            feed_next()
         if start > pos:
             # The lines before the next that may matter are only counted, as `feed` counts a line no rule matches,
             # with the `flush(now)` it ends with (once: with the same `now` it emits nothing the second time).
@@ -82,11 +81,7 @@ def feed_block(
             out += main.flush(now)
             pos, line_no = start, line_no + skipped
         if start == pos < size:
-            end = find(b"\n", pos)
-            fed(end)
-            pos, line_no = end + 1, line_no + 1
+            feed_next()
     while pos < size:  # a format whose lines cannot be told apart (or none locked): every line
-        end = find(b"\n", pos)
-        fed(end)
-        pos, line_no = end + 1, line_no + 1
+        feed_next()
     return out
