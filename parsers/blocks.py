@@ -10,7 +10,8 @@ format whose lines cannot be told apart so (JSONL, a user's regexes).
 
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Optional, Tuple, Union
+import weakref
+from typing import Callable, Dict, List, Optional, Union
 
 from .engine import METRIC_HINT, SourceParser
 from .interleave import InterleavedParser
@@ -18,16 +19,17 @@ from .prefilter import LineFinder, line_finder
 from .record import Item
 from .schema import Format
 
-#: id(format) -> (the format, kept alive so the id stays its own; its line finder or None)
-_FINDERS: Dict[int, Tuple[Format, Optional[LineFinder]]] = {}
+#: id(format) -> its line finder or None, for as long as the format lives (`finder_for`)
+_FINDERS: Dict[int, Optional[LineFinder]] = {}
 
 
 def finder_for(fmt: Format) -> Optional[LineFinder]:
     """The line finder of a format (made once per format), or None when every line must be fed."""
-    known = _FINDERS.get(id(fmt))
-    if known is None or known[0] is not fmt:
-        known = _FINDERS[id(fmt)] = (fmt, line_finder(fmt, METRIC_HINT))
-    return known[1]
+    key = id(fmt)
+    if key not in _FINDERS:
+        _FINDERS[key] = line_finder(fmt, METRIC_HINT)
+        weakref.finalize(fmt, _FINDERS.pop, key, None)  # gone with the format, before its id can be reused
+    return _FINDERS[key]
 
 
 def feed_block(
