@@ -33,8 +33,8 @@ def finder_for(fmt: Format) -> Optional[LineFinder]:
 
 
 def feed_block(
-    parser: Union[InterleavedParser, SourceParser], block: bytes, line_no: int, now: float, decode: Callable[[bytes, int], str],
-    offset: int = 0, on_error: Optional[Callable[[int, Exception], None]] = None,
+    parser: Union[InterleavedParser, SourceParser], block: bytes, line_no: int, now: float,
+    decode: Callable[[bytes, int], str], offset: int = 0, on_error: Optional[Callable[[int, Exception], None]] = None,
 ) -> List[Item]:
     """The items (and counts) that feeding the block's lines to `parser` one by one gives, faster.
 

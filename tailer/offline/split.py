@@ -9,8 +9,9 @@ only add up). From there both parsers give the same items, so the output is the 
 the second's after it, its segments renumbered. One part of the state a fresh parser learns only late: the step of
 the last event of a kind a rule takes its step from (`same_step_as`: a checkpoint's save, logged 1,000s of steps
 apart). A place where the next piece's parser lacks it still counts if that parser met such an event before any
-line that takes its step (then it knows what the other knows), which it tells when it has (`Probe.missing`). Where no place agrees (a log whose state never converges: a
-`--pattern` that counts steps, launcher-tagged ranks), the file is parsed again in one process: slower, never other.
+line that takes its step (then it knows what the other knows), which it tells when it has (`Probe.missing`).
+Where no place agrees (a log whose state never converges: a `--pattern` that counts steps, launcher-tagged ranks),
+the file is parsed again in one process: slower, never other.
 """
 
 from __future__ import annotations
@@ -114,7 +115,10 @@ def takers(fmt: Format) -> Dict[str, str]:
     return {rule.event: rule.same_step_as for rule in fmt.rules if rule.same_step_as}
 
 
-def _follow(following: List[Tuple[Probe, Set[str]]], items: List[Item], taking: Dict[str, str]) -> List[Tuple[Probe, Set[str]]]:
+Following = List[Tuple[Probe, Set[str]]]  # places still missing some steps, each with those not learnt yet
+
+
+def _follow(following: Following, items: List[Item], taking: Dict[str, str]) -> Following:
     """Places still missing some steps (each with those it has not learnt yet), after `items` (met after them): an
     event of a missing kind is learnt, an event that takes a step not learnt yet makes the place useless. Returns the
     places still missing some."""
@@ -147,7 +151,7 @@ def parse_piece(
             number = _lines_before(handle, piece.start)
             splitter = LineSplitter(piece.start, first_number=number + 1)
 
-            following: List[Tuple[Probe, Set[str]]] = []  # places still missing some steps (see `_follow`)
+            following: Following = []  # see `_follow`
             published = piece.index == 0  # the first piece has no places to tell
 
             def take(until: Optional[int], step: int) -> Iterator[bool]:
@@ -177,7 +181,8 @@ def parse_piece(
             handle.seek(piece.start)
             try:
                 if piece.index > 0:
-                    window = piece.start + PROBE_BYTES if piece.end is None else min(piece.end, piece.start + PROBE_BYTES)
+                    window = piece.start + PROBE_BYTES
+                    window = window if piece.end is None else min(piece.end, window)
                     for _ in take(window, PROBE_STEP):
                         state = None if parser.holding else comparable(parser)
                         if state is not None:
