@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Set, Tuple
 
+from .interleave import TAG_TEXTS
+
 if TYPE_CHECKING:
     from .schema import Format
 
@@ -19,12 +21,9 @@ if TYPE_CHECKING:
 #: most this often per byte of log; else with `bytes.find` (a few GB/s, whatever the needle).
 RARE_BYTE_RATE = 1 / 1000
 _SAMPLE_BYTES = 1 << 18
-#: What every launcher tag holds (`[rank3]: `, `[default3]: `, `[1,3]<stdout>: `, see `interleave`): such a line goes
-#: to another part's parser.
-TAGS = (b"[rank", b"[default", b"]<std")
 #: Lines whose text the line reader or the engine changes before any rule sees it (NUL bytes dropped, ANSI escapes
-#: stripped), and tagged lines.
-ALWAYS = (b"\x00", b"\x1b") + TAGS
+#: stripped), and lines a launcher tagged (they go to another part's parser).
+ALWAYS = (b"\x00", b"\x1b") + TAG_TEXTS
 #: Non-ASCII letters that `re.IGNORECASE` matches to an ASCII one ("ſ" is an "s", "K" a "k", "İ"/"ı" an "i"): a line
 #: holding their UTF-8 bytes may hold a case-folded text that lowering the block (ASCII only) cannot show.
 _FOLDS = {"i": b"\xc4", "k": "\u212a".encode("utf-8"), "s": "\u017f".encode("utf-8")}

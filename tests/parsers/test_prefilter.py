@@ -12,6 +12,7 @@ import pytest
 
 from mstail.parsers import FormatError, load_format_file
 from mstail.parsers.blocks import finder_for
+from mstail.parsers.interleave import TAG_TEXTS, part_of
 from mstail.parsers.prefilter import LineFinder
 
 from tests.parsers.support import FORMATS, ROOT, SAMPLES
@@ -77,3 +78,10 @@ def test_the_finder_finds_every_line_holding_a_text_in_any_case_where_asked() ->
     starts = [sum(len(line) + 1 for line in lines[:i]) for i in (1, 3, 4)]
     assert finder.starts(block) == starts
     assert LineFinder([b"needle", "\u017f".encode()], [b"loss"]).starts(block) == starts + [starts[-1] + 8]
+
+
+@pytest.mark.parametrize("line", ["[rank3]: x", "[default12]:x", "[1,3]<stdout>: x", "[0,15]<stderr>:x", "[rank0]:"])
+def test_every_launcher_tag_holds_a_tag_text(line: str) -> None:
+    """Tagged lines go to another part's parser, so the fast path must feed them: it finds them by `TAG_TEXTS`."""
+    assert part_of(line) is not None
+    assert any(text.decode() in line for text in TAG_TEXTS)
