@@ -3,7 +3,8 @@
 A parser emits a step's record at its own line, so the sidecar publishes it at once; a line that belongs to that
 step but comes later (MindSpore's TimeMonitor at the epoch end, MindFormers' progress line, eval results) yields an
 amend for the parser's last record. Whoever still holds that record joins the two, so the rest of mstail sees one
-record: the tailer for the items of one read pass (`fold_amends`), `mstail parse` for a whole file (`settled`). An
+record: the tailer for the items of one read pass (`fold_amends`), `mstail parse` for a whole file (`settled`, or a
+`Settler` per piece of a file split across processes). An
 amend whose record already left (published, stored) is applied by the store (`Store.add`) and streamed as an
 `amend` message the page applies. Either way the final history is the same: the record with the amend's values.
 """
@@ -46,31 +47,50 @@ def fold_amends(items: List[Item]) -> List[Item]:
     return out
 
 
+class Settler:
+    """Joins each amend to its record over a stream of items pushed in order (a whole file, in pieces): a record is
+    held, with the items after it, until no later line can amend it — its part's next record — or `finish()`."""
+
+    def __init__(self) -> None:
+        self.held: List[Item] = []  # from the oldest record still open, in line order
+        self._open: Dict[Optional[str], Item] = {}  # part -> its latest record
+
+    def push(self, items: Iterable[Item]) -> List[Item]:
+        """The items that became final with these (amends joined to their records and left out)."""
+        held, out = self.held, []
+        for item in items:
+            part = item.data.get(PART_KEY)
+            if item.kind == "amend":
+                record = self._open.get(part)
+                if record is not None:
+                    merge(record.data, item.data)
+                continue
+            if item.kind == "record":
+                self._open[part] = item
+            held.append(item)
+            if len(held) > MAX_HELD and self._is_open(held[0]):
+                del self._open[held[0].data.get(PART_KEY)]
+            final = 0  # the items before the oldest open record are final
+            while final < len(held) and not self._is_open(held[final]):
+                final += 1
+            if final:
+                out += held[:final]
+                del held[:final]
+        return out
+
+    def finish(self) -> List[Item]:
+        """Everything still held (the end of the input: no later line comes)."""
+        out, self.held = self.held, []
+        self._open.clear()
+        return out
+
+    def _is_open(self, item: Item) -> bool:
+        return item.kind == "record" and self._open.get(item.data.get(PART_KEY)) is item
+
+
 def settled(items: Iterable[Item]) -> Iterator[Item]:
-    """The items of a whole file with every amend joined to its record, in line order: a record is held (with
-    the items after it) until no later line can amend it, i.e. until its part's next record or the end."""
-    held: List[Item] = []  # from the oldest record still open, in line order
-    open_records: Dict[Optional[str], Item] = {}  # part -> its latest record
-
-    def is_open(item: Item) -> bool:
-        return item.kind == "record" and open_records.get(item.data.get(PART_KEY)) is item
-
+    """The items of a whole input with every amend joined to its record, in line order (a `Settler` over them)."""
+    settler = Settler()
     for item in items:
-        part = item.data.get(PART_KEY)
-        if item.kind == "amend":
-            record = open_records.get(part)
-            if record is not None:
-                merge(record.data, item.data)
-            continue
-        if item.kind == "record":
-            open_records[part] = item
-        held.append(item)
-        if len(held) > MAX_HELD and is_open(held[0]):
-            del open_records[held[0].data.get(PART_KEY)]
-        final = 0  # the items before the oldest open record are final
-        while final < len(held) and not is_open(held[final]):
-            final += 1
-        if final:
-            yield from held[:final]
-            del held[:final]
-    yield from held
+        yield from settler.push((item,))
+    yield from settler.finish()

@@ -38,6 +38,8 @@ _METRIC_LOOKING = re.compile(
     % {"n": METRIC_HINT_CHARS},
     re.IGNORECASE | re.DOTALL,
 )
+#: What a metric-looking line holds in any case (`str.casefold`), tested before `_METRIC_LOOKING` is tried.
+METRIC_HINT = "loss"
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 #: Bounds for a grouped multi-line event (a traceback): enough for any real one, bounded for garbage.
 MAX_EVENT_LINES = 400
@@ -175,7 +177,7 @@ class SourceParser:
             return out
         if rule is None:
             # Most lines have no "loss" in any case (casefold finds all that IGNORECASE does), and skip the regex.
-            if "loss" in match.message.casefold() and _METRIC_LOOKING.search(match.message):
+            if METRIC_HINT in match.message.casefold() and _METRIC_LOOKING.search(match.message):
                 self.state.counts["unmatched_metric_lines"] += 1
             if match.prefixed and match.level in match.fmt.error_levels:
                 error = {"kind": "error", "time": match.when(now), "line": line_no, "level": match.level}
@@ -222,6 +224,11 @@ class SourceParser:
         if self._open_event is not None and (force or now - self._open_event[2] >= self.grace_s):
             self._close_event(out)
         return out
+
+    @property
+    def collecting(self) -> bool:
+        """True while a multi-line event (a traceback) is open: whatever the next line holds, it may belong to it."""
+        return self._open_event is not None
 
     @property
     def holding(self) -> bool:

@@ -22,6 +22,8 @@ from .schema import Format
 MAX_PARTS = 1024
 
 _TAG = re.compile(r"^\[(?:(?P<word>rank|default)(?P<n>\d{1,9})\]|\d{1,9},(?P<mpi>\d{1,9})\]<std(?:out|err)>): ?")
+#: Text every tagged line holds (`[rank3]:`, `[default3]:`, `[1,3]<stdout>:`): the fast path feeds such lines.
+TAG_TEXTS = (b"]:", b"]<std")
 
 
 def part_of(text: str) -> Optional[re.Match]:

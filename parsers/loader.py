@@ -27,7 +27,7 @@ _FORMAT_KEYS = {"name", "description", "priority", "prefix", "rule", "error_leve
 #: `wait_for` (mstail 0.1: hold a record until these attach rules came) is accepted and has no effect: a record is
 #: published at its line and a later attach line amends it, so a format written for 0.1 still loads.
 _RULE_KEYS = {"name", "kind", "regex", "fields", "wait_for", "event", "multiline", "pairs", "record", "same_step_as",
-              "epoch_length"}
+              "epoch_length", "literal"}
 _FIELD_KEYS = {"type", "rename", "unit", "scale", "null"}
 _PYDICT_KEYS = {"type", "prefix"}
 _PAIRS_KEYS = {"group", "regex", "type", "names", "prefix"}
@@ -178,6 +178,10 @@ def _rule(data: Mapping[str, Any], origin: str, index: int) -> Rule:
             raise FormatError(
                 origin, f"epoch_length must name two metrics of this rule (numerator, denominator): {sorted(outputs)}", name
             )
+    literal = data.get("literal", [])
+    literal = [literal] if isinstance(literal, str) else literal
+    if not (isinstance(literal, list) and all(isinstance(text, str) and text and "\n" not in text for text in literal)):
+        raise FormatError(origin, "literal must be a non-empty text, or a list of them, that every matching line holds", name)
     return Rule(
         name=name,
         kind=kind,
@@ -189,6 +193,7 @@ def _rule(data: Mapping[str, Any], origin: str, index: int) -> Rule:
         record=record,
         same_step_as=same_step_as,
         epoch_length=tuple(epoch_length),
+        literal=tuple(literal),
     )
 
 

@@ -72,6 +72,9 @@ class Rule:
         completion line, logged steps after an async save started).
     epoch_length: (attach rules) two metric names whose quotient is the number of steps in the epoch
         (MindSpore's TimeMonitor: epoch time / per-step time); it replaces the learnt epoch length.
+    literal: texts of which every line the regex matches holds one (declared in the format file, like lnav's and
+        Fluent Bit's prefilters); when every record, attach and event rule of a format declares some, the lines
+        holding none of them are only counted (`parsers.prefilter`). Empty: not declared.
     """
 
     name: str
@@ -84,6 +87,7 @@ class Rule:
     record: bool = False
     same_step_as: str = ""
     epoch_length: Tuple[str, ...] = ()
+    literal: Tuple[str, ...] = ()
     #: For the engine's hot path, made once: (group, name, fast, value) per field (not compared, hashed or shown).
     plan: Tuple[Tuple[str, str, Any, Callable[[str], Value]], ...] = field(
         default=(), init=False, repr=False, compare=False

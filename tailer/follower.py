@@ -17,11 +17,11 @@ import os
 import stat
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple, Union
 
 from .checkpoint import FilePosition, FollowerCheckpoint, Signature
 from .discovery import rotated_backups
-from .lines import Line, LineSplitter
+from .lines import Block, Line, LineSplitter
 
 log = logging.getLogger("mstail.follower")
 
@@ -75,8 +75,10 @@ class _OpenFile:
         self.backoff = 0.0
         self.soft_errors = 0  # IO errors met after some data was read (the data is handed out, the error counted)
 
-    def read(self, budget: int) -> List[Line]:
-        lines: List[Line] = []
+    def read(self, budget: int, blocks: bool = False) -> List[Union[Line, Block]]:
+        """Up to about `budget` bytes of complete lines (`blocks`: runs of whole lines as `Block`s, see
+        `LineSplitter.feed`)."""
+        lines: List[Union[Line, Block]] = []
         remaining = budget
         while remaining > 0:
             try:
@@ -90,7 +92,7 @@ class _OpenFile:
                 break
             self.pos += len(data)
             remaining -= len(data)
-            lines += self.splitter.feed(data)
+            lines += self.splitter.feed(data, blocks)
         if len(self.head) < HEAD_BYTES and self.pos > len(self.head):
             try:
                 self.head = os.pread(self.fd, HEAD_BYTES, 0)
@@ -162,16 +164,17 @@ class FileFollower:
         # twice but a reused inode with other content is still new.
         self._seen: Dict[Tuple[int, int], Signature] = {}
 
-    def read(self, budget: int, now: float) -> List[Line]:
-        """Read up to about `budget` bytes of complete lines, oldest first; never raises for IO trouble."""
-        lines: List[Line] = []
+    def read(self, budget: int, now: float, blocks: bool = False) -> List[Union[Line, Block]]:
+        """Read up to about `budget` bytes of complete lines, oldest first; never raises for IO trouble. With
+        `blocks` (default False), runs of whole lines come as `Block`s (`LineSplitter.feed`)."""
+        lines: List[Union[Line, Block]] = []
         if self.current is None and not self._open(now) and not self.draining:
             return lines
         if self.current is not None and self._replaced(self.current, now):
             self._truncated(self.current, now)  # first: a copy it leaves is read below, before the new content
         for old in list(self.draining):
             before = old.pos
-            got = self._read_from(old, budget, now)
+            got = self._read_from(old, budget, now, blocks)
             lines += got
             if not got and old.idle_since is not None and now - old.idle_since >= self.rotate_wait_s:
                 self._drop(old)
@@ -183,7 +186,7 @@ class FileFollower:
                 return lines  # this older file has more: newer files wait, so every line comes out in order
         if self.current is None and not self._open(now):
             return lines
-        got = self._read_from(self.current, budget, now)
+        got = self._read_from(self.current, budget, now, blocks)
         lines += got
         if got:
             self.last_data_time = now
@@ -196,7 +199,7 @@ class FileFollower:
                 newer = self.draining[drained:] + ([self.current] if self.current else [])
                 for handle in newer:
                     before = handle.pos
-                    lines += self._read_from(handle, budget, now)
+                    lines += self._read_from(handle, budget, now, blocks)
                     if handle.pos - before >= budget:
                         break  # it has more: the newer ones wait, so every line comes out in order
         return lines
@@ -355,22 +358,24 @@ class FileFollower:
         self.current = None
         return self._open(now)
 
-    def _read_from(self, handle: _OpenFile, budget: int, now: Optional[float] = None) -> List[Line]:
+    def _read_from(
+        self, handle: _OpenFile, budget: int, now: Optional[float] = None, blocks: bool = False
+    ) -> List[Union[Line, Block]]:
         now = time.time() if now is None else now
         if now < handle.retry_at:
             return []
         splitter = handle.splitter
         cut, bad, nul, before = splitter.cut_lines, splitter.replaced_lines, splitter.nul_bytes, handle.pos
-        soft = handle.soft_errors
+        soft, number = handle.soft_errors, splitter.next_number
         try:
-            lines = handle.read(budget)
+            lines = handle.read(budget, blocks)
         except OSError as exc:
             self._io_error(handle, exc, now)
             return []
         if handle.backoff:
             log.warning("%s: reading works again", handle.path)
             handle.backoff = 0.0
-        self.counters["lines"] += len(lines)
+        self.counters["lines"] += splitter.next_number - number
         self.counters["bytes"] += handle.pos - before
         self.counters["cut_lines"] += splitter.cut_lines - cut
         self.counters["bad_utf8_lines"] += splitter.replaced_lines - bad

@@ -9,7 +9,7 @@ applies and counted, so the line a relaunch appends after megabytes of NULs stil
 
 from __future__ import annotations
 
-from typing import List, NamedTuple
+from typing import Callable, List, NamedTuple, Union
 
 BOM = "\ufeff"
 
@@ -19,6 +19,21 @@ class Line(NamedTuple):
     start: int  # byte offset of the line in its file
     end: int  # byte offset just past its newline
     number: int  # 1-based line number in its file
+
+
+class Block(NamedTuple):
+    """Whole lines handed out together (`LineSplitter.feed(data, blocks=True)`), for `parsers.blocks.feed_block`:
+    valid UTF-8, none longer than the length limit, so each line's text is `decode(its bytes, its offset)`."""
+
+    data: bytes  # the lines, each ending with b"\n"
+    start: int  # byte offset of the first line in its file
+    number: int  # 1-based number of the first line
+    count: int  # how many lines
+    decode: Callable[[bytes, int], str]  # the splitter's `decode`, which counts what it drops
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.data)
 
 
 class LineSplitter:
@@ -49,15 +64,25 @@ class LineSplitter:
     def pending_bytes(self) -> int:
         return len(self._buffer)
 
-    def feed(self, data: bytes) -> List[Line]:
-        lines: List[Line] = []
+    def feed(self, data: bytes, blocks: bool = False) -> List[Union[Line, Block]]:
+        """The complete lines `data` finishes, in order. With `blocks` (default False), the whole lines of `data`
+        come out as one `Block` when they are valid UTF-8 and none can be over the length limit (`data` is not
+        longer than it), else line by line as without."""
+        lines: List[Union[Line, Block]] = []
         pos, size = 0, len(data)
         # The line in progress (buffered, or the cut-off tail of a long one) is finished byte-carefully ...
         while pos < size and (self._buffer or self._skipping or self._consumed):
-            pos = self._feed_piece(data, pos, lines)
+            pos = self._feed_piece(data, pos, lines)  # type: ignore[arg-type]
         # ... then whole lines go straight from the chunk (the hot path: one split, no per-byte work) ...
         last_newline = data.rfind(b"\n", pos)
-        if last_newline >= pos:
+        whole = data[pos:last_newline + 1] if blocks and 0 <= last_newline and size <= self.max_line_bytes else b""
+        if whole and _valid_utf8(whole):
+            count = whole.count(b"\n")
+            lines.append(Block(whole, self._buffer_start, self.next_number, count, self.decode))
+            self.next_number += count
+            self._buffer_start += len(whole)
+            pos = last_newline + 1
+        elif last_newline >= pos:
             start = self._buffer_start
             for raw in data[pos:last_newline].split(b"\n"):
                 end = start + len(raw) + 1
@@ -72,7 +97,7 @@ class LineSplitter:
             pos = last_newline + 1
         # ... and an unfinished last line waits in the buffer for its newline.
         while pos < size:
-            pos = self._feed_piece(data, pos, lines)
+            pos = self._feed_piece(data, pos, lines)  # type: ignore[arg-type]
         return lines
 
     def _feed_piece(self, data: bytes, pos: int, lines: List[Line]) -> int:
@@ -128,3 +153,13 @@ class LineSplitter:
         if start == 0 and text.startswith(BOM):
             text = text[1:]
         return text
+
+
+def _valid_utf8(data: bytes) -> bool:
+    if data.isascii():
+        return True
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True

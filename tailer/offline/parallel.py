@@ -1,4 +1,5 @@
-"""Several chains at once: each parsed in its own forked worker process, written in the chains' order.
+"""Several chains at once, or one big file in pieces: each parsed in its own forked worker process, written in the
+chains' order (a file's pieces joined at checked seams, `split`).
 
 The formats (compiled regexes, closures) cannot be pickled, so workers inherit what they need through fork
 from `_JOB`, set just before the pool starts and cleared after: the one module global, and the reason this
@@ -9,12 +10,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, TextIO
+from typing import List, Optional, Sequence, TextIO, Tuple, Union
 
 from mstail.parsers import Format
 
+from . import reading, split
 from .reading import Chain, ParseError, Summary, _Part, add_part, parse_group
 from .output import copy_jsonl, progress_bar, write_csv
+from .split import Piece, PieceResult, copy_piece, joined_part, parse_piece, pieces, shift_rows, stitch
 
 #: Below this many bytes in all, chains are parsed in this process: starting workers would cost more than it saves.
 PARALLEL_MIN_BYTES = 4 << 20
@@ -28,6 +31,10 @@ def _usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
+#: What one worker parses: the index of a chain, and one piece of it (None: all of it).
+Unit = Tuple[int, Optional[Piece]]
+
+
 def worker_count(chains_: int, total_bytes: int, jobs: Optional[int]) -> int:
     if chains_ < 2 or jobs == 1 or not _can_fork():
         return 1
@@ -36,6 +43,20 @@ def worker_count(chains_: int, total_bytes: int, jobs: Optional[int]) -> int:
             return 1
         jobs = _usable_cpus()
     return max(1, min(chains_, jobs))
+
+
+def plan(groups: List[Chain], sizes: List[int], jobs: Optional[int]) -> Tuple[List[Unit], int]:
+    """The units the chains are parsed in, and how many workers parse them (1: in this process). With fewer chains
+    than workers could take, a one-file chain of at least SPLIT_MIN_BYTES is cut into pieces, at most one per worker
+    (a piece waits for the next one's start, so all of a file's pieces must be able to run at once)."""
+    cpus = jobs if jobs is not None else _usable_cpus()
+    units: List[Unit] = []
+    for index, (group, size) in enumerate(zip(groups, sizes)):
+        if 1 < cpus and len(groups) < cpus and len(group.files) == 1 and size >= split.SPLIT_MIN_BYTES and _can_fork():
+            units += [(index, piece) for piece in pieces(group, size, cpus)]
+        else:
+            units.append((index, None))
+    return units, worker_count(len(units), sum(sizes), jobs)
 
 
 def _can_fork() -> bool:
@@ -50,12 +71,14 @@ class _Job:
     """What every worker needs, inherited through fork (set before the workers start)."""
 
     groups: List[Chain]
+    units: List[Unit]
     formats: Sequence[Format]
     forced: Optional[Format]
     to: str
     with_events: bool
     folder: str
-    progress: "Sequence[int]"  # a shared array: bytes read so far, per chain
+    progress: "Sequence[int]"  # a shared array: bytes read so far, per unit
+    now: float  # the read time of lines without a timestamp: one for all, as in one process
 
 
 _JOB: Optional[_Job] = None
@@ -68,22 +91,32 @@ def _worker_init() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # what the parent's `terminate` means, whatever it set for itself
 
 
-def _parse_in_worker(index: int) -> _Part:
+def _parse_in_worker(index: int) -> Union[_Part, PieceResult]:
     job = _JOB
     assert job is not None, "a parse worker started without its job"
-    group, progress = job.groups[index], job.progress
+    (group_index, piece), progress = job.units[index], job.progress
+    group = job.groups[group_index]
 
     def advance(n_bytes: int) -> None:
         progress[index] += n_bytes
 
+    def parse(write) -> Union[_Part, PieceResult]:  # type: ignore[no-untyped-def]
+        if piece is None:
+            return parse_group(group, job.formats, job.forced, job.to, write, rows, job.with_events, advance, job.now)
+        return parse_piece(piece, job.formats, job.forced, job.to, write, rows, job.with_events, advance, job.now,
+                           job.folder)
+
     rows: List[dict] = []
     if job.to == "jsonl":
-        with open(os.path.join(job.folder, f"{index}.jsonl"), "w", encoding="utf-8", newline="") as handle:
-            part = parse_group(group, job.formats, job.forced, job.to, handle.write, rows, job.with_events, advance)
-    else:
-        part = parse_group(group, job.formats, job.forced, job.to, _no_write, rows, job.with_events, advance)
-        part.rows = rows
-    return part
+        with open(_output(job.folder, index), "w", encoding="utf-8", newline="") as handle:
+            return parse(handle.write)
+    result = parse(_no_write)
+    (result if isinstance(result, _Part) else result.part).rows = rows
+    return result
+
+
+def _output(folder: str, index: int) -> str:
+    return os.path.join(folder, f"{index}.jsonl")
 
 
 def _no_write(text: str) -> None:  # pragma: no cover - CSV output is collected as rows
@@ -91,8 +124,8 @@ def _no_write(text: str) -> None:  # pragma: no cover - CSV output is collected 
 
 
 def run_parallel(
-    groups: List[Chain], sizes: List[int], workers: int, formats: Sequence[Format], forced: Optional[Format], to: str,
-    out: TextIO, with_events: bool,
+    groups: List[Chain], units: List[Unit], sizes: List[int], workers: int, formats: Sequence[Format],
+    forced: Optional[Format], to: str, out: TextIO, with_events: bool,
 ) -> Summary:
     import multiprocessing
     import tempfile
@@ -104,33 +137,41 @@ def run_parallel(
     summary = Summary(files=sum(len(g.files) for g in groups))
     rows: List[dict] = []
     with tempfile.TemporaryDirectory(prefix="mstail-parse-") as folder:
-        progress = context.Array("q", len(groups), lock=False)
-        _JOB = _Job(groups, formats, forced, to, with_events, folder, progress)
+        progress = context.Array("q", len(units), lock=False)
+        _JOB = _Job(groups, units, formats, forced, to, with_events, folder, progress, reading.time.time())
         pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_worker_init)
         bar = None
         index = 0
         try:
-            # The biggest chains first: the last worker to finish then has the least left.
-            order = sorted(range(len(groups)), key=lambda i: -sizes[i])
+            # The biggest chains first: the last worker to finish then has the least left. A file's pieces go in
+            # their order, one after the other (each waits for the next one's start).
+            order = sorted(range(len(units)), key=lambda i: (-sizes[units[i][0]], units[i][0], i))
             futures = {i: pool.submit(_parse_in_worker, i) for i in order}
             bar = progress_bar(sum(sizes))  # after the workers forked: tqdm may start a thread
             for index, group in enumerate(groups):  # written in the chains' order, as each is ready
-                future = futures[index]
-                while not future.done():
-                    wait([future], timeout=_POLL_S if bar else None, return_when=FIRST_COMPLETED)
-                    if bar:
-                        bar.update(sum(progress) - bar.n)
-                try:
-                    part = future.result()
-                except (FileNotFoundError, BrokenProcessPool):
-                    raise
-                except Exception as exc:  # noqa: BLE001 - one clear line, not the worker's traceback
-                    raise ParseError(f"{group.source}: {type(exc).__name__}: {exc}") from None
-                add_part(summary, group, part)
-                if to == "jsonl":
-                    copy_jsonl(os.path.join(folder, f"{index}.jsonl"), out)
+                mine = [i for i, (group_index, _) in enumerate(units) if group_index == index]
+                results = []
+                for unit in mine:
+                    future = futures[unit]
+                    while not future.done():
+                        wait([future], timeout=_POLL_S if bar else None, return_when=FIRST_COMPLETED)
+                        if bar:
+                            bar.update(min(sum(progress), bar.total) - bar.n)
+                    try:
+                        results.append(future.result())
+                    except (FileNotFoundError, BrokenProcessPool):
+                        raise
+                    except Exception as exc:  # noqa: BLE001 - one clear line, not the worker's traceback
+                        raise ParseError(f"{group.source}: {type(exc).__name__}: {exc}") from None
+                if len(results) == 1 and isinstance(results[0], _Part):
+                    part = results[0]
+                    if to == "jsonl":
+                        copy_jsonl(_output(folder, mine[0]), out)
+                    else:
+                        rows += part.rows or []
                 else:
-                    rows += part.rows or []
+                    part = _joined(group, mine, results, folder, formats, forced, to, out, rows, with_events, _JOB.now)
+                add_part(summary, group, part)
             if bar:
                 bar.update(sum(sizes) - bar.n)
         except BrokenProcessPool as exc:  # killed (the OOM killer, a signal): which chain it held is not known
@@ -147,6 +188,23 @@ def run_parallel(
     if to == "csv":
         write_csv(rows, out)
     return summary
+
+
+def _joined(
+    group: Chain, units: List[int], results: List[PieceResult], folder: str, formats: Sequence[Format],
+    forced: Optional[Format], to: str, out: TextIO, rows: List[dict], with_events: bool, now: float,
+) -> _Part:
+    """A file's pieces written as one process would have written the file; parsed again here, whole, when a seam
+    was not found."""
+    joins = stitch(results)
+    if joins is None:
+        return parse_group(group, formats, forced, to, out.write, rows, with_events, None, now)
+    for unit, result, join in zip(units, results, joins):
+        if to == "jsonl":
+            copy_piece(_output(folder, unit), join["skip"], join["segment"], out)
+        else:
+            rows += shift_rows(result.part.rows or [], join["skip"], join["segment"])
+    return joined_part(results)
 
 
 def _stop(pool) -> None:  # type: ignore[no-untyped-def]

@@ -12,15 +12,16 @@ import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 from mstail.parsers import Format, Item, SourceParser
 from mstail.parsers.amends import settled
+from mstail.parsers.blocks import feed_block
 from mstail.parsers.interleave import InterleavedParser
 from mstail.parsers.record import PART_KEY, dumps_owned, ordered
 
 from ..discovery import ROTATED, SourceNamer, expand, has_glob, rotated_backups
-from ..lines import Line, LineSplitter
+from ..lines import Block, Line, LineSplitter
 
 READ_CHUNK = 1 << 20
 
@@ -87,8 +88,11 @@ def chains(inputs: Sequence[str]) -> List[Chain]:
     return out
 
 
-def chain_lines(chain: Chain, progress=None) -> Iterator[Tuple[Path, Line]]:  # type: ignore[no-untyped-def]
-    """The lines of one chain in order, split exactly as when following; `progress(n_bytes)` as bytes are read."""
+def chain_lines(
+    chain: Chain, progress=None, blocks: bool = False  # type: ignore[no-untyped-def]
+) -> Iterator[Tuple[Path, Union[Line, Block]]]:
+    """The lines of one chain in order, split exactly as when following; `progress(n_bytes)` as bytes are read.
+    With `blocks` (default False), runs of whole lines come as `Block`s (`LineSplitter.feed`)."""
     for path in chain.files:
         splitter = LineSplitter()
         with open(path, "rb") as handle:
@@ -98,25 +102,35 @@ def chain_lines(chain: Chain, progress=None) -> Iterator[Tuple[Path, Line]]:  # 
                     break
                 if progress is not None:
                     progress(len(data))
-                for line in splitter.feed(data):
+                for line in splitter.feed(data, blocks):
                     yield path, line
             if splitter.pending_bytes:  # a finished log may end without a newline
                 for line in splitter.feed(b"\n"):
                     yield path, line
 
 
-def parse_chain(chain: Chain, parser: InterleavedParser, progress=None) -> Iterator[Item]:  # type: ignore[no-untyped-def]
-    """Records and events of one chain in order: its lines fed to `parser` one by one, as the sidecar's passes feed
-    them, then everything still held (a finished log has no later line to wait for); each amend joined to its
-    record (`settled`), as the sidecar's history ends up."""
-    now = time.time()
+def parse_chain(
+    chain: Chain, parser: InterleavedParser, progress=None, now: Optional[float] = None  # type: ignore[no-untyped-def]
+) -> Iterator[Item]:
+    """Records and events of one chain in order: its lines fed to `parser` (blocks of them through `feed_block`, as
+    the sidecar's catch-up feeds them), then everything still held (a finished log has no later line to wait for);
+    each amend joined to its record (`settled`), as the sidecar's history ends up. `now`: the read time lines
+    without a timestamp get (default: the time now)."""
+    now = time.time() if now is None else now
 
     def items() -> Iterator[Item]:
-        for _path, line in chain_lines(chain, progress):
-            yield from parser.feed(line.text, line.number, now)
+        for _path, piece in chain_lines(chain, progress, blocks=True):
+            yield from feed(parser, piece, now)
         yield from parser.flush(now, force=True)
 
     return settled(items())
+
+
+def feed(parser: InterleavedParser, piece: Union[Line, Block], now: float) -> List[Item]:
+    """The items of a line, or of a block of lines (`feed_block`)."""
+    if isinstance(piece, Block):
+        return feed_block(parser, piece.data, piece.number, now, piece.decode, piece.start)
+    return parser.feed(piece.text, piece.number, now)
 
 
 @dataclass
@@ -141,6 +155,7 @@ class _Part:
     unmatched: int = 0
     format: str = "none"
     rows: Optional[List[dict]] = None
+    written: int = 0  # rows written (JSONL lines) or appended (CSV)
 
 
 def add_part(summary: Summary, group: Chain, part: _Part) -> None:
@@ -150,29 +165,43 @@ def add_part(summary: Summary, group: Chain, part: _Part) -> None:
     summary.formats[group.source] = part.format
 
 
+def new_parser(formats: Sequence[Format], forced: Optional[Format]) -> InterleavedParser:
+    return InterleavedParser(lambda: SourceParser(formats, forced=forced))
+
+
 def parse_group(
     group: Chain, formats: Sequence[Format], forced: Optional[Format], to: str, write: Callable[[str], object],
-    rows: List[dict], with_events: bool, progress: Optional[Callable[[int], object]],
+    rows: List[dict], with_events: bool, progress: Optional[Callable[[int], object]], now: Optional[float] = None,
 ) -> _Part:
     """Parse one chain: JSONL lines go to `write`, CSV rows are appended to `rows`."""
-    parser = InterleavedParser(lambda: SourceParser(formats, forced=forced))
+    parser = new_parser(formats, forced)
     part = _Part()
+    write_items(parse_chain(group, parser, progress=progress, now=now), group.source, part, to, write, rows, with_events)
+    part.format = parser.format.name if parser.format else "none"
+    part.unmatched = parser.counts["unmatched_metric_lines"]
+    return part
+
+
+def write_items(
+    items: Iterable[Item], source: str, part: _Part, to: str, write: Callable[[str], object], rows: List[dict],
+    with_events: bool,
+) -> None:
+    """Items of a chain as rows of its source: JSONL lines to `write`, CSV rows appended to `rows`; counted in `part`
+    (`written`: rows written or appended)."""
     jsonl = to == "jsonl"
-    for kind, data in parse_chain(group, parser, progress=progress):
-        source = group.source
+    for kind, data in items:
+        name = source
         if PART_KEY in data:  # a launcher-tagged rank's line (torchrun `[rank3]: `): a source of its own
-            source += "/" + data.pop(PART_KEY)
+            name += "/" + data.pop(PART_KEY)
         if kind == "event":
             part.events += 1
             if not with_events:
                 continue
         else:
             part.records += 1
-        row = ordered({"source": source, **data})
+        row = ordered({"source": name, **data})
+        part.written += 1
         if jsonl:
             write(dumps_owned(row) + "\n")  # the row is not used after: written in place
         else:
             rows.append(row)
-    part.format = parser.format.name if parser.format else "none"
-    part.unmatched = parser.counts["unmatched_metric_lines"]
-    return part

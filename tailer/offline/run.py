@@ -12,7 +12,7 @@ from mstail.parsers.interleave import InterleavedParser
 
 from .reading import Chain, ParseError, Summary, add_part, chain_lines, chains, parse_group
 from .output import progress_bar, write_csv
-from .parallel import run_parallel, worker_count
+from .parallel import plan, run_parallel
 
 
 Inputs = Union[Sequence[str], Sequence[Chain]]
@@ -52,13 +52,14 @@ def run_parse(
 
     Chains are independent: with more than one, they are parsed in worker processes (at most `jobs`, default
     one per usable CPU; inputs under PARALLEL_MIN_BYTES stay in this process unless `jobs` is given) and written
-    in their order, exactly as one process would. `jobs=1` parses here. A worker's failure raises ParseError
+    in their order, exactly as one process would. With fewer chains than workers, a big file is parsed in pieces,
+    joined at checked seams (`split`), again exactly as one process would. `jobs=1` parses here. A worker's failure raises ParseError
     (a missing file still raises FileNotFoundError)."""
     groups = _chains(inputs)
     sizes = [sum(os.path.getsize(f) for f in g.files) for g in groups]
-    workers = worker_count(len(groups), sum(sizes), jobs)
+    units, workers = plan(groups, sizes, jobs)
     if workers > 1:
-        return run_parallel(groups, sizes, workers, formats, forced, to, out, with_events)
+        return run_parallel(groups, units, sizes, workers, formats, forced, to, out, with_events)
     summary = Summary(files=sum(len(g.files) for g in groups))
     bar = progress_bar(sum(sizes))
     rows: List[dict] = []

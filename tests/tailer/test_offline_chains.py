@@ -9,7 +9,9 @@ from typing import List, Tuple
 
 import pytest
 
+from mstail.parsers.amends import settled
 from mstail.parsers import SourceParser
+from mstail.parsers.interleave import InterleavedParser
 from mstail.tailer.lines import LineSplitter
 from mstail.tailer.offline import Chain, chain_lines, chains, parse_chain
 from mstail.tailer.offline import reading
@@ -115,3 +117,31 @@ def test_a_rotated_chain_is_read_oldest_first_as_one_source(tmp_path: Path, fixe
         return [(kind, data.get("step")) for kind, data in found]
 
     assert steps(list(parse_chain(chain, SourceParser(FORMATS)))) == steps(list(parse_chain(Chain("s", [single]), SourceParser(FORMATS))))
+
+
+def line_by_line(path: Path, parser) -> Tuple[List[str], dict]:  # type: ignore[no-untyped-def]
+    """The items and counts of feeding every line of a file to a parser, one by one, amends joined to their records
+    as `mstail parse` joins them (`settled`)."""
+    found = [item for text, number in whole_file_lines(path) for item in parser.feed(text, number, READ_TIME)]
+    return [repr(item) for item in settled(found + parser.flush(READ_TIME, force=True))], parser.counts
+
+
+@pytest.mark.parametrize("chunk", [7, 100, 4096, 65536, 1 << 20])
+@pytest.mark.parametrize("name", [p.name for p in LOGS] + ["mixed.log", "tagged.log"])
+def test_the_block_fast_path_gives_what_feeding_every_line_gives(name: str, chunk: int, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch, fixed_clock: None) -> None:
+    """`mstail parse` (and the sidecar's catch-up) feed blocks of whole lines through `parsers.blocks.feed_block`,
+    which feeds only the lines that may matter: the items and every count are those of feeding each line, whatever
+    the block boundaries (a record waiting for its progress line, an open traceback, a skipped run at a boundary,
+    a launcher-tagged rank's lines amid the file's own)."""
+    path = next((p for p in LOGS if p.name == name), tmp_path / name)
+    if name == "mixed.log":
+        path.write_text("\n".join(mixed_log()) + "\n", encoding="utf-8")
+    elif name == "tagged.log":
+        lines = [f"[rank1]: {line}" if n % 3 == 1 else line for n, line in enumerate(mixed_log())]
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    expected, counts = line_by_line(path, InterleavedParser(lambda: SourceParser(FORMATS)))
+    monkeypatch.setattr(reading, "READ_CHUNK", chunk)
+    parser = InterleavedParser(lambda: SourceParser(FORMATS))
+    assert [repr(item) for item in parse_chain(Chain("s", [path]), parser)] == expected
+    assert parser.counts == counts

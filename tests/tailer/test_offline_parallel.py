@@ -99,8 +99,8 @@ def test_progress_counts_every_byte_once(logs: List[str], monkeypatch: pytest.Mo
 def failing_on(name: str, exc: BaseException):  # type: ignore[no-untyped-def]
     real = reading.chain_lines
 
-    def lines(chain, progress=None):  # type: ignore[no-untyped-def]
-        for path, line in real(chain, progress):
+    def lines(chain, progress=None, blocks=False):  # type: ignore[no-untyped-def]
+        for path, line in real(chain, progress, blocks):
             if path.name == name:
                 raise exc
             yield path, line
@@ -120,7 +120,7 @@ def test_a_failing_worker_names_its_source(logs: List[str], monkeypatch: pytest.
 
 
 def test_a_worker_that_dies_is_a_clear_error(logs: List[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    def die(chain, progress=None):  # type: ignore[no-untyped-def]
+    def die(chain, progress=None, blocks=False):  # type: ignore[no-untyped-def]
         os._exit(9)  # as the OOM killer would leave it: no exception, no result
         yield
 

@@ -19,7 +19,7 @@ import pytest
 from mstail.parsers import SourceParser, load_formats
 from mstail.tailer.config import Config
 from mstail.tailer.hub import Hub, ItemsMessage
-from mstail.tailer.tailer import READ_SLICE, Tailer
+from mstail.tailer.tailer import CATCH_UP_SLICE, Tailer
 from mstail.tailer.store import Store
 
 WRITER = Path(__file__).with_name("seq_writer.py")
@@ -140,10 +140,11 @@ def test_step_line_before_a_rotation_meets_its_progress_line_after_it(tmp_path: 
 
 
 def test_a_flooded_pass_ends_after_one_round_and_quiet_files_go_first(tmp_path: Path) -> None:
-    """With `pass_time_s=0` a pass is one round: every file gives at most one slice, so a file with a large
-    backlog cannot hold back another file's new lines for more than one slice of parsing."""
+    """With `pass_time_s=0` a pass is one round: every file gives at most one slice (one of the catch-up's, while
+    it reads what the file held), so a file with a large backlog cannot hold back another file's new lines for more
+    than one slice of parsing."""
     flood, quiet = tmp_path / "rank0.log", tmp_path / "rank1.log"
-    flood.write_text("".join(f"line={n} padding={'x' * 40}\n" for n in range(1, 20_001)))  # ~1.2 MB
+    flood.write_text("".join(f"line={n} padding={'x' * 40}\n" for n in range(1, 40_001)))  # ~2.4 MB
     quiet.write_text("line=1 padding=x\n")
     config = Config(logs=(str(tmp_path / "rank*.log"),), patterns=(PATTERN,), pass_time_s=0.0, persist=False)
     tailer = Tailer(config, load_formats(patterns=config.patterns, user_dir=Path("/nonexistent")), Store(), Hub())
@@ -160,7 +161,7 @@ def test_a_flooded_pass_ends_after_one_round_and_quiet_files_go_first(tmp_path: 
     flood_steps = steps_of(tailer.store, "rank0")
     assert flood_steps == list(range(1, len(flood_steps) + 1))
     read = tailer.store.sources["rank0"].counters["bytes"]
-    assert 0 < read <= 2 * READ_SLICE < config.read_budget_bytes
+    assert 0 < read <= 2 * CATCH_UP_SLICE < config.read_budget_bytes
 
 
 def test_a_line_the_parser_fails_on_is_skipped_counted_and_said_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

@@ -1,0 +1,89 @@
+"""Many lines at once: the items a parser gives for a block of whole lines, without feeding it every line.
+
+The fast path in front of `SourceParser.feed`, shared by `mstail parse` and the sidecar's catch-up (what a file
+held when mstail reached it). Once the file's format is locked, the lines no rule can be about are found by
+searching the block for the literals its rules declare (`prefilter`); each run of them is counted as `feed` would
+count it and followed by the `flush(now)` such a line costs, and only the lines that may matter are decoded and
+fed. Every line is fed while the format is unknown, while a multi-line event (a traceback) is open, and for a
+format whose lines cannot be told apart so (JSONL, a user's regexes).
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Callable, Dict, List, Optional, Union
+
+from .engine import METRIC_HINT, SourceParser
+from .interleave import InterleavedParser
+from .prefilter import LineFinder, line_finder
+from .record import Item
+from .schema import Format
+
+#: id(format) -> its line finder or None, for as long as the format lives (`finder_for`)
+_FINDERS: Dict[int, Optional[LineFinder]] = {}
+
+
+def finder_for(fmt: Format) -> Optional[LineFinder]:
+    """The line finder of a format (made once per format), or None when every line must be fed."""
+    key = id(fmt)
+    if key not in _FINDERS:
+        _FINDERS[key] = line_finder(fmt, METRIC_HINT)
+        weakref.finalize(fmt, _FINDERS.pop, key, None)  # gone with the format, before its id can be reused
+    return _FINDERS[key]
+
+
+def feed_block(
+    parser: Union[InterleavedParser, SourceParser], block: bytes, line_no: int, now: float,
+    decode: Callable[[bytes, int], str], offset: int = 0, on_error: Optional[Callable[[int, Exception], None]] = None,
+) -> List[Item]:
+    """The items (and counts) that feeding the block's lines to `parser` one by one gives, faster.
+
+    Args:
+        parser: the source's parser: an `InterleavedParser` (untagged lines go to its main `SourceParser`, tagged
+            ones are always fed) or a `SourceParser`.
+        block: whole lines, each ending with b"\\n", as read from the file (valid UTF-8, none over the length limit).
+        line_no: the number of the block's first line.
+        now: as for `feed` (one read time for the whole block).
+        decode: a line's bytes (without the newline) and its file offset -> its text, as the line reader hands
+            it out (`LineSplitter.decode`).
+        offset: the block's offset in its file.
+        on_error: called with a line's number and the exception when feeding it raised, and parsing goes on;
+            default None: the exception propagates.
+    """
+    main = parser.main if isinstance(parser, InterleavedParser) else parser
+    feed = parser.feed
+    out: List[Item] = []
+    pos, size = 0, len(block)
+    find = block.find
+
+    def feed_next() -> None:
+        """Feed the line at `pos` and move past it."""
+        nonlocal pos, line_no
+        end = find(b"\n", pos)
+        try:
+            out.extend(feed(decode(block[pos:end], offset + pos), line_no, now))
+        except Exception as exc:  # noqa: BLE001 - the caller decides what a line the parser fails on costs
+            if on_error is None:
+                raise
+            on_error(line_no, exc)
+        pos, line_no = end + 1, line_no + 1
+
+    while pos < size and main.format is None:  # every line, until a line locks the format
+        feed_next()
+    finder = finder_for(main.format) if main.format is not None else None
+    starts = finder.starts(block, pos) if finder is not None else []
+    for start in starts + [size] if finder is not None else ():
+        while main.collecting and pos < start:  # an open multi-line event takes whatever line comes next
+            feed_next()
+        if start > pos:
+            # The lines before the next that may matter are only counted, as `feed` counts a line no rule matches,
+            # with the `flush(now)` it ends with (once: with the same `now` it emits nothing the second time).
+            skipped = block.count(b"\n", pos, start)
+            main.counts["lines"] += skipped
+            out += main.flush(now)
+            pos, line_no = start, line_no + skipped
+        if start == pos < size:
+            feed_next()
+    while pos < size:  # a format whose lines cannot be told apart (or none locked): every line
+        feed_next()
+    return out

@@ -1,0 +1,204 @@
+"""The sidecar's catch-up: a real mstail started next to a run that has been logging for days serves its full history,
+while the live steps of other ranks keep arriving.
+
+Setup (loopback only): `output/log/rank_0/info.log` holds --size-mb (default 100) of history, the single-file case of
+parse_speed.py (one newest-style MindFormers info.log, about 60,000 steps); --live other `rank_N/info.log` files are
+being written by writer processes (tests/conftest.py's MindFormers writer) at --rate steps/s, starting with mstail. A
+real `mstail --log 'DIR/output/log/rank_*/info.log' --port 0 --state-dir DIR/state` subprocess is started; the bench
+polls `/api/series?metric=loss&source=rank_0` until it serves the last step of the history and /api/sources counts
+every record (what `mstail parse` gives for the file, run first), and one SSE client of `/api/stream` notes when each
+live record arrives.
+
+Printed: the time from starting mstail to its serving line, and to the full history served through /api/series; the
+catch-up's rate in MB/s; live latency (arrival - the writer's time just before it wrote the step line) p50/p99/max
+of the records written during the catch-up and after it; mstail's CPU and RSS; the machine's load average.
+
+Run: python tests/bench/catch_up.py [--size-mb 100] [--live 4] [--rate 10] [--keep DIR]
+
+Goals (issue 16, goal 2): the full history served <= 2 s after mstail starts; live steps of other files within 100 ms
+(p99) during the catch-up. Exit status 0 when both are met, 1 otherwise. Linux only (/proc).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from benchsupport import load_test_support
+
+import parse_speed
+from latency import loadavg, percentile, proc_cpu_s, proc_mem_kib
+
+GOAL_HISTORY_S = 2.0
+GOAL_LIVE_P99_MS = 100.0
+
+
+def expected(path: Path, work: Path) -> Tuple[int, int]:
+    """(records, last step) that `mstail parse` gives for the history file."""
+    out = work / "expected.jsonl"
+    done = subprocess.run([sys.executable, "-m", "mstail", "parse", str(path), "-o", str(out)], cwd=parse_speed.ROOT,
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"catch_up: mstail parse failed: {done.stderr.strip()}")
+    last = step = 0
+    records = 0
+    with open(out, encoding="utf-8") as handle:
+        for line in handle:
+            records += 1
+            step = json.loads(line)["step"]
+            last = step
+    return records, last
+
+
+def stream(url: str, arrivals: Dict[Tuple[str, int], float], stop: threading.Event) -> None:
+    """One SSE client of /api/stream: the arrival time of every record, by (source, step)."""
+    import httpx
+
+    timeout = httpx.Timeout(connect=5.0, read=1.0, write=5.0, pool=5.0)
+    last_id: Optional[str] = None
+    with httpx.Client(timeout=timeout, trust_env=False) as client:
+        while not stop.is_set():
+            headers = {"Last-Event-ID": last_id} if last_id is not None else {}
+            try:
+                with client.stream("GET", url + "/api/stream", headers=headers) as response:
+                    event, data = "message", []
+                    for line in response.iter_lines():
+                        if stop.is_set():
+                            return
+                        if line == "":
+                            arrived = time.time()
+                            if event == "records" and data:
+                                for record in json.loads("\n".join(data)):
+                                    arrivals.setdefault((record["source"], record["step"]), arrived)
+                            event, data = "message", []
+                            continue
+                        field, _, value = line.partition(":")
+                        value = value[1:] if value.startswith(" ") else value
+                        if field == "event":
+                            event = value
+                        elif field == "data":
+                            data.append(value)
+                        elif field == "id":
+                            last_id = value
+            except (httpx.ReadTimeout, httpx.RemoteProtocolError, httpx.ReadError, httpx.ConnectError):
+                continue
+
+
+def run(args: argparse.Namespace) -> int:
+    support = load_test_support()
+    work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="mstail-catchup-"))
+    work.mkdir(parents=True, exist_ok=True)
+    os.environ["MSTAIL_FORMATS_DIR"] = str(work / "no-user-formats")
+    log_dir = work / "output" / "log"
+    started = time.perf_counter()
+    [built] = parse_speed.build_single_log(work / "build", int(args.size_mb * parse_speed.MB))
+    history = log_dir / "rank_0" / "info.log"
+    history.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(str(built), history)
+    size = history.stat().st_size
+    records, last_step = expected(history, work)
+    for rank in range(1, args.live + 1):
+        (log_dir / f"rank_{rank}").mkdir(parents=True, exist_ok=True)
+        (log_dir / f"rank_{rank}" / "info.log").touch()
+    print(f"history: {size / 1e6:.1f} MB, {records:,} records (last step {last_step}) in {history.relative_to(work)} "
+          f"(built and parsed in {time.perf_counter() - started:.1f} s); {args.live} live files at {args.rate:g} steps/s")
+    print(f"load average before: {loadavg()}")
+
+    arrivals: Dict[Tuple[str, int], float] = {}
+    stop = threading.Event()
+    writers: List[subprocess.Popen] = []
+    state = work / "state"
+    shutil.rmtree(state, ignore_errors=True)
+    launched = time.time()
+    server = support.start_mstail([str(log_dir / "rank_*" / "info.log")], work / "mstail", args=("--state-dir", str(state)))
+    serving = time.time() - launched
+    try:
+        client = threading.Thread(target=stream, args=(server.url, arrivals, stop), daemon=True)
+        client.start()
+        deadline = time.monotonic() + 20
+        while server.get_json("/healthz").get("clients", 0) < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)  # connected before the first live step is written
+        steps = int(args.rate * args.duration)
+        for rank in range(1, args.live + 1):
+            writers.append(support.spawn_writer(log_dir / f"rank_{rank}" / "info.log", steps, 1.0 / args.rate,
+                                                times_path=work / f"times_{rank}.txt", seed=rank, steps_per_epoch=steps))
+        served: Optional[float] = None
+        cpu_at_history = rss_at_history = 0.0
+        while served is None and time.time() - launched < args.timeout:
+            answer = server.get_json(f"/api/series?metric=loss&source=rank_0&points=2000")
+            xs = [x for series in answer["series"] for x in series.get("x", [])]
+            if xs and max(xs) >= last_step:
+                info = {s["id"]: s for s in server.get_json("/api/sources")}.get("rank_0", {})
+                if info.get("counters", {}).get("records") == records:
+                    served = time.time() - launched
+                    cpu_at_history = proc_cpu_s(server.proc.pid)
+                    rss_at_history = proc_mem_kib(server.proc.pid).get("VmRSS", 0) / 1024
+            time.sleep(0.05)
+        for writer in writers:
+            writer.wait(timeout=args.duration + 60)
+        time.sleep(1.0)  # the last live steps reach the client
+        load_end = loadavg()
+    finally:
+        stop.set()
+        for writer in writers:
+            if writer.poll() is None:
+                writer.kill()
+                writer.wait(timeout=5)
+        server.stop()
+
+    during: List[float] = []
+    after: List[float] = []
+    missing = 0
+    for rank in range(1, args.live + 1):
+        for line in (work / f"times_{rank}.txt").read_text().split("\n"):
+            if not line:
+                continue
+            step, before, _after = line.split()
+            arrived = arrivals.get((f"rank_{rank}", int(step)))
+            if arrived is None:
+                missing += 1
+                continue
+            latency_ms = (arrived - float(before)) * 1000
+            (during if served is None or float(before) - launched < served else after).append(latency_ms)
+    print(f"mstail serving after {serving:.2f} s; load average at the end: {load_end}")
+    if served is None:
+        print(f"history NOT served within {args.timeout:g} s")
+    else:
+        print(f"full history served by /api/series {served:.2f} s after start ({size / 1e6 / served:.1f} MB/s); "
+              f"mstail CPU by then {cpu_at_history:.2f} s, RSS {rss_at_history:.0f} MiB   goal <= {GOAL_HISTORY_S:g} s")
+    for name, values in (("during the catch-up", during), ("after it", after)):
+        values.sort()
+        if values:
+            print(f"live latency {name}: {len(values)} records, p50 {percentile(values, 50):.0f} ms, "
+                  f"p99 {percentile(values, 99):.0f} ms, max {values[-1]:.0f} ms")
+    print(f"live records missing: {missing}")
+    p99 = percentile(sorted(during), 99) if during else float("inf")
+    met = served is not None and served <= GOAL_HISTORY_S and p99 <= GOAL_LIVE_P99_MS and not missing
+    print("goals met" if met else "GOALS MISSED")
+    if not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0 if met else 1
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size-mb", type=float, default=100.0, help="history in rank_0's file (default 100)")
+    parser.add_argument("--live", type=int, default=4, help="live files being written (default 4)")
+    parser.add_argument("--rate", type=float, default=10.0, help="steps per second of each live file (default 10)")
+    parser.add_argument("--duration", type=float, default=20.0, help="how long the live files are written (default 20 s)")
+    parser.add_argument("--timeout", type=float, default=300.0, help="give up waiting for the history after (default 300 s)")
+    parser.add_argument("--keep", metavar="DIR", help="build everything here and keep it")
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,61 @@
+"""The sidecar's catch-up (what a file holds when mstail reaches it) is read in blocks through the parsers' fast path
+(`parsers.blocks`): what it stores, and every count, is what feeding each line to the parser gives, on every sample
+and real log and the chunk-boundary log (amends joined to their records on both sides: the tailer joins those of one
+pass, the store the others)."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from pathlib import Path
+from typing import List
+
+import pytest
+
+from mstail.parsers import Item, SourceParser
+from mstail.parsers.amends import settled
+from mstail.parsers.interleave import InterleavedParser
+from mstail.tailer import tailer as tailer_module
+from mstail.tailer.config import Config
+from mstail.tailer.hub import Hub
+from mstail.tailer.store import Store
+from mstail.tailer.tailer import Tailer
+
+from tests.parsers.support import FORMATS, READ_TIME
+from tests.tailer.test_offline_chains import LOGS, mixed_log, whole_file_lines
+
+
+@pytest.mark.parametrize("name", [p.name for p in LOGS] + ["mixed.log"])
+def test_the_catch_up_gives_what_feeding_every_line_gives(name: str, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tailer_module.time, "time", lambda: READ_TIME)  # one read time, as in the line-by-line parse
+    path = tmp_path / name
+    source = next((p for p in LOGS if p.name == name), None)
+    if source is None:
+        path.write_text("\n".join(mixed_log()) + "\n", encoding="utf-8")
+    else:
+        shutil.copy(source, path)
+    tailer = Tailer(Config(logs=(str(path),), persist=False), FORMATS, Store(), Hub())
+    parsed: List[Item] = []  # the parser's items, as each pass hands them to the store
+    deliver = tailer._deliver
+
+    def noted(results):  # type: ignore[no-untyped-def]
+        parsed.extend(Item(item.kind, dict(item.data)) for _, items in results for item in items)
+        deliver(results)
+
+    monkeypatch.setattr(tailer, "_deliver", noted)
+
+    async def catch_up() -> None:
+        for _ in range(1000):
+            if not await tailer.pass_once():
+                break
+
+    asyncio.run(catch_up())
+    (followed,) = tailer._sources.values()
+    assert followed.caught_up
+    parsed += followed.parser.flush(READ_TIME, force=True)  # a finished log: nothing held
+    reference = InterleavedParser(lambda: SourceParser(FORMATS))
+    expected = [item for text, number in whole_file_lines(path) for item in reference.feed(text, number, READ_TIME)]
+    expected += reference.flush(READ_TIME, force=True)
+    assert [repr(item) for item in settled(parsed)] == [repr(item) for item in settled(expected)]
+    assert followed.parser.counts == reference.counts

@@ -1,0 +1,105 @@
+"""`mstail parse` of one big file in pieces (`tailer.offline.split`): the output (JSONL and CSV, with and without
+events) and the summary are those of one process, wherever the cuts fall, across relaunches (run segments),
+checkpoints, tracebacks, records waiting for their progress line; a file whose seams never agree is parsed whole."""
+
+from __future__ import annotations
+
+import io
+import sys
+from pathlib import Path
+from typing import List, Sequence, Tuple
+
+import pytest
+
+from mstail.parsers import Format, load_formats
+from mstail.tailer.offline import Summary, parallel, reading, run_parse, split
+
+from tests.parsers.support import FORMATS, READ_TIME, ROOT
+from tests.tailer.test_offline_chains import mixed_log
+
+sys.path.insert(0, str(ROOT / "tests" / "bench"))
+import parse_speed  # noqa: E402  - the bench's generator of realistic MindFormers logs
+
+
+@pytest.fixture(autouse=True)
+def small_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 3 MB log cut as a 100 MB one is; lines without a timestamp get one read time in every process."""
+    monkeypatch.setattr(reading.time, "time", lambda: READ_TIME)
+    monkeypatch.setattr(split, "SPLIT_MIN_BYTES", 0)
+    monkeypatch.setattr(parallel, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(split, "PROBE_BYTES", 256 << 10)
+    monkeypatch.setattr(split, "PROBE_STEP", 2 << 10)
+
+
+@pytest.fixture(scope="module")
+def big_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The chunk-boundary log (checkpoints and their saves, tracebacks, errors, an eval, a step whose progress line
+    never comes, a relaunch: a run segment each time) 150 times, after a real start-up."""
+    path = tmp_path_factory.mktemp("split") / "info.log"
+    preamble = parse_speed._preamble("mindformers-2.0.0_graph_output_log_rank_0_info.log")
+    path.write_text("\n".join(preamble + mixed_log() * 150) + "\n", encoding="utf-8")
+    return path
+
+
+def parse(path: Path, to: str, jobs: int, events: bool, formats: Sequence[Format] = FORMATS) -> Tuple[str, Summary]:
+    out = io.StringIO()
+    summary = run_parse([str(path)], formats, None, to, out, with_events=events, jobs=jobs)
+    return out.getvalue(), summary
+
+
+def seams(monkeypatch: pytest.MonkeyPatch) -> List[object]:
+    """What `stitch` was asked to join (each parse's seams), recorded."""
+    found: List[object] = []
+    real = split.stitch
+
+    def recorded(results):  # type: ignore[no-untyped-def]
+        joins = real(results)
+        found.append(joins)
+        return joins
+
+    monkeypatch.setattr(parallel, "stitch", recorded)
+    return found
+
+
+@pytest.mark.parametrize("to,events", [("jsonl", True), ("jsonl", False), ("csv", True)])
+@pytest.mark.parametrize("jobs", [2, 3, 5])
+def test_pieces_write_what_one_process_writes(big_log: Path, to: str, events: bool, jobs: int,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    serial, serial_summary = parse(big_log, to, 1, events)
+    joined = seams(monkeypatch)
+    pieces, summary = parse(big_log, to, jobs, events)
+    assert serial_summary.records > 3000 and '"segment":149' in parse(big_log, "jsonl", 1, False)[0]
+    assert joined and all(joins is not None for joins in joined)  # every seam found: no parse again in one process
+    assert all(join["segment"] for join in joined[0][1:])  # a piece after relaunches: its segments renumbered
+    assert pieces == serial
+    assert summary == serial_summary
+
+
+def test_every_cut_gives_the_same_output(big_log: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cuts moved line by line over a step line, its progress line, a checkpoint block and a traceback."""
+    serial, serial_summary = parse(big_log, "jsonl", 1, True)
+    joined = seams(monkeypatch)
+    text = big_log.read_bytes()
+    middle = len(text) // 2
+    places = [text.find(word, middle) for word in (b"Saving ckpt", b"Traceback", b"Eval result", b"Worker crashed")]
+    for place in places:
+        start = text.rfind(b"\n", 0, place - 500) + 1
+        for cut in [start + i for i in range(1000) if text[start + i - 1:start + i] == b"\n"]:
+            monkeypatch.setattr(split, "pieces", lambda chain, size, count, cut=cut: [
+                split.Piece(chain, 0, 2, 0, cut), split.Piece(chain, 1, 2, cut, None)])
+            pieces, summary = parse(big_log, "jsonl", 2, True)
+            assert pieces == serial, cut
+            assert summary == serial_summary
+    assert len(joined) > 10 and all(joins is not None for joins in joined)
+
+
+def test_a_file_whose_seams_never_agree_is_parsed_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A --pattern without a step group counts its lines as steps: a piece's parser cannot know the count."""
+    path = tmp_path / "plain.log"
+    path.write_text("".join(f"value={i}\n" for i in range(60_000)), encoding="utf-8")
+    formats = load_formats(patterns=[r"value=(?P<value>\d+)"], user_dir=tmp_path / "none")
+    serial, serial_summary = parse(path, "jsonl", 1, True, formats)
+    joined = seams(monkeypatch)
+    again, summary = parse(path, "jsonl", 2, True, formats)
+    assert joined == [None]
+    assert again == serial and summary == serial_summary and serial_summary.records == 60_000
