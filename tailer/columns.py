@@ -10,7 +10,8 @@ The state file (`StateDB`) keeps the same columns as pieces of raw array bytes, 
 without parsing one record's JSON. Each column is stored as a few pieces, `(start, points)`: a flush writes
 the points added since the last one as a new piece, merged with the pieces before it while they are not
 longer than it (a binary counter: a column of n points is at most log2(n) pieces and every point is rewritten
-at most log2(n) times). A manifest (sources' facts, series in creation order, each column's length) carries the
+at most log2(n) times). Each series' min/max block summary (`series.Blocks`, what a zoomed-out chart reads) is
+built at the flush and saved whole beside them, so the first query after a restart does not build it. A manifest (sources' facts, series in creation order, each column's length) carries the
 `seq` up to which records are in the columns; the records after it are indexed again from their JSON at start.
 Flushes are written in the same transaction as the items (`StateDB.commit`), so columns and items never
 disagree on disk.
@@ -23,7 +24,7 @@ from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
-from .series import Series
+from .series import BLOCK, Blocks, Series, summary
 
 #: records indexed since the last flush that trigger the next one: what a restart after a crash may index
 #: again from JSON (about 0.3 s), and what a flush writes at least (so the write cost per record stays small)
@@ -84,6 +85,7 @@ class Flush:
 
     puts: List[Piece]
     deletes: List[Tuple[str, int, Optional[str], int]]  # (source, segment, metric or None, start)
+    blocks: List[Tuple[str, int, str, bytes, bytes]]  # (source, segment, metric, mins, maxs): summaries that grew
     manifest: Dict[str, Any]
 
 
@@ -95,6 +97,7 @@ class Columns:
         self.frames: Dict[FrameKey, Frame] = {}
         self.series: Dict[SeriesKey, Series] = {}  # in creation order
         self._saved: Dict[Tuple[str, int, Optional[str]], _Saved] = {}
+        self._saved_blocks: Dict[SeriesKey, int] = {}  # blocks of each series' summary in the state file
         self.saved_seq = 0  # every record up to this seq is in the state file's columns
         self.pending = 0  # records indexed since the last flush
         self.dirty_below = False  # a record at or below `saved_seq` changed (an amend): flush at the next commit
@@ -104,6 +107,7 @@ class Columns:
         self.frames.clear()
         self.series.clear()
         self._saved.clear()
+        self._saved_blocks.clear()
         self.saved_seq = self.pending = 0
         self.dirty_below = self.manifest_saved = False
 
@@ -118,18 +122,22 @@ class Columns:
         for (source, segment), frame in self.frames.items():
             self._pieces((source, segment, None), frame.steps, frame.times, None, None, puts, deletes)
         layout = []
+        blocks = []
         for (source, metric, segment), series in self.series.items():
             aligned = series.steps is self.frames[(source, segment)].steps
             self._pieces((source, segment, metric), None if aligned else series.steps,
                          None if aligned else series.times, series.values, series.nonfinite, puts, deletes)
             layout.append([source, metric, segment, aligned, len(series.values)])
+            summed = summary(series)
+            if len(summed.mins) != self._saved_blocks.get((source, metric, segment), 0):
+                blocks.append((source, segment, metric, summed.mins.tobytes(), summed.maxs.tobytes()))
         manifest = {
             "seq": seq,
             "sources": sources,
             "frames": [[source, segment, len(frame.steps)] for (source, segment), frame in self.frames.items()],
             "series": layout,
         }
-        return Flush(puts, deletes, manifest)
+        return Flush(puts, deletes, blocks, manifest)
 
     def flushed(self, flush: Flush) -> None:
         """`flush` is on disk: remember its pieces."""
@@ -141,6 +149,8 @@ class Columns:
             points = len(values if metric is not None else steps) // 8  # type: ignore[arg-type]
             saved.pieces.append((start, points))
             saved.own_steps = steps is not None
+        for source, segment, metric, mins, _maxs in flush.blocks:
+            self._saved_blocks[(source, metric, segment)] = len(mins) // 8
         self.saved_seq = flush.manifest["seq"]
         self.pending = 0
         self.dirty_below = False
@@ -172,9 +182,10 @@ class Columns:
             nonfinite = array("q", bad[bisect_left(bad, start):]).tobytes()
         puts.append((key[0], key[1], key[2], start, part(steps), part(times), part(values), nonfinite))
 
-    def restore(self, manifest: Dict[str, Any], pieces: Iterable[Piece]) -> Optional[str]:
-        """Rebuild the columns from the state file's `manifest` and `pieces` (ordered by source, segment,
-        metric, start); returns why they cannot be used (and leaves the columns empty), or None."""
+    def restore(self, manifest: Dict[str, Any], pieces: Iterable[Piece],
+                blocks: Iterable[Tuple[str, int, str, bytes, bytes]]) -> Optional[str]:
+        """Rebuild the columns from the state file's `manifest`, `pieces` (ordered by source, segment, metric,
+        start) and block summaries; returns why they cannot be used (and leaves the columns empty), or None."""
         columns: Dict[Tuple[str, int, Optional[str]], List[Optional[array]]] = {}
         saved: Dict[Tuple[str, int, Optional[str]], _Saved] = {}
         for source, segment, metric, start, steps, times, values, bad in pieces:
@@ -191,6 +202,8 @@ class Columns:
                 if (target is None) != (blob is None):
                     return f"column {key} mixes pieces with and without steps"
                 if target is not None:
+                    if len(blob) % target.itemsize:  # type: ignore[arg-type]
+                        return f"column {key} has a piece of {len(blob)} bytes"  # type: ignore[arg-type]
                     target.frombytes(blob)  # type: ignore[arg-type]
             points = len(column[2] if metric is not None else column[0])  # type: ignore[arg-type]
             saved[key].pieces.append((start, points - start))
@@ -214,8 +227,16 @@ class Columns:
                 return f"the column of {metric!r} of {source} (segment {segment}) has steps missing"
             series[(source, metric, segment)] = Series(steps=steps, values=values, times=times,
                                                        nonfinite=bad.tolist())  # type: ignore[arg-type,union-attr]
+        saved_blocks: Dict[SeriesKey, int] = {}
+        for source, segment, metric, mins, maxs in blocks:
+            owner = series.get((source, metric, segment))
+            if owner is None or len(mins) != len(maxs) or len(mins) % 8 or len(mins) // 8 > len(owner) // BLOCK:
+                return f"the block summary of {metric!r} of {source} (segment {segment}) does not fit its column"
+            owner.blocks = Blocks(array("d", mins), array("d", maxs))
+            saved_blocks[(source, metric, segment)] = len(mins) // 8
         self.frames.update(frames)
         self.series.update(series)  # in place: the store holds this dict
+        self._saved_blocks = saved_blocks
         self._saved = saved
         self.saved_seq = manifest["seq"]
         self.manifest_saved = True

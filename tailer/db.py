@@ -52,9 +52,11 @@ CREATE TABLE IF NOT EXISTS frames (source TEXT NOT NULL, segment INTEGER NOT NUL
 CREATE TABLE IF NOT EXISTS columns (source TEXT NOT NULL, segment INTEGER NOT NULL, metric TEXT NOT NULL,
     start INTEGER NOT NULL, steps BLOB, times BLOB, vals BLOB NOT NULL, bad BLOB NOT NULL,
     PRIMARY KEY (source, segment, metric, start));
+CREATE TABLE IF NOT EXISTS blocks (source TEXT NOT NULL, segment INTEGER NOT NULL, metric TEXT NOT NULL,
+    mins BLOB NOT NULL, maxs BLOB NOT NULL, PRIMARY KEY (source, segment, metric));
 """
 # The chart columns (`mstail.tailer.columns`) were added to schema 1 without changing it: a state written before
-# them has empty `frames`/`columns` tables and no `columns` row in `meta`, and its columns are rebuilt once.
+# them has empty `frames`/`columns`/`blocks` tables and no `columns` row in `meta`, and its columns are rebuilt once.
 
 
 class StateError(Exception):
@@ -288,6 +290,7 @@ class StateDB:
                               [(p[0], p[1], p[3], p[4], p[5]) for p in flush.puts if p[2] is None])
         self.conn.executemany("INSERT OR REPLACE INTO columns VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                               [p for p in flush.puts if p[2] is not None])
+        self.conn.executemany("INSERT OR REPLACE INTO blocks VALUES (?, ?, ?, ?, ?)", flush.blocks)
         self.conn.execute("INSERT OR REPLACE INTO meta VALUES ('columns', ?)", (_dumps(flush.manifest),))
 
     @property
@@ -333,6 +336,10 @@ class StateDB:
         """The saved chart columns' manifest (`mstail.tailer.columns`), or None when none were saved."""
         rows = self._rows("SELECT value FROM meta WHERE key = 'columns'")
         return json.loads(rows[0][0]) if rows else None
+
+    def column_blocks(self) -> List[Tuple[str, int, str, bytes, bytes]]:
+        """The saved block summaries: (source, segment, metric, mins, maxs)."""
+        return self._rows("SELECT source, segment, metric, mins, maxs FROM blocks")  # type: ignore[return-value]
 
     def column_pieces(self, batch: int = 16) -> Iterator[Piece]:
         """The saved pieces of every frame, then of every series, each column's in order of their start."""

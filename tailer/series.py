@@ -30,7 +30,7 @@ class Series:
     nonfinite: List[int] = field(default_factory=list)  # indexes of NaN/Inf values, ascending
     times: array = field(default_factory=lambda: array("d"))  # the record's `time` (unix s; NaN if none)
     smoothed: Dict[float, "_Ema"] = field(default_factory=dict)  # weight -> EMA column, extended on demand
-    blocks: Optional["_Blocks"] = None  # min/max per block of points, built and extended by queries
+    blocks: Optional["Blocks"] = None  # min/max per block of points, built and extended by queries and flushes
 
     def __len__(self) -> int:
         return len(self.values)
@@ -213,28 +213,35 @@ def _smoothed_at(series: Series, weight: float, ends: List[int]) -> Tuple[List[f
     return out, {"den": den, "x": last_x, "stride": stride}
 
 
-_BLOCK = 64  # points per block of the min/max summary
+BLOCK = 64  # points per block of the min/max summary
 
 
-class _Blocks:
-    """Min and max of each complete block of `_BLOCK` points (non-finite values left out: a block of only
+class Blocks:
+    """Min and max of each complete block of `BLOCK` points (non-finite values left out: a block of only
     NaN has min +inf and max -inf), so a wide bucket reads a few block values instead of every point."""
 
     __slots__ = ("maxs", "mins")
 
-    def __init__(self) -> None:
-        self.mins = array("d")
-        self.maxs = array("d")
+    def __init__(self, mins: Optional[array] = None, maxs: Optional[array] = None) -> None:
+        self.mins = mins if mins is not None else array("d")
+        self.maxs = maxs if maxs is not None else array("d")
 
     def extend(self, series: Series) -> None:
         values, bad = series.values, series.nonfinite
-        for k in range(len(self.mins), len(values) // _BLOCK):
-            a, b = k * _BLOCK, (k + 1) * _BLOCK
+        for k in range(len(self.mins), len(values) // BLOCK):
+            a, b = k * BLOCK, (k + 1) * BLOCK
             chunk = values[a:b]
             if bisect_left(bad, a) != bisect_left(bad, b):
                 chunk = [v for v in chunk if math.isfinite(v)]
             self.mins.append(min(chunk) if chunk else math.inf)
             self.maxs.append(max(chunk) if chunk else -math.inf)
+
+
+def summary(series: Series) -> Blocks:
+    """The series' block summary, extended to its newest complete block."""
+    blocks = series.blocks = series.blocks or Blocks()
+    blocks.extend(series)
+    return blocks
 
 
 def _bucket_ends(lo: int, hi: int, points: int) -> List[int]:
@@ -253,9 +260,8 @@ def _bucketed(series: Series, lo: int, hi: int, points: int) -> Dict[str, Any]:
     steps, values, bad = series.steps, series.values, series.nonfinite
     size = -(-(hi - lo) // points)  # ceil: every bucket but the last holds `size` points
     blocks = None
-    if size >= 4 * _BLOCK:  # wide buckets: whole blocks from the summary, only the ragged edges point by point
-        blocks = series.blocks = series.blocks or _Blocks()
-        blocks.extend(series)
+    if size >= 4 * BLOCK:  # wide buckets: whole blocks from the summary, only the ragged edges point by point
+        blocks = summary(series)
     inf = math.inf
 
     def edge(a: int, b: int) -> Tuple[float, float]:
@@ -267,10 +273,10 @@ def _bucketed(series: Series, lo: int, hi: int, points: int) -> Dict[str, Any]:
     xs, mins, maxs, lasts = [], [], [], []
     for a in range(lo, hi, size):
         b = min(a + size, hi)
-        if blocks is not None and b - a >= 2 * _BLOCK:
-            first, end = -(-a // _BLOCK), b // _BLOCK
-            low, high = edge(a, first * _BLOCK)
-            low2, high2 = edge(end * _BLOCK, b)
+        if blocks is not None and b - a >= 2 * BLOCK:
+            first, end = -(-a // BLOCK), b // BLOCK
+            low, high = edge(a, first * BLOCK)
+            low2, high2 = edge(end * BLOCK, b)
             low = min(low, low2, min(blocks.mins[first:end]))
             high = max(high, high2, max(blocks.maxs[first:end]))
         else:

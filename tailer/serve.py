@@ -11,6 +11,7 @@ import logging
 import signal
 import socket
 import threading
+import time
 import webbrowser
 from typing import Callable, Dict, Optional, Sequence
 
@@ -122,7 +123,7 @@ async def serve(
         terminate()
 
 
-REPLAY_BATCH = 2_000  # stored items fed to the alert engine between two turns of the event loop
+REPLAY_SLICE_S = 0.01  # the alert replay's turn on the event loop: requests wait at most about this per step
 _SAY_REPLAY = 100_000  # stored items from which the alert replay is said on stderr
 
 
@@ -138,13 +139,16 @@ async def _restore_then_tail(store: Store, tailer: Tailer, stop: asyncio.Event, 
         if store.last_seq >= _SAY_REPLAY:
             log.info("restoring the alert rules' state from %d stored items; new lines are read after it",
                      store.last_seq)
-        for batch in store.db.all_items(batch=REPLAY_BATCH):
+        turn_ends = time.monotonic() + REPLAY_SLICE_S
+        for batch in store.db.all_items(batch=200):
             for item in batch:
                 alerts.replay(item)
             progress["items"] += len(batch)
-            await asyncio.sleep(0)
-            if stop.is_set():
-                break
+            if time.monotonic() >= turn_ends:
+                await asyncio.sleep(0)
+                turn_ends = time.monotonic() + REPLAY_SLICE_S
+                if stop.is_set():
+                    break
         progress.clear()
     await tailer.run(stop)  # returns at once when stopped meanwhile
 

@@ -169,7 +169,7 @@ class Store:
         if manifest is not None:
             problem = (f"they end at record {manifest['seq']}, which it does not hold" if
                        manifest["seq"] > 0 and not self.db.has_item(manifest["seq"]) else
-                       self._columns.restore(manifest, self.db.column_pieces()))
+                       self._columns.restore(manifest, self.db.column_pieces(), self.db.column_blocks()))
         if problem is not None:
             log.warning("state %s: chart columns not usable (%s): rebuilding them from the %d stored items, once",
                         self.db.path, problem, self._last_seq)

@@ -20,6 +20,7 @@ import pytest
 from mstail.parsers import Item
 from mstail.tailer import columns
 from mstail.tailer.db import StateDB
+from mstail.tailer.series import Series, summary
 from mstail.tailer.store import Store
 
 SOURCES = ("rank_0", "rank_1")
@@ -159,6 +160,10 @@ def test_a_restart_reads_the_saved_columns_back(tmp_path: Path, small_flushes: N
     assert not caplog.records
     assert _served(store) == expected == _oracle(batches)
     assert _facts(store) == facts and store.latest_values() == latest
+    for series in store._series.values():  # the block summaries came back as a fresh build makes them
+        assert series.blocks is not None
+        fresh = Series(steps=series.steps, values=series.values, nonfinite=series.nonfinite, times=series.times)
+        assert (series.blocks.mins, series.blocks.maxs) == (summary(fresh).mins, summary(fresh).maxs)
     assert store.last_seq == live.last_seq
     assert all(len(saved.pieces) <= 12 for saved in store._columns._saved.values())  # merged: ~log2 of the points
     # and it goes on: new records after a restart join the restored columns, and survive the next one
@@ -189,6 +194,7 @@ def test_an_earlier_mstails_state_is_rebuilt_once_and_said(tmp_path: Path, caplo
     with sqlite3.connect(tmp_path / "s.sqlite") as conn:  # what a state written before the columns holds
         conn.execute("DELETE FROM frames")
         conn.execute("DELETE FROM columns")
+        conn.execute("DELETE FROM blocks")
         conn.execute("DELETE FROM meta WHERE key = 'columns'")
     with caplog.at_level(logging.WARNING):
         store = _reopen(tmp_path / "s.sqlite")
@@ -207,6 +213,8 @@ def test_an_earlier_mstails_state_is_rebuilt_once_and_said(tmp_path: Path, caplo
     "DELETE FROM columns WHERE rowid IN (SELECT rowid FROM columns LIMIT 1)",
     "DELETE FROM frames",
     "UPDATE meta SET value = json_set(value, '$.seq', 10000000) WHERE key = 'columns'",
+    "UPDATE columns SET vals = x'00' WHERE rowid IN (SELECT rowid FROM columns LIMIT 1)",
+    "UPDATE blocks SET mins = x'0000000000000000' WHERE rowid IN (SELECT rowid FROM blocks LIMIT 1)",
 ])
 def test_damaged_columns_are_rebuilt_from_the_records(tmp_path: Path, small_flushes: None, damage: str,
                                                       caplog: pytest.LogCaptureFixture) -> None:
