@@ -22,16 +22,20 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_left
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from .series import BLOCK, Blocks, Series, summary
 
 #: records indexed since the last flush that trigger the next one: what a restart after a crash may index
 #: again from JSON (about 0.3 s), and what a flush writes at least (so the write cost per record stays small)
 FLUSH_RECORDS = 65_536
+#: points of a piece at most (1 MiB of values): pieces are made one at a time as SQLite takes them, so a flush
+#: never holds more than this of a column's bytes, and a merge never rewrites more
+PIECE_POINTS = 131_072
 
 FrameKey = Tuple[str, int]  # (source, segment)
 SeriesKey = Tuple[str, str, int]  # (source, metric, segment)
+ColumnKey = Tuple[str, int, Optional[str]]  # (source, segment, metric or None for the frame)
 #: a piece of a column as the state file keeps it: (source, segment, metric or None for the frame, start,
 #: steps, times, values, non-finite indexes) with None for what the column does not hold
 Piece = Tuple[str, int, Optional[str], int, Optional[bytes], Optional[bytes], Optional[bytes], Optional[bytes]]
@@ -79,14 +83,29 @@ class _Saved:
         return self.pieces[-1][0] + self.pieces[-1][1] if self.pieces else 0
 
 
+#: a piece to write: the column's key, its first and end point, and the arrays it is cut from (None for what the
+#: column does not hold)
+Cut = Tuple[ColumnKey, int, int, Optional[array], Optional[array], Optional[array], Optional[List[int]]]
+
+
 @dataclass
 class Flush:
-    """One flush of the columns, written by `StateDB.commit` in the items' transaction."""
+    """One flush of the columns, written by `StateDB.commit` in the items' transaction, in the same turn of
+    the event loop as it is made (its cuts refer to the live arrays)."""
 
-    puts: List[Piece]
+    cuts: List[Cut]
     deletes: List[Tuple[str, int, Optional[str], int]]  # (source, segment, metric or None, start)
     blocks: List[Tuple[str, int, str, bytes, bytes]]  # (source, segment, metric, mins, maxs): summaries that grew
     manifest: Dict[str, Any]
+
+    def pieces(self, frames: bool) -> Iterator[Piece]:
+        """The pieces of the frames (or of the series) to write, each made when it is asked for."""
+        for key, start, end, steps, times, values, bad in self.cuts:
+            if (key[2] is None) != frames:
+                continue
+            nonfinite = None if bad is None else array("q", bad[bisect_left(bad, start):bisect_left(bad, end)])
+            yield (*key, start, *(None if c is None else c[start:end].tobytes() for c in (steps, times, values)),
+                   None if nonfinite is None else nonfinite.tobytes())  # type: ignore[misc]
 
 
 class Columns:
@@ -96,7 +115,7 @@ class Columns:
     def __init__(self) -> None:
         self.frames: Dict[FrameKey, Frame] = {}
         self.series: Dict[SeriesKey, Series] = {}  # in creation order
-        self._saved: Dict[Tuple[str, int, Optional[str]], _Saved] = {}
+        self._saved: Dict[ColumnKey, _Saved] = {}
         self._saved_blocks: Dict[SeriesKey, int] = {}  # blocks of each series' summary in the state file
         self.saved_seq = 0  # every record up to this seq is in the state file's columns
         self.pending = 0  # records indexed since the last flush
@@ -117,16 +136,16 @@ class Columns:
     def flush(self, seq: int, sources: Dict[str, Dict[str, Any]]) -> Flush:
         """What to write so that the state file holds every column as it is now, for records up to `seq`;
         `sources`: each source's facts for the manifest. Call `flushed` once it is written."""
-        puts: List[Piece] = []
+        cuts: List[Cut] = []
         deletes: List[Tuple[str, int, Optional[str], int]] = []
         for (source, segment), frame in self.frames.items():
-            self._pieces((source, segment, None), frame.steps, frame.times, None, None, puts, deletes)
+            self._cut((source, segment, None), frame.steps, frame.times, None, None, cuts, deletes)
         layout = []
         blocks = []
         for (source, metric, segment), series in self.series.items():
             aligned = series.steps is self.frames[(source, segment)].steps
-            self._pieces((source, segment, metric), None if aligned else series.steps,
-                         None if aligned else series.times, series.values, series.nonfinite, puts, deletes)
+            self._cut((source, segment, metric), None if aligned else series.steps,
+                      None if aligned else series.times, series.values, series.nonfinite, cuts, deletes)
             layout.append([source, metric, segment, aligned, len(series.values)])
             summed = summary(series)
             if len(summed.mins) != self._saved_blocks.get((source, metric, segment), 0):
@@ -137,17 +156,16 @@ class Columns:
             "frames": [[source, segment, len(frame.steps)] for (source, segment), frame in self.frames.items()],
             "series": layout,
         }
-        return Flush(puts, deletes, blocks, manifest)
+        return Flush(cuts, deletes, blocks, manifest)
 
     def flushed(self, flush: Flush) -> None:
         """`flush` is on disk: remember its pieces."""
         for source, segment, metric, start in flush.deletes:
             saved = self._saved[(source, segment, metric)]
             saved.pieces = [p for p in saved.pieces if p[0] != start]
-        for source, segment, metric, start, steps, _times, values, _bad in flush.puts:
-            saved = self._saved.setdefault((source, segment, metric), _Saved())
-            points = len(values if metric is not None else steps) // 8  # type: ignore[arg-type]
-            saved.pieces.append((start, points))
+        for key, start, end, steps, _times, _values, _bad in flush.cuts:
+            saved = self._saved.setdefault(key, _Saved())
+            saved.pieces.append((start, end - start))
             saved.own_steps = steps is not None
         for source, segment, metric, mins, _maxs in flush.blocks:
             self._saved_blocks[(source, metric, segment)] = len(mins) // 8
@@ -156,10 +174,9 @@ class Columns:
         self.dirty_below = False
         self.manifest_saved = True
 
-    def _pieces(self, key: Tuple[str, int, Optional[str]], steps: Optional[array], times: Optional[array],
-                values: Optional[array], bad: Optional[List[int]], puts: List[Piece],
-                deletes: List[Tuple[str, int, Optional[str], int]]) -> None:
-        """The piece (and the pieces it replaces) that bring one column's copy up to date."""
+    def _cut(self, key: ColumnKey, steps: Optional[array], times: Optional[array], values: Optional[array],
+             bad: Optional[List[int]], cuts: List[Cut], deletes: List[Tuple[str, int, Optional[str], int]]) -> None:
+        """The pieces (and the pieces they replace) that bring one column's copy up to date."""
         n = len(values) if values is not None else len(steps)  # type: ignore[arg-type]
         saved = self._saved.get(key)
         if saved is not None and saved.own_steps != (steps is not None):
@@ -170,24 +187,18 @@ class Columns:
             return
         pieces = list(saved.pieces) if saved is not None else []
         start = pieces[-1][0] + pieces[-1][1] if pieces else 0
-        while pieces and pieces[-1][1] <= n - start:
+        while pieces and pieces[-1][1] <= n - start and n - pieces[-1][0] <= PIECE_POINTS:
             start = pieces.pop()[0]
             deletes.append((*key, start))
-
-        def part(column: Optional[array]) -> Optional[bytes]:
-            return column[start:n].tobytes() if column is not None else None
-
-        nonfinite = None
-        if bad is not None:
-            nonfinite = array("q", bad[bisect_left(bad, start):]).tobytes()
-        puts.append((key[0], key[1], key[2], start, part(steps), part(times), part(values), nonfinite))
+        for first in range(start, n, PIECE_POINTS):
+            cuts.append((key, first, min(first + PIECE_POINTS, n), steps, times, values, bad))
 
     def restore(self, manifest: Dict[str, Any], pieces: Iterable[Piece],
                 blocks: Iterable[Tuple[str, int, str, bytes, bytes]]) -> Optional[str]:
         """Rebuild the columns from the state file's `manifest`, `pieces` (ordered by source, segment, metric,
         start) and block summaries; returns why they cannot be used (and leaves the columns empty), or None."""
-        columns: Dict[Tuple[str, int, Optional[str]], List[Optional[array]]] = {}
-        saved: Dict[Tuple[str, int, Optional[str]], _Saved] = {}
+        columns: Dict[ColumnKey, List[Optional[array]]] = {}
+        saved: Dict[ColumnKey, _Saved] = {}
         for source, segment, metric, start, steps, times, values, bad in pieces:
             key = (source, segment, metric)
             column = columns.get(key)

@@ -287,9 +287,9 @@ class StateDB:
         self.conn.executemany("DELETE FROM columns WHERE source = ? AND segment = ? AND metric = ? AND start = ?",
                               [d for d in flush.deletes if d[2] is not None])
         self.conn.executemany("INSERT OR REPLACE INTO frames VALUES (?, ?, ?, ?, ?)",
-                              [(p[0], p[1], p[3], p[4], p[5]) for p in flush.puts if p[2] is None])
+                              ((p[0], p[1], p[3], p[4], p[5]) for p in flush.pieces(frames=True)))
         self.conn.executemany("INSERT OR REPLACE INTO columns VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                              [p for p in flush.puts if p[2] is not None])
+                              flush.pieces(frames=False))
         self.conn.executemany("INSERT OR REPLACE INTO blocks VALUES (?, ?, ?, ?, ?)", flush.blocks)
         self.conn.execute("INSERT OR REPLACE INTO meta VALUES ('columns', ?)", (_dumps(flush.manifest),))
 

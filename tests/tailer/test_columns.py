@@ -22,6 +22,7 @@ from mstail.tailer import columns
 from mstail.tailer.db import StateDB
 from mstail.tailer.series import Series, summary
 from mstail.tailer.store import Store
+from tests.conftest import start_mstail, wait_until
 
 SOURCES = ("rank_0", "rank_1")
 
@@ -118,6 +119,7 @@ def _reopen(path: Path) -> Store:
 @pytest.fixture
 def small_flushes(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(columns, "FLUSH_RECORDS", 256)  # many flushes, so pieces merge
+    monkeypatch.setattr(columns, "PIECE_POINTS", 600)  # and long columns are cut in pieces of at most this
 
 
 def test_live_columns_equal_the_records_and_dense_metrics_share_steps() -> None:
@@ -165,7 +167,8 @@ def test_a_restart_reads_the_saved_columns_back(tmp_path: Path, small_flushes: N
         fresh = Series(steps=series.steps, values=series.values, nonfinite=series.nonfinite, times=series.times)
         assert (series.blocks.mins, series.blocks.maxs) == (summary(fresh).mins, summary(fresh).maxs)
     assert store.last_seq == live.last_seq
-    assert all(len(saved.pieces) <= 12 for saved in store._columns._saved.values())  # merged: ~log2 of the points
+    for saved in store._columns._saved.values():  # merged up to the piece size: few pieces, none too long
+        assert len(saved.pieces) <= 12 and all(points <= 600 for _, points in saved.pieces)
     # and it goes on: new records after a restart join the restored columns, and survive the next one
     more = [Item("record", {"step": 5000 + i, "time": 2e9, "segment": 1, "loss": 0.5, "lr": 1.0, "throughput": 1})
             for i in range(300)]
@@ -236,3 +239,40 @@ def test_manifest_is_json_the_state_can_be_inspected_with(tmp_path: Path) -> Non
         manifest = json.loads(conn.execute("SELECT value FROM meta WHERE key = 'columns'").fetchone()[0])
     assert manifest["seq"] == conn.execute("SELECT MAX(seq) FROM items").fetchone()[0]
     assert {s for s, *_ in manifest["frames"]} == set(SOURCES)
+
+
+@pytest.mark.slow
+def test_a_restarted_mstail_serves_the_saved_history_restores_its_alert_then_reads_on(tmp_path: Path) -> None:
+    """Real processes: the history from the saved columns (no rebuild said), the alert that was firing firing
+    again with the same id and no second `alert` event, then a line written meanwhile read."""
+    log = tmp_path / "metrics.jsonl"
+    lines = [json.dumps({"step": s, "time": 1e9 + s, "loss": "NaN" if s > 2995 else 2.0 + (s % 7) / 10})
+             for s in range(1, 3001)]
+    log.write_text("\n".join(lines) + "\n")
+    args = ["--jsonl", str(log), "--state-dir", str(tmp_path / "state")]
+
+    def seen(server: Any) -> Tuple[Any, List[str], List[Any]]:
+        [series] = server.get_json("/api/series?metric=loss&points=5000")["series"]
+        active = [(a["id"], a["rule"]) for a in server.get_json("/api/alerts")["active"]]
+        alerts = [e["id"] for e in server.get_json("/api/events?kind=alert")]
+        return (series["x"], series["last"]), active, alerts
+
+    first = start_mstail([], tmp_path / "run0", args=args)
+    try:
+        first.wait_records(3000, timeout=60)
+        wait_until(lambda: seen(first)[1], 30)
+        before = seen(first)
+    finally:
+        assert first.stop() == 0
+    assert ("nonfinite" in {rule for _, rule in before[1]}) and len(before[0][0]) == 3000
+
+    second = start_mstail([], tmp_path / "run1", args=args)
+    try:
+        wait_until(lambda: second.get_json("/healthz")["restoring_alerts"] is None, 60)
+        assert seen(second) == before
+        with open(log, "a") as f:
+            f.write(json.dumps({"step": 3001, "time": 1e9 + 3001, "loss": 1.0}) + "\n")
+        second.wait_records(3001, timeout=30)
+    finally:
+        assert second.stop() == 0
+    assert "rebuilding" not in second.stderr_path.read_text()
