@@ -123,7 +123,7 @@ async def serve(
         terminate()
 
 
-REPLAY_SLICE_S = 0.01  # the alert replay's turn on the event loop: requests wait at most about this per step
+REPLAY_SLICE_S = 0.002  # the alert replay's turn on the event loop: requests wait at most about this per step
 _SAY_REPLAY = 100_000  # stored items from which the alert replay is said on stderr
 
 
