@@ -318,6 +318,8 @@ class AlertEngine:
             if number.isdigit():
                 self._next_id = max(self._next_id, int(number) + 1)
             return
+        if item.get("kind") == "amend":
+            return  # the rules judge records and events; an amend's values are in its record already
         when = item.get("time")
         self.observe(item["source"], item, when if isinstance(when, (int, float)) else 0.0, history=True)
 

@@ -1,7 +1,9 @@
 """The chart maths of one series: exact points or min/max buckets, wall times, and the debiased EMA.
 
-A `Series` is one metric of one source in one run segment, in step order, as `array`s (16 bytes a point plus
-the time). `window()` answers a `/api/series` query over it: exactly when the range holds at most `points`
+A `Series` is one metric of one source in one run segment, in step order, as `array`s: 8 bytes a point for
+the value, plus 16 for its step and time unless it shares those with the other metrics of its source and segment
+(the store's frames: then `steps` and `times` may run ahead of `values`, and the series is its first
+`len(values)` points). `window()` answers a `/api/series` query over it: exactly when the range holds at most `points`
 points, else as `points` min/max buckets (non-finite values never enter min/max; they are listed apart), so no
 spike is hidden however far the chart is zoomed out. The EMA columns and block summaries it caches are extended
 as the series grows; like the `Store` that owns the series, they are touched from the event loop only.
@@ -20,14 +22,18 @@ from mstail.parsers.record import finite_or_name, numbers
 
 @dataclass
 class Series:
-    """One metric of one source in one run segment, in step order."""
+    """One metric of one source in one run segment, in step order: `len(series)` points, `steps[i]`, `values[i]`
+    and `times[i]` for i below it (`steps` and `times` may be longer: shared with other series)."""
 
     steps: array = field(default_factory=lambda: array("q"))
     values: array = field(default_factory=lambda: array("d"))
     nonfinite: List[int] = field(default_factory=list)  # indexes of NaN/Inf values, ascending
     times: array = field(default_factory=lambda: array("d"))  # the record's `time` (unix s; NaN if none)
     smoothed: Dict[float, "_Ema"] = field(default_factory=dict)  # weight -> EMA column, extended on demand
-    blocks: Optional["_Blocks"] = None  # min/max per block of points, built and extended by queries
+    blocks: Optional["Blocks"] = None  # min/max per block of points, built and extended by queries and flushes
+
+    def __len__(self) -> int:
+        return len(self.values)
 
     def append(self, step: int, value: float, time: float = math.nan) -> None:
         if not math.isfinite(value):
@@ -43,8 +49,9 @@ def window(series: Series, start: Optional[int], end: Optional[int], points: int
     `smooth` in (0, 1), `smooth`: the debiased, step-aware EMA of the full-resolution series (`_ema`) at each x,
     computed before bucketing, so neither zoom nor later steps change a value, and `smooth_state` when the window
     reaches the newest point (what a client needs to continue the EMA live)."""
-    lo = 0 if start is None else bisect_left(series.steps, start)
-    hi = len(series.steps) if end is None else bisect_right(series.steps, end)
+    n = len(series.values)
+    lo = 0 if start is None else bisect_left(series.steps, start, 0, n)
+    hi = n if end is None else bisect_right(series.steps, end, 0, n)
     bucketed = hi - lo > points
     entry = _bucketed(series, lo, hi, points) if bucketed else _exact(series, lo, hi)
     ends = _bucket_ends(lo, hi, points) if bucketed else list(range(lo, hi))
@@ -53,7 +60,7 @@ def window(series: Series, start: Optional[int], end: Optional[int], points: int
     if 0.0 < smooth < 1.0 and ends:
         values, state = _smoothed_at(series, smooth, ends)
         entry["smooth"] = [finite_or_none(v) for v in values]
-        if hi == len(series.steps):
+        if hi == n:
             entry["smooth_state"] = state
     return entry
 
@@ -79,11 +86,11 @@ class _Ema:
 _EMA_WEIGHTS_KEPT = 2  # EMA columns cached per series (the slider's current and previous value)
 
 
-def _stride(steps: array) -> int:
+def _stride(series: Series) -> int:
     """The logging stride of a series: the smallest positive step difference among its first 16. It is fixed
     once a series has 17 points, so a growing run never changes it."""
-    best = 0
-    for i in range(1, min(len(steps), 17)):
+    steps, best = series.steps, 0
+    for i in range(1, min(len(series.values), 17)):
         delta = steps[i] - steps[i - 1]
         if delta > 0 and (best == 0 or delta < best):
             best = delta
@@ -100,7 +107,7 @@ def _ema(series: Series, weight: float) -> array:
     the points before it, so it never changes when the run grows, and it is computed before any bucketing, so
     zoom cannot change it. Non-finite values are skipped (the smoothed value carries over). The column is
     cached per weight and extended incrementally."""
-    stride = _stride(series.steps)
+    stride = _stride(series)
     state = series.smoothed.pop(weight, None)
     if state is None or state.stride != stride:
         state = _Ema(stride)
@@ -147,13 +154,13 @@ def _smoothed_at(series: Series, weight: float, ends: List[int]) -> Tuple[List[f
     overlap are scanned once. A full pass (cached, extended as the series grows) is used when the windows
     would cover half the series or more."""
     state = series.smoothed.get(weight)
-    if state is not None and len(state.column) == len(series.values) and state.stride == _stride(series.steps):
+    if state is not None and len(state.column) == len(series.values) and state.stride == _stride(series):
         column = state.column
         return [column[i] for i in ends], {"den": state.den, "x": state.last_x, "stride": state.stride}
-    stride = _stride(series.steps)
+    stride = _stride(series)
     reach = stride * math.ceil(math.log(_EMA_EPSILON) / math.log(weight))
     steps = series.steps
-    starts = [bisect_left(steps, steps[e] - reach) for e in ends]
+    starts = [bisect_left(steps, steps[e] - reach, 0, e) for e in ends]
     cost = 0
     covered = -1
     for s_, e in zip(starts, ends):
@@ -206,28 +213,35 @@ def _smoothed_at(series: Series, weight: float, ends: List[int]) -> Tuple[List[f
     return out, {"den": den, "x": last_x, "stride": stride}
 
 
-_BLOCK = 64  # points per block of the min/max summary
+BLOCK = 64  # points per block of the min/max summary
 
 
-class _Blocks:
-    """Min and max of each complete block of `_BLOCK` points (non-finite values left out: a block of only
+class Blocks:
+    """Min and max of each complete block of `BLOCK` points (non-finite values left out: a block of only
     NaN has min +inf and max -inf), so a wide bucket reads a few block values instead of every point."""
 
     __slots__ = ("maxs", "mins")
 
-    def __init__(self) -> None:
-        self.mins = array("d")
-        self.maxs = array("d")
+    def __init__(self, mins: Optional[array] = None, maxs: Optional[array] = None) -> None:
+        self.mins = mins if mins is not None else array("d")
+        self.maxs = maxs if maxs is not None else array("d")
 
     def extend(self, series: Series) -> None:
         values, bad = series.values, series.nonfinite
-        for k in range(len(self.mins), len(values) // _BLOCK):
-            a, b = k * _BLOCK, (k + 1) * _BLOCK
+        for k in range(len(self.mins), len(values) // BLOCK):
+            a, b = k * BLOCK, (k + 1) * BLOCK
             chunk = values[a:b]
             if bisect_left(bad, a) != bisect_left(bad, b):
                 chunk = [v for v in chunk if math.isfinite(v)]
             self.mins.append(min(chunk) if chunk else math.inf)
             self.maxs.append(max(chunk) if chunk else -math.inf)
+
+
+def summary(series: Series) -> Blocks:
+    """The series' block summary, extended to its newest complete block."""
+    blocks = series.blocks = series.blocks or Blocks()
+    blocks.extend(series)
+    return blocks
 
 
 def _bucket_ends(lo: int, hi: int, points: int) -> List[int]:
@@ -246,9 +260,8 @@ def _bucketed(series: Series, lo: int, hi: int, points: int) -> Dict[str, Any]:
     steps, values, bad = series.steps, series.values, series.nonfinite
     size = -(-(hi - lo) // points)  # ceil: every bucket but the last holds `size` points
     blocks = None
-    if size >= 4 * _BLOCK:  # wide buckets: whole blocks from the summary, only the ragged edges point by point
-        blocks = series.blocks = series.blocks or _Blocks()
-        blocks.extend(series)
+    if size >= 4 * BLOCK:  # wide buckets: whole blocks from the summary, only the ragged edges point by point
+        blocks = summary(series)
     inf = math.inf
 
     def edge(a: int, b: int) -> Tuple[float, float]:
@@ -260,10 +273,10 @@ def _bucketed(series: Series, lo: int, hi: int, points: int) -> Dict[str, Any]:
     xs, mins, maxs, lasts = [], [], [], []
     for a in range(lo, hi, size):
         b = min(a + size, hi)
-        if blocks is not None and b - a >= 2 * _BLOCK:
-            first, end = -(-a // _BLOCK), b // _BLOCK
-            low, high = edge(a, first * _BLOCK)
-            low2, high2 = edge(end * _BLOCK, b)
+        if blocks is not None and b - a >= 2 * BLOCK:
+            first, end = -(-a // BLOCK), b // BLOCK
+            low, high = edge(a, first * BLOCK)
+            low2, high2 = edge(end * BLOCK, b)
             low = min(low, low2, min(blocks.mins[first:end]))
             high = max(high, high2, max(blocks.maxs[first:end]))
         else:

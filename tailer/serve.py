@@ -11,8 +11,9 @@ import logging
 import signal
 import socket
 import threading
+import time
 import webbrowser
-from typing import Callable, Optional, Sequence
+from typing import Callable, Dict, Optional, Sequence
 
 import uvicorn
 
@@ -74,11 +75,12 @@ async def serve(
     limits = Limits(_connection_cap(config.max_connections), config.header_timeout_s)
     store, hub = Store(state if state is not None else open_state(config, formats)), Hub()
     tailer = Tailer(config, formats, store, hub)
-    tailer.resume(store.load(on_item=tailer.alerts.replay if tailer.alerts is not None else None))
+    tailer.resume(store.load())
+    restoring: Dict[str, int] = {}  # the alert replay's progress while it runs (/healthz)
     app = create_app(
         store,
         hub,
-        health=lambda: {**tailer.health(), **_alert_health(tailer, webhooks),
+        health=lambda: {**tailer.health(), **_alert_health(tailer, webhooks), "restoring_alerts": restoring or None,
                         "connections": limits.stats(len(server.server_state.connections)), "streams": streams.stats()},
         token=config.token,
         check_host=config.token is None,  # loopback without a token: only loopback Host headers (DNS rebinding)
@@ -106,7 +108,7 @@ async def serve(
     restore_logs = install_quiet_logs(asyncio.get_running_loop())
     stop = asyncio.Event()
     webhooks.start()
-    tailing = asyncio.create_task(tailer.run(stop))
+    tailing = asyncio.create_task(_restore_then_tail(store, tailer, stop, restoring))
     announce = asyncio.create_task(_when_started(server, sock, config, on_started))
     terminate = _sigterm_as_sigint()
     try:
@@ -119,6 +121,36 @@ async def serve(
         store.close()
         restore_logs()
         terminate()
+
+
+REPLAY_SLICE_S = 0.002  # the alert replay's turn on the event loop: requests wait at most about this per step
+_SAY_REPLAY = 100_000  # stored items from which the alert replay is said on stderr
+
+
+async def _restore_then_tail(store: Store, tailer: Tailer, stop: asyncio.Event, progress: Dict[str, int]) -> None:
+    """Rebuild the alert rules' state from every stored item (a restart with a state), then tail. The replay
+    feeds the engine a batch at a time, so the server answers meanwhile (the history is already in the store;
+    /healthz shows `restoring_alerts`); tailing waits for it because the rules must see the old records before
+    the new ones."""
+    alerts = tailer.alerts
+    if alerts is not None and store.last_seq:
+        tailer.running = True  # starting: not "tailing has stopped" on /healthz while the replay runs
+        progress.update(items=0, of=store.last_seq)
+        if store.last_seq >= _SAY_REPLAY:
+            log.info("restoring the alert rules' state from %d stored items; new lines are read after it",
+                     store.last_seq)
+        turn_ends = time.monotonic() + REPLAY_SLICE_S
+        for batch in store.db.all_items(batch=200):
+            for item in batch:
+                alerts.replay(item)
+            progress["items"] += len(batch)
+            if time.monotonic() >= turn_ends:
+                await asyncio.sleep(0)
+                turn_ends = time.monotonic() + REPLAY_SLICE_S
+                if stop.is_set():
+                    break
+        progress.clear()
+    await tailer.run(stop)  # returns at once when stopped meanwhile
 
 
 def _sigterm_as_sigint() -> Callable[[], None]:

@@ -3,7 +3,9 @@
 Records and events get a global, gap-free `seq` starting at 1 and are kept in SQLite (`mstail.tailer.db`), so a
 replay after any seq is one indexed query and a restart with `--state-dir` continues the same numbering. Each
 (source, metric, segment) also has a columnar `Series` in memory that `series()` answers from (the chart maths,
-exact points or min/max buckets and the EMA, are `mstail.tailer.series`'s).
+exact points or min/max buckets and the EMA, are `mstail.tailer.series`'s). The series of a source and segment
+share their steps and times, and are saved in the state file as raw arrays, so a restart reads them back
+instead of every record's JSON (`mstail.tailer.columns`).
 
 Threads: a Store is touched from the event loop only (the tailer's passes deliver there; the API routes are
 `async`), so it needs no lock (ARCHITECTURE.md, Threads).
@@ -11,16 +13,20 @@ Threads: a Store is touched from the event loop only (the tailer's passes delive
 
 from __future__ import annotations
 
+import logging
 import math
 from bisect import bisect_right
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from mstail.parsers.record import RESERVED, Item, ordered
 
 from .checkpoint import SourceCheckpoint
+from .columns import Columns, Frame
 from .db import StateDB
 from .series import Series, finite_or_none, window
+
+log = logging.getLogger("mstail.state")
 
 
 @dataclass
@@ -69,11 +75,18 @@ def _float(value: Any) -> float:
         return math.nan
 
 
+def _facts(info: SourceInfo) -> Dict[str, Any]:
+    """What of a source the saved columns' manifest keeps: the facts its records gave."""
+    return {"records": info.records, "first_step": info.first_step, "last_step": info.last_step,
+            "last_time": info.last_time, "metrics": info.metrics, "unplottable": info.unplottable}
+
+
 class Store:
     """The history of all sources. Used from the event loop only.
 
     Items live in a `StateDB` (SQLite: persisted with `--state-dir`, else a private temporary file), so memory
-    does not grow with the log; the per-metric columns the charts need stay in memory (16 bytes a point).
+    does not grow with the log; the per-metric columns the charts need stay in memory (8 bytes a point, plus 16
+    a record for its step and time).
 
     Args:
         db: where items are kept; default a private temporary database (nothing survives a restart).
@@ -82,7 +95,8 @@ class Store:
     def __init__(self, db: Optional[StateDB] = None) -> None:
         self.db = db if db is not None else StateDB(None)
         self._last_seq = 0
-        self._series: Dict[Tuple[str, str, int], Series] = {}
+        self._columns = Columns()
+        self._series: Dict[Tuple[str, str, int], Series] = self._columns.series
         self._last_record: Dict[str, Dict[str, Any]] = {}  # source -> its newest record as stored (what an amend is for)
         self.sources: Dict[str, SourceInfo] = {}
 
@@ -127,7 +141,7 @@ class Store:
 
     def _amend(self, info: SourceInfo, values: Dict[str, Any]) -> Optional[Dict[str, Any]]:
         """Apply one amend to the source's newest record; returns the amend as stored, None when it adds nothing."""
-        record = self._last_record.get(info.id)
+        record = self._last_record.get(info.id) or self.db.last_record(info.id)  # after a restart: from the state
         if record is None or record["step"] != values["step"] or record.get("segment", 0) != values.get("segment", 0):
             return None
         new = {key: value for key, value in values.items() if key not in record and key not in RESERVED}
@@ -136,37 +150,68 @@ class Store:
         merged = {**record, **new}  # a new dict: the old one may still be on its way to a client
         self._last_record[info.id] = merged
         self.db.replace(merged)
-        if _INT64_MIN <= record["step"] <= _INT64_MAX:  # else the record is kept, not drawn (`_index_record`)
-            self._index_values(info, record["step"], record.get("segment", 0), new, _float(record.get("time")))
+        frame = self._columns.frames.get((info.id, record.get("segment", 0)))
+        if frame is not None and _INT64_MIN <= record["step"] <= _INT64_MAX:  # else kept, not drawn (`_index_record`)
+            self._index_values(info, frame, record.get("segment", 0), {"seq": record["seq"], **new})
         self._last_seq += 1
         return ordered({"seq": self._last_seq, "source": info.id, "step": record["step"], "time": record.get("time"),
                         "segment": record.get("segment", 0), "kind": "amend", **new})
 
-    def commit(self, checkpoints: Optional[Dict[str, Tuple[str, SourceCheckpoint]]] = None) -> None:
-        """Make the items added so far durable, together with the sources' checkpoints (id -> (path, checkpoint))."""
-        self.db.commit(checkpoints or {})
+    def commit(self, checkpoints: Optional[Dict[str, Tuple[str, SourceCheckpoint]]] = None,
+               columns: bool = False) -> None:
+        """Make the items added so far durable, together with the sources' checkpoints (id -> (path, checkpoint)),
+        and the chart columns when `columns` is set or enough records came since they were last saved."""
+        flush = None
+        if self.db.path is not None and (columns or self._columns.due()):
+            flush = self._columns.flush(self._last_seq, {i: _facts(info) for i, info in self.sources.items()})
+        if self.db.commit(checkpoints or {}, flush) and flush is not None:
+            self._columns.flushed(flush)
 
-    def load(self, on_item: Optional[Callable[[Dict[str, Any]], None]] = None) -> Dict[str, Optional[SourceCheckpoint]]:
-        """Rebuild sources and columns from the database (at start), passing every item to `on_item` too (the
-        alert engine's `replay`); returns each saved source's checkpoint (source id -> checkpoint or None)."""
+    def load(self) -> Dict[str, Optional[SourceCheckpoint]]:
+        """Rebuild sources and columns from the database (at start): the saved columns, and the records after
+        them from their JSON; a state without saved columns (an earlier mstail's) has them rebuilt from every
+        record, said once. Returns each saved source's checkpoint (source id -> checkpoint or None)."""
         saved = self.db.sources()
         for source_id, (path, checkpoint) in saved.items():
             info = self.add_source(source_id, path)
             if checkpoint is not None:
                 info.counters = {**checkpoint.follower.counters, **checkpoint.parser.counts}
-        for data in self.db.all_items():
-            self._last_seq = data["seq"]
-            info = self.add_source(data["source"], saved.get(data["source"], ("", None))[0])
-            if data.get("kind") == "amend":
-                continue  # its values are in its record's row already
-            if "kind" not in data:
-                self._index_record(info, data)
-                self._last_record[info.id] = data
-            if on_item is not None:
-                on_item(data)
+        self._last_seq = self.db.last_seq()
+        after = self._restore_columns(saved)
+        for batch in self.db.all_items(after):
+            for data in batch:
+                info = self.add_source(data["source"], saved.get(data["source"], ("", None))[0])
+                if "kind" not in data:
+                    self._index_record(info, data)
+        if after == 0 and self._last_seq:
+            self.commit(columns=True)  # the rebuilt columns, saved at once: the next start reads them
         return {source_id: checkpoint for source_id, (_, checkpoint) in saved.items()}
 
+    def _restore_columns(self, saved: Dict[str, Tuple[str, Optional[SourceCheckpoint]]]) -> int:
+        """The saved columns and sources' facts, when the state has them and they hold together; returns the seq
+        up to which records are in them (0: rebuild every column from the records, said once)."""
+        if not self._last_seq:
+            return 0
+        manifest = self.db.columns_manifest()
+        problem = "it has none (an earlier mstail wrote it)"
+        if manifest is not None:
+            problem = (f"they end at record {manifest['seq']}, which it does not hold" if
+                       manifest["seq"] > 0 and not self.db.has_item(manifest["seq"]) else
+                       self._columns.restore(manifest, self.db.column_pieces(), self.db.column_blocks()))
+        if problem is not None:
+            log.warning("state %s: chart columns not usable (%s): rebuilding them from the %d stored items, once",
+                        self.db.path, problem, self._last_seq)
+            self._columns.clear()
+            return 0
+        for source_id, facts in manifest["sources"].items():  # type: ignore[union-attr]
+            info = self.add_source(source_id, saved.get(source_id, ("", None))[0])
+            for name, value in facts.items():
+                setattr(info, name, value)
+        return self._columns.saved_seq
+
     def close(self) -> None:
+        """Save the chart columns with what is left to commit, and close the state file."""
+        self.commit(columns=self._columns.pending > 0)
         self.db.close()
 
     def _index_record(self, info: SourceInfo, record: Dict[str, Any]) -> None:
@@ -179,23 +224,33 @@ class Store:
             info.first_step = step
         info.last_step = step
         info.last_time = record.get("time")
-        self._index_values(info, step, segment, record, _float(info.last_time))
+        frame = self._columns.frames.get((info.id, segment))
+        if frame is None:
+            frame = self._columns.frames[(info.id, segment)] = Frame()
+        frame.steps.append(step)
+        frame.times.append(_float(info.last_time))
+        self._columns.pending += 1
+        self._index_values(info, frame, segment, record)
 
-    def _index_values(self, info: SourceInfo, step: int, segment: int, values: Dict[str, Any], when: float) -> None:
-        """Append a record's metrics (or an amend's) to their chart columns."""
-        for key, value in values.items():
+    def _index_values(self, info: SourceInfo, frame: Frame, segment: int, record: Dict[str, Any]) -> None:
+        """The numbers of `record`, the newest record of its source and segment, into their series."""
+        row = len(frame.steps) - 1
+        if record["seq"] <= self._columns.saved_seq:
+            self._columns.dirty_below = True  # an amended record the saved columns hold without its new values
+        series_of = self._series
+        for key, value in record.items():
             if key in RESERVED or not isinstance(value, (int, float)):
                 continue
             number = _float(value)
             if number != number and value == value:  # an int beyond the float range: kept, not drawn
                 info.unplottable += 1
                 continue
-            series = self._series.get((info.id, key, segment))
+            series = series_of.get((info.id, key, segment))
             if series is None:
-                series = self._series[(info.id, key, segment)] = Series()
+                series = series_of[(info.id, key, segment)] = frame.new_series()
                 if key not in info.metrics:
                     info.metrics.append(key)
-            series.append(step, number, when)
+            frame.add(series, row, number)
 
     # -- queries ------------------------------------------------------------------------------------------
     def items_after(self, seq: int, limit: int = 10_000) -> List[Dict[str, Any]]:
@@ -216,7 +271,7 @@ class Store:
         latest: Dict[Tuple[str, str], Tuple[int, float]] = {}
         for (source, metric, _segment), series in self._series.items():  # insertion order: newer segments later
             if series.values:
-                latest[(source, metric)] = (series.steps[-1], series.values[-1])
+                latest[(source, metric)] = (series.steps[len(series) - 1], series.values[-1])
         return latest
 
     def series(
@@ -250,17 +305,17 @@ class Store:
         """Consumed samples at each step: the logged `consumed_samples` (the latest at or before the step),
         else step × `global_batch_size`; None when the source logs neither."""
         consumed = self._series.get((source, "consumed_samples", segment))
-        if consumed is not None and consumed.steps:
+        if consumed is not None and consumed.values:
             out: List[Optional[float]] = []
             for step in steps:
-                i = bisect_right(consumed.steps, step) - 1
+                i = bisect_right(consumed.steps, step, 0, len(consumed)) - 1
                 out.append(finite_or_none(consumed.values[i]) if i >= 0 else None)
             return out
         batch = self._series.get((source, "global_batch_size", segment))
-        if batch is not None and batch.steps:
+        if batch is not None and batch.values:
             out = []
             for step in steps:
-                i = max(bisect_right(batch.steps, step) - 1, 0)
+                i = max(bisect_right(batch.steps, step, 0, len(batch)) - 1, 0)
                 out.append(finite_or_none(step * batch.values[i]))
             return out
         return None

@@ -1,0 +1,163 @@
+"""Restart with a long history, and memory: issue 16, goals 3 (history back <= 2 s after a restart with a state of
+1 M records) and 5 (<= 200 MB RSS with 1 M records x 8 metrics).
+
+Setup (loopback only): page_load.py's JSONL log of --steps steps x 8 metrics (a NaN, a spike, a checkpoint event
+every 10,000 steps); a real `mstail --jsonl FILE --state-dir DIR --port 0` reads it all and is stopped with
+Ctrl-C (SIGINT; it saves what is left of its chart columns).
+
+Measured, each restart a new real process over the same state:
+- time to history: process start -> the first `/api/series?metric=loss` answer that holds the whole run (its
+  last x is the last step) and `/api/series` of all 8 metrics answered (the page's first request);
+- time to tailing: process start -> /healthz no longer shows `restoring_alerts` (the alert rules' state rebuilt
+  from every stored item; new lines are read after it);
+- RSS (VmRSS of /proc/PID/status) once the history is served and the 8 charts' queries answered (smoothing
+  0.6, as page_load.py asks), then after the same queries at smoothing 0.99 (each series then caches a full EMA
+  column, 8 bytes a point), and the peak (VmHWM).
+Runs:
+- first run: the log read from its start (no state): time, RSS, peak;
+- restart: this code, over the state the first run left;
+- baseline, same state, same code: the state's saved columns deleted, which is what a state written by the
+  mstail before them holds; the columns are rebuilt from every record's JSON (said once) and saved again;
+- with --before REV: the same restart by the code of git revision REV (its tree exported into a temp folder and
+  put first on PYTHONPATH), over the state as this code left it; the code before the saved columns loaded the
+  history and replayed the alert rules before it listened at all.
+
+Run: python tests/bench/restart.py [--steps 1000000] [--before REV]
+Goals: history back <= 2 s; RSS <= 200 MB (each run's RSS after the page's queries). Exit status 0 when met.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Optional, Tuple
+
+from benchsupport import load_test_support
+from page_load import get, rss_mib, write_log
+
+GOAL_HISTORY_S = 2.0
+GOAL_RSS_MB = 200.0
+METRICS = ("loss", "lr", "grad_norm", "loss_scale", "overflow", "step_time_ms", "throughput_tflops", "samples_per_s")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def peak_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def full_history(server: Any, steps: int) -> bool:
+    """Whether /api/series serves the whole run of loss (the last x is the last step), then the 8 charts."""
+    try:
+        [entry] = server.get_json("/api/series?metric=loss&points=2000&smooth=0.6", timeout=120)["series"]
+    except (OSError, ValueError):
+        return False  # not listening yet, or no series yet
+    if not entry["x"] or entry["x"][-1] != steps:
+        return False
+    for metric in METRICS:
+        get(f"{server.url}/api/series?metric={metric}&points=2000&smooth=0.6")
+    return True
+
+
+def run(support: Any, label: str, log: Path, state: Path, work: Path, steps: int,
+        code: Optional[Path] = None) -> Tuple[float, float]:
+    """One mstail over `log` with `state` (run from `code`, default this tree): prints and returns (seconds to the
+    whole history, RSS MiB then)."""
+    began = time.perf_counter()
+    here, support.ROOT = support.ROOT, code or support.ROOT  # start_mstail runs mstail from ROOT (cwd, PYTHONPATH)
+    try:
+        server = support.start_mstail([], work, args=["--jsonl", str(log), "--state-dir", str(state)], timeout=600)
+    finally:
+        support.ROOT = here
+    listening = time.perf_counter() - began
+    try:
+        support.wait_until(lambda: full_history(server, steps), 1800, interval=0.02)
+        history = time.perf_counter() - began
+        rss = rss_mib(server.proc.pid)
+        support.wait_until(lambda: server.get_json("/healthz", timeout=120).get("restoring_alerts") is None, 1800,
+                           interval=0.05)
+        tailing = time.perf_counter() - began
+        for metric in METRICS:  # the heaviest smoothing the page offers: a cached EMA column per series
+            get(f"{server.url}/api/series?metric={metric}&points=2000&smooth=0.99")
+        print(f"[{label}] listening {listening:.2f} s, whole history served {history:.2f} s, tailing "
+              f"{tailing:.2f} s after the start; RSS {rss:.0f} MiB with the 8 charts' queries answered, "
+              f"{rss_mib(server.proc.pid):.0f} MiB after them again at smoothing 0.99, peak "
+              f"{peak_mib(server.proc.pid):.0f} MiB; load {os.getloadavg()[0]:.2f}", flush=True)
+    finally:
+        stopped = time.perf_counter()
+        server.stop(timeout=600)
+        print(f"[{label}] stopped in {time.perf_counter() - stopped:.2f} s", flush=True)
+    said = [line for line in server.stderr_path.read_text("utf-8", "replace").splitlines() if "state" in line]
+    for line in said:
+        print(f"[{label}] stderr: {line}")
+    return history, rss
+
+
+def forget_columns(state: Path) -> None:
+    """Make the state what an mstail before the saved columns left: items and checkpoints only."""
+    [path] = state.glob("*.sqlite")
+    with sqlite3.connect(path) as conn:
+        conn.execute("DELETE FROM frames")
+        conn.execute("DELETE FROM columns")
+        conn.execute("DELETE FROM blocks")
+        conn.execute("DELETE FROM meta WHERE key = 'columns'")
+    with sqlite3.connect(path) as conn:
+        conn.execute("VACUUM")
+
+
+def code_of(rev: str, into: Path) -> Path:
+    """The tree of git revision `rev` as an importable `mstail` (what pyproject's package-dir installs) in a
+    folder of its own, which put first on the path is imported before the installed one."""
+    tree = into / "tree"
+    tree.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev], check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+    package = into / "site" / "mstail"
+    shutil.copytree(tree / "mstail", package)
+    for part in ("parsers", "tailer", "web"):
+        (package / part).symlink_to(tree / part)
+    return into / "site"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=1_000_000)
+    parser.add_argument("--before", help="also restart with the code of this git revision (e.g. the merge base)")
+    args = parser.parse_args()
+    support = load_test_support()
+    work = Path(tempfile.mkdtemp(prefix="mstail-restart-"))
+    try:
+        log, state = work / "metrics.jsonl", work / "state"
+        began = time.perf_counter()
+        write_log(log, args.steps)
+        print(f"log: {args.steps:,} steps x 8 metrics, {log.stat().st_size / 1e6:.0f} MB JSONL, written in "
+              f"{time.perf_counter() - began:.1f} s; load {os.getloadavg()[0]:.2f}", flush=True)
+        _, first_rss = run(support, "first run, the log read from its start", log, state, work / "first", args.steps)
+        history, rss = run(support, "restart (saved columns)", log, state, work / "restart", args.steps)
+        if args.before:
+            saved = work / "state-copy"
+            shutil.copytree(state, saved)
+            run(support, f"restart by {args.before}", log, saved, work / "before", args.steps,
+                code=code_of(args.before, work / "before-code"))
+        forget_columns(state)
+        baseline, _ = run(support, "baseline: restart over a state without saved columns", log, state,
+                          work / "baseline", args.steps)
+        print(f"time to history: {history:.2f} s vs {baseline:.2f} s rebuilding the columns from JSON "
+              f"({baseline / history:.1f}x); goal <= {GOAL_HISTORY_S} s")
+        print(f"RSS: {first_rss:.0f} MiB after reading the log, {rss:.0f} MiB after the restart; goal <= {GOAL_RSS_MB} MB")
+        return 0 if history <= GOAL_HISTORY_S and max(rss, first_rss) * 1.048576 <= GOAL_RSS_MB else 1
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
