@@ -76,6 +76,7 @@ ap.add_argument("--interval", type=float, required=True)
 ap.add_argument("--max-bytes", type=int, default=0)
 ap.add_argument("--backup-count", type=int, default=0)
 ap.add_argument("--nan-at", default="")
+ap.add_argument("--spike-at", default="")
 ap.add_argument("--start-step", type=int, default=1)
 ap.add_argument("--steps-per-epoch", type=int, default=1000)
 ap.add_argument("--times", action="append", default=[])  # one per --path
@@ -85,6 +86,7 @@ ap.add_argument("--start-at", type=float, default=0.0)
 args = ap.parse_args()
 
 nan_at = {int(s) for s in args.nan_at.split(",") if s}
+spike_at = {int(s) for s in args.spike_at.split(",") if s}
 
 def open_log(index, path):
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
@@ -106,6 +108,7 @@ def print_output_info(logger, step, seed):
     epochs = max(1, -(-last // spe))
     epoch, in_epoch = (step - 1) // spe + 1, (step - 1) % spe + 1
     loss = float("nan") if step in nan_at else 2.0 + 8.0 * math.exp(-step / 300.0) + 0.01 * ((step * 7919 + seed) % 13)
+    loss = 50.0 if step in spike_at else loss
     step_ms = 100 + (step * 31 + seed) % 17
     lr = float("%.8g" % (1e-4 * min(1.0, step / 100.0)))
     norm = round(0.8 + 3.0 * math.exp(-step / 200.0), 7)
@@ -157,15 +160,16 @@ def spawn_writer(
     seed: int = 0,
     start_at: Optional[float] = None,
     spread_s: float = 0.0,
+    spike_at: Iterable[int] = (),
 ) -> "subprocess.Popen[bytes]":
     """Start a process that logs `steps` MindFormers v1.8 step+progress line pairs to `path`.
 
     Global steps are `start_step .. start_step+steps-1` (printed as epoch / step-in-epoch with
     `steps_per_epoch`), one pair every `interval_s` seconds on an absolute schedule (0 = as fast as possible),
     framed by "Starting Training Model" and "Training Over!" lines. `max_bytes`/`backup_count` go to
-    RotatingFileHandler (rotation when both are > 0). Steps in `nan_at` log a `nan` loss. With `times_path`,
-    one "STEP BEFORE AFTER" line per step is appended there: the unix times just before the step line was written
-    and just after its progress line was written (flushed).
+    RotatingFileHandler (rotation when both are > 0). Steps in `nan_at` log a `nan` loss, steps in `spike_at` a
+    loss of 50.0. With `times_path`, one "STEP BEFORE AFTER" line per step is appended there: the unix times just
+    before the step line was written and just after its progress line was written (flushed).
     `start_at` (unix time, at most 60 s ahead) delays the first step so that several writers keep a chosen phase.
     Several paths (and as many `times_path`s) make one process write several logs, each step to each in turn,
     `spread_s` apart (file k's lines come k * `spread_s` after the first file's; seeds `seed`, `seed` + 1, ...):
@@ -185,6 +189,7 @@ def spawn_writer(
         "--max-bytes", str(int(max_bytes)),
         "--backup-count", str(int(backup_count)),
         "--nan-at", ",".join(str(int(s)) for s in nan_at),
+        "--spike-at", ",".join(str(int(s)) for s in spike_at),
         "--start-step", str(int(start_step)),
         "--steps-per-epoch", str(int(steps_per_epoch)),
         "--seed", str(int(seed)),
