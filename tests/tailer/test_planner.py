@@ -23,9 +23,10 @@ from mstail.tailer.discovery import PatternFilter, SourceNamer
 from mstail.tailer.follower import FileFollower
 from mstail.tailer.hub import Hub
 from mstail.tailer import planner
-from mstail.tailer.planner import Plan
+from mstail.tailer.planner import Pacer, Plan
 from mstail.tailer.store import Store
 from mstail.tailer.tailer import Tailer
+from mstail.tailer.watch import Changes
 
 PATTERN = r"^line=(?P<step>\d+)$"
 
@@ -144,3 +145,24 @@ def test_the_others_median_read_from_the_sorted_list_is_statistics_median(values
     for index, value in enumerate(values):
         others = values[:index] + values[index + 1:]
         assert _median_without(ranked, bisect_left(ranked, value)) == statistics.median(others)
+
+
+def test_the_pacer_reads_everything_when_polling_or_blind_and_sweeps_on_its_timer() -> None:
+    async def scenario() -> None:
+        changes = Changes()
+        polling = Pacer(poll_s=0.5, sweep_s=1.0)
+        assert polling.plan(changes) is None and polling.plan(changes) is None
+        assert 0.4 < polling.timeout() <= 0.5
+        events = Pacer(poll_s=None, sweep_s=0.2)
+        assert events.plan(changes) is None  # the first pass reads every file
+        changes.add(["/logs/rank_0/info.log"])
+        assert events.plan(changes) == Plan({"/logs/rank_0/info.log"}, sweep=False)
+        assert not changes.event.is_set() and events.plan(changes) == Plan(set(), sweep=False)
+        await asyncio.sleep(events.timeout())
+        assert events.plan(changes) == Plan(set(), sweep=True)
+        events.full_pass_next()  # a watcher (re)started
+        assert events.plan(changes) is None
+        changes.failed = True  # no file events: the timer alone
+        assert events.plan(changes) is None
+
+    asyncio.run(scenario())
