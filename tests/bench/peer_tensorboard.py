@@ -23,7 +23,7 @@ Then, one after the other on this machine (loopback only):
 TensorBoard and tensorboardX are installed by this script into a venv of its own (--venv, default
 ~/.cache/mstail/peer-tensorboard; PyPI), never into mstail's environment: they are not test dependencies.
 
-Run: python tests/bench/peer_tensorboard.py [--steps 200000] [--tb-full] [--timeout 600]
+Run: python tests/bench/peer_tensorboard.py [--steps 200000] [--run-dir DIR] [--tb-full] [--timeout 600]
 Goal (issue 16): mstail's full-fidelity history about as fast as TensorBoard's lossy sample (1.8 s in the issue).
 Prints the figures; exit 0 unless something failed. Linux only (/proc).
 """
@@ -116,18 +116,31 @@ def write_event_file(venv: Path, logdir: Path, rows: Sequence[Tuple[int, List[fl
 
 
 def build_run(support: Any, venv: Path, work: Path, steps: int, spike_step: int) -> Tuple[Path, Path]:
+    """The run in both forms under `work` (built once: a folder that holds it for these steps is reused)."""
     log = work / "output" / "log" / "rank_0" / "info.log"
+    logdir = work / "tensorboard"
+    built = work / "built.json"
+    if built.exists() and json.loads(built.read_text())["run"] == [steps, spike_step]:
+        made = json.loads(built.read_text())  # the live steps a measurement added go
+        os.truncate(log, made["log_bytes"])
+        for extra in set((logdir / "run").glob("*")) - {logdir / "run" / name for name in made["event_files"]}:
+            extra.unlink()
+        print(f"the run: {steps} steps x {len(METRICS)} metrics, reused from {work}")
+        return log, logdir
+    for stale in (log, *(logdir / "run").glob("*")):
+        stale.unlink(missing_ok=True)
     began = time.monotonic()
     writer = support.spawn_writer(log, steps, 0.0, steps_per_epoch=steps, spike_at=(spike_step,))
     if writer.wait() != 0:
         raise SystemExit(f"peer_tensorboard: the log writer failed: {writer.stderr.read().decode()}")
     rows = values_of(log)
     assert len(rows) == steps and rows[spike_step - 1][1][0] == SPIKE, (len(rows), rows[spike_step - 1])
-    logdir = work / "tensorboard"
     write_event_file(venv, logdir / "run", rows, wall0=time.time() - steps * 0.1)
     events = sum(f.stat().st_size for f in (logdir / "run").iterdir())
     print(f"the run: {steps} steps x {len(METRICS)} metrics, loss {SPIKE} at step {spike_step}; info.log "
           f"{log.stat().st_size / 1e6:.1f} MB, event file {events / 1e6:.1f} MB (built in {time.monotonic() - began:.0f} s)")
+    built.write_text(json.dumps({"run": [steps, spike_step], "log_bytes": log.stat().st_size,
+                                 "event_files": [f.name for f in (logdir / "run").iterdir()]}))
     return log, logdir
 
 
@@ -225,6 +238,7 @@ def measure_mstail(support: Any, log: Path, work: Path, steps: int, spike_step: 
         out["points"] = sum(len(entry["x"]) for entry in served)
         out["spike"] = any(high == SPIKE for entry in served for high in entry["max"])
         times = work / "live.times"  # "STEP BEFORE AFTER": when the writer began the step's lines
+        times.unlink(missing_ok=True)
         writer = support.spawn_writer(log, 1, 0.0, start_step=steps + 1, steps_per_epoch=steps + 1, times_path=times)
         waited, _ = poll(lambda: stored(steps + 1), 30, every=0.005)
         served = time.time()
@@ -250,6 +264,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--steps", type=int, default=200_000, help="steps of the run (default 200000, the issue's)")
     ap.add_argument("--venv", default=str(Path.home() / ".cache" / "mstail" / "peer-tensorboard"),
                     help="the venv for tensorboard + tensorboardX (made on first use)")
+    ap.add_argument("--run-dir", help="where the run is built, and reused from when it holds one of --steps "
+                    "(building 200,000 steps takes minutes: tensorboardX writes 1.6 M scalars); default a new temp dir")
     ap.add_argument("--timeout", type=float, default=600.0, help="most seconds each tool may take to serve (600)")
     ap.add_argument("--tb-full", action="store_true", help="also TensorBoard with --samples_per_plugin scalars=0")
     args = ap.parse_args(argv)
@@ -257,7 +273,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         ap.error("--steps must be at least 10")
     support = load_test_support()
     venv = bench_venv(Path(args.venv))
-    work = Path(tempfile.mkdtemp(prefix="mstail-peer-tb-"))
+    work = Path(args.run_dir) if args.run_dir else Path(tempfile.mkdtemp(prefix="mstail-peer-tb-"))
     spike_step = args.steps // 2 + 7
     log, logdir = build_run(support, venv, work, args.steps, spike_step)
     load_start = latency.loadavg()
