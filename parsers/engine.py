@@ -68,6 +68,34 @@ class _Match(NamedTuple):
         return now
 
 
+class _NotPlain(Exception):
+    """A value `_plain_copy` leaves to the json module."""
+
+
+def _plain_copy(value: Any) -> Any:
+    cls = value.__class__
+    if cls is str or cls is int or cls is float or cls is bool or value is None:
+        return value
+    if cls is dict:
+        if not all(key.__class__ is str for key in value):
+            raise _NotPlain
+        return {key: _plain_copy(item) for key, item in value.items()}
+    if cls is list or cls is tuple:
+        return [_plain_copy(item) for item in value]
+    raise _NotPlain
+
+
+def json_copy(value: Any) -> Any:
+    """`json.loads(json.dumps(value))`: a deep copy as JSON gives it back (tuples as lists, NaN kept), raising as
+    `json.dumps` does for what JSON cannot hold. Values of the plain types (str keys; str, int, float, bool,
+    None, list, tuple, dict) are copied directly, several times faster: a checkpoint copies the parser state
+    twice per pass for every file read (a thousand rank files, a thousand times a second)."""
+    try:
+        return _plain_copy(value)
+    except _NotPlain:
+        return json.loads(json.dumps(value))
+
+
 @dataclass
 class ParserState:
     """What a `SourceParser` carries from one line to the next, declared once: a checkpoint saves it (taken only
@@ -91,7 +119,7 @@ class ParserState:
 
     def to_json(self) -> Dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("epoch_max", "parts")}
-        out = json.loads(json.dumps(out))  # a deep copy, checked to be JSON
+        out = json_copy(out)  # a deep copy, checked to be JSON
         out["epoch_max"] = [[epoch, most] for epoch, most in self.epoch_max.items()]  # JSON keys are strings
         if self.parts:
             out["parts"] = {name: part.to_json() for name, part in self.parts.items()}
@@ -103,7 +131,7 @@ class ParserState:
         plain = {f.name: data[f.name] for f in fields(cls) if f.name not in ("epoch_max", "parts") and f.name in data}
         plain["counts"] = {**dict.fromkeys(COUNTS, 0), **plain.get("counts", {})}
         return cls(
-            **json.loads(json.dumps(plain)),
+            **json_copy(plain),
             epoch_max={epoch: most for epoch, most in data["epoch_max"]},
             parts={name: cls.from_json(part) for name, part in data.get("parts", {}).items()},
         )

@@ -186,6 +186,15 @@ def _number(value: Any) -> Optional[float]:
         return None
 
 
+def _median_without(ranked: List[float], index: int) -> float:
+    """`statistics.median` of the ascending list `ranked` without its element at `index` (at least two elements)."""
+    count = len(ranked) - 1
+    def at(k: int) -> float:
+        return ranked[k if k < index else k + 1]
+    middle = count // 2
+    return at(middle) if count % 2 else (at(middle - 1) + at(middle)) / 2
+
+
 _EXCEPTION_LINE = re.compile(r"^\s*(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit|Warning)\b")
 
 
@@ -498,8 +507,9 @@ class AlertEngine:
         medians = {s: statistics.median(st.step_ms) for s, st in self._sources.items() if len(st.step_ms) >= rule["min_window"]}
         if len(medians) < 2:
             return
+        ranked = sorted(medians.values())  # the others' median is read from it: a thousand ranks, not a million steps
         for source, median in medians.items():
-            others = statistics.median([m for s, m in medians.items() if s != source])
+            others = _median_without(ranked, bisect_left(ranked, median))
             slow = median > rule["ratio"] * others and median - others >= rule["min_ms"]
             if slow:
                 step = self._sources[source].last_step

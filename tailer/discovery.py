@@ -6,11 +6,12 @@ nearest existing ancestor directory is watched until they appear.
 
 from __future__ import annotations
 
+import fnmatch
 import glob
 import os
 import re
 from pathlib import Path
-from typing import Dict, Iterable, List, Set, Tuple
+from typing import Dict, Iterable, List, Sequence, Set, Tuple
 
 _GLOB_CHARS = re.compile(r"[*?\[]")
 #: A rotated backup's name (`info.log.3`): RotatingFileHandler's numbering.
@@ -65,6 +66,31 @@ def watch_roots(patterns: Iterable[str]) -> Set[Tuple[Path, bool]]:
     return roots
 
 
+class PatternFilter:
+    """Whether a path a file event names may be a file the patterns name, or a folder on the way to one: most
+    events name neither (another log in a rank's folder, a checkpoint) and need no new look for files. Errs on
+    the side of yes (`*` also matches a leading dot; a `**` pattern takes any path).
+
+    Args:
+        patterns: the `--log`/`--jsonl` paths and globs. Each is matched as written (made absolute) and with
+            its folder's links resolved, as the watched roots are (`watch_roots`).
+    """
+
+    def __init__(self, patterns: Iterable[str]) -> None:
+        self._forms: Set[Tuple[str, ...]] = set()
+        for pattern in patterns:
+            absolute = Path(os.path.abspath(os.path.expanduser(pattern)))
+            static = glob_free_prefix(absolute)
+            rest = absolute.parts[len(static.parts):]
+            for root in (static, Path(os.path.realpath(static))):
+                self._forms.add(root.parts + rest)
+
+    def __call__(self, path: str) -> bool:
+        parts = Path(path).parts
+        return any("**" in form or (len(parts) <= len(form) and all(map(fnmatch.fnmatchcase, parts, form)))
+                   for form in self._forms)
+
+
 def rotated_backups(path: Path) -> List[Path]:
     """RotatingFileHandler's backups of `path` (`info.log.5` ... `info.log.1`), oldest first."""
     numbered = []
@@ -89,23 +115,36 @@ class SourceNamer:
 
     def __init__(self) -> None:
         self._by_path: Dict[Path, str] = {}
+        self._taken: Set[str] = set()
 
     def adopt(self, path: Path, source: str) -> None:
         """Keep the id a source had before a restart (ids must not depend on the order files turn up)."""
         self._by_path[path.absolute()] = source
+        self._taken.add(source)
 
     def name(self, path: Path, followed: Iterable[Path] = ()) -> str:
         """The id of `path`; `followed` are the other files followed now (the folder's other files among
         them make a generic name specific)."""
-        key = path.absolute()
+        return self.names([path], followed)[0]
+
+    def names(self, paths: Sequence[Path], followed: Iterable[Path] = ()) -> List[str]:
+        """The ids of `paths`, in order, as `name` gives them one by one; `followed` is looked at once for all
+        (a thousand new rank files cost a thousand lookups, not a million comparisons)."""
+        by_folder: Dict[Path, Set[Path]] = {}
+        for other in followed:
+            absolute = other.absolute()
+            by_folder.setdefault(absolute.parent, set()).add(absolute)
+        return [self._name(path.absolute(), by_folder) for path in paths]
+
+    def _name(self, key: Path, by_folder: Dict[Path, Set[Path]]) -> str:
         if key in self._by_path:
             return self._by_path[key]
         parts = list(key.parts)
         stem = Path(parts[-1]).stem
-        shared = any(other.absolute().parent == key.parent and other.absolute() != key for other in followed)
+        shared = bool(by_folder.get(key.parent, set()) - {key})
         words = [stem] if stem.lower() not in _GENERIC_STEMS else [parts[-2], stem] if shared and len(parts) > 2 else []
         depth = len(parts) - (3 if words[:1] == [parts[-2]] else 2)
-        while not words or self._taken("/".join(words)):
+        while not words or "/".join(words) in self._taken:
             if depth <= 0:
                 words = [str(key)]
                 break
@@ -113,7 +152,5 @@ class SourceNamer:
             depth -= 1
         source = "/".join(words)
         self._by_path[key] = source
+        self._taken.add(source)
         return source
-
-    def _taken(self, source: str) -> bool:
-        return source in self._by_path.values()

@@ -1,11 +1,13 @@
 """The tailing loop: discover files, read them, parse lines, store records, publish batches.
 
 How it runs: one asyncio task. Each *pass* runs in a worker thread (file IO and regex work must not
-block the web server): it expands the `--log` patterns, reads every file in rounds of small slices (so one
-flooding file cannot starve the others: a pass ends after `pass_time_s`), feeds the lines to that source's
-parser and returns the parsed items. Back on the event loop the items enter the store (which numbers them) and go out to the
-hub as one batch. Then the loop sleeps until a watchfiles event, the safety timer, or — when a traceback
-may have more lines — the parser's grace period; if a file had more to read it goes again at once.
+block the web server): it reads the files it is due to (`planner`: every file when polling; with file events
+the files the events named, plus a stat sweep every `safety_poll_s`; the `--log` patterns are expanded again
+only when an event may name a new file) in rounds of small slices (so one flooding file cannot starve the
+others: a pass ends after `pass_time_s`), feeds the lines to that source's parser and returns the parsed items.
+Back on the event loop the items enter the store (which numbers them) and go out to the hub as one batch. Then
+the loop sleeps until a watchfiles event, the safety timer, or — when a traceback may have more lines — the
+parser's grace period; if a file had more to read it goes again at once.
 A step's record is published at its line; a line that belongs to it but comes later amends it
 (mstail.parsers.amends): joined to it when both are read in one pass, else applied by the store.
 """
@@ -20,7 +22,7 @@ import time
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from mstail.parsers import Format, Item, SourceParser, format_table
 from mstail.parsers.amends import fold_amends
@@ -31,14 +33,15 @@ from mstail.parsers.record import PART_KEY
 from .alerts import AlertEngine
 from .checkpoint import SourceCheckpoint
 from .config import Config
-from .discovery import SourceNamer, expand, glob_free_prefix, watch_roots
+from .discovery import PatternFilter, SourceNamer, expand, glob_free_prefix, watch_roots
 from .follower import FileFollower
 from .hub import Hub, ItemsMessage, SourceMessage
 from .lines import Block
 from .netfs import existing_ancestor, network_fs
 from .notices import Notices
+from .planner import Pacer, Plan, Planner
 from .store import Store
-from .watch import watch_directories
+from .watch import Changes, watch_directories
 from .writers import held_for_writing
 
 log = logging.getLogger("mstail.sidecar")
@@ -57,9 +60,11 @@ MISSING_AFTER_S = 10.0
 WRITER_CHECK_S = 5.0
 #: after an unexpected error, a source is left alone this long, the whole loop this long at first (doubling to 30 s).
 FAILURE_BACKOFF_S = 1.0
+#: the alert engine's time-based rules (hang, gone, stragglers: one look at every source) run at most this often.
+ALERT_TICK_S = 0.5
 
 
-@dataclass
+@dataclass(eq=False)  # identity, not field equality: the planner keeps sources in sets
 class _Source:
     id: str
     follower: FileFollower
@@ -81,6 +86,7 @@ class _Source:
     #: catch-up (waiting for its TimeMonitor line) and emitted later is history all the same
     live_from_line: Optional[int] = None
     writer_seen: Optional[Tuple[float, Optional[bool]]] = None  # (monotonic time, held_for_writing) last asked
+    shown_state: Optional[str] = None  # the state its last delivery showed (None: never delivered)
 
 
 class Tailer:
@@ -115,6 +121,9 @@ class Tailer:
         self._sources: Dict[Path, _Source] = {}
         self._namer = SourceNamer()
         self._saved: Dict[Path, SourceCheckpoint] = {}  # checkpoints from the state, by path, until rediscovered
+        self._planner: Planner[_Source] = Planner(PatternFilter(p for p, _ in self._patterns))
+        self._plan: Optional[Plan] = None  # what the pass in progress reads (None: every source)
+        self._ticked = float("-inf")  # monotonic time of the alert engine's last tick
         self.passes = 0
         self._deliver_s_per_item = 20e-6  # storing + publishing one item on the event loop (measured, see _deliver)
         self.notices = Notices(log)
@@ -140,11 +149,13 @@ class Tailer:
         new = []
         found = [(path, forced) for pattern, forced in self._patterns for path in expand(pattern)]
         followed = [path for path, _ in found]
+        fresh: Dict[Path, Tuple[Path, Optional[Format]]] = {}
         for path, forced in found:
             key = path.absolute()
-            if key in self._sources:
-                continue
-            source_id = self._namer.name(path, followed)
+            if key not in self._sources:
+                fresh.setdefault(key, (path, forced))  # a file two patterns name: the first one's
+        ids = self._namer.names([path for path, _ in fresh.values()], followed)
+        for (key, (path, forced)), source_id in zip(fresh.items(), ids):
             source = _Source(
                 id=source_id,
                 follower=FileFollower(path, self.config.max_line_bytes),
@@ -156,6 +167,7 @@ class Tailer:
             if saved is not None:
                 self._restore(source, saved)
             self._sources[key] = source
+            self._planner.add(source, path)
             new.append(source)
         return new
 
@@ -176,7 +188,8 @@ class Tailer:
         watcher: Optional[asyncio.Task] = None
         roots: Set[Tuple[Path, bool]] = set()
         watcher_stop = asyncio.Event()
-        wake = asyncio.Event()  # made here: on Python 3.9 an Event binds to the loop current at creation
+        changes = Changes()  # made here: on Python 3.9 an Event binds to the loop current at creation
+        pacer = Pacer(self.config.poll_s, self.config.safety_poll_s)
         backoff = FAILURE_BACKOFF_S
         self.running = True
         try:
@@ -191,14 +204,14 @@ class Tailer:
                             watcher_stop = asyncio.Event()
                             roots = current_roots
                             watcher = asyncio.create_task(
-                                watch_directories(roots, wake, watcher_stop, self.config.watch_step_ms)
+                                watch_directories(roots, changes, watcher_stop, self.config.watch_step_ms)
                             )
-                    wake.clear()
-                    more = await self.pass_once()
+                            pacer.full_pass_next()  # what changed while no watcher looked
+                    more = await self.pass_once(pacer.plan(changes))
                     backoff = FAILURE_BACKOFF_S
                     if more:
                         continue
-                    await self._sleep(stop, wake)
+                    await self._sleep(stop, changes.event, pacer.timeout())
                 except Exception as exc:  # noqa: BLE001 - the last line of defence: report, back off, go on
                     self.failures += 1
                     self.last_failure = f"{type(exc).__name__}: {exc}"
@@ -217,14 +230,20 @@ class Tailer:
             for source in self._sources.values():
                 source.follower.close()
 
-    async def pass_once(self) -> bool:
-        """One read pass; True when some file had more to read than the pass took."""
+    async def pass_once(self, plan: Optional[Plan] = None) -> bool:
+        """One read pass; True when some file had more to read than the pass took. `plan` (file events on)
+        narrows it to the files that changed or have something due (`mstail.tailer.planner`); None (default)
+        reads every file."""
         self._pass_started = time.monotonic()
+        self._plan = plan
         results, more = await asyncio.to_thread(self._read_pass, time.time())
         self._deliver(results)
+        now = time.time()
+        for source, _ in results:
+            source.shown_state = self._state(source, now)
         self._pass_started = None
         self.passes += 1
-        self._report()
+        self._report(source for source, _ in results)
         return more
 
     @staticmethod
@@ -246,9 +265,8 @@ class Tailer:
         return {"passes": self.passes, "tailing_failures": self.failures, "last_tailing_failure": self.last_failure,
                 "unsaved": db.unsaved, "problems": problems}
 
-    async def _sleep(self, stop: asyncio.Event, wake: asyncio.Event) -> None:
-        timeout = self.config.poll_s if self.config.poll_s is not None else self.config.safety_poll_s
-        if any(s.parser.holding for s in self._sources.values()):
+    async def _sleep(self, stop: asyncio.Event, wake: asyncio.Event, timeout: float) -> None:
+        if self._planner.holding:
             timeout = min(timeout, self.config.grace_s)
         waiters = [asyncio.ensure_future(wake.wait()), asyncio.ensure_future(stop.wait())]
         try:
@@ -262,10 +280,9 @@ class Tailer:
         `read_budget_bytes`, or the pass (reading, plus storing what it read at the measured cost per item)
         would run over `pass_time_s`: a quiet file's new lines are read in the first round of every pass, so
         they wait for about one short pass however much a flooding file has queued."""
-        self.discover()
         start = time.monotonic()
         budget = self.config.read_budget_bytes
-        sources = [s for s in self._sources.values() if s.failed_until <= start]
+        sources = [s for s in self._choose(start, now) if s.failed_until <= start]
         for source in sources:
             source.in_history = not source.caught_up
         items: Dict[str, List[Item]] = {s.id: [] for s in sources}
@@ -313,7 +330,19 @@ class Tailer:
                 results.append((source, self._finish_pass(source, items[source.id], now)))
             except Exception as exc:  # noqa: BLE001 - as for a line: this source's pass is lost, not the others'
                 self._source_failed(source, exc)
+        self._planner.settle(sources, unfinished + [s for s in sources if taken[s.id] >= budget], _holds)
         return results, more or bool(unfinished)
+
+    def _choose(self, start: float, now: float) -> List[_Source]:
+        """Look for new files when that is due, and pick the sources this pass reads (`mstail.tailer.planner`);
+        `start` is monotonic, `now` wall time."""
+        if self._planner.discovery_due(self._plan, start):
+            self.discover()
+        return self._planner.choose(self._sources.values(), self._plan, lambda source: self._stale(source, now))
+
+    def _stale(self, source: _Source, now: float) -> bool:
+        """Whether a sweep reads a source events did not name: a stat shows news, or its state changed with time."""
+        return source.follower.may_have_news() or self._state(source, now) != source.shown_state
 
     def _source_failed(self, source: _Source, exc: Exception) -> None:
         source.failures += 1
@@ -373,7 +402,7 @@ class Tailer:
                 info.state = self._state(source, now)
                 if info.state != old_state:
                     self.hub.publish(SourceMessage(info.as_json()))
-        if self.alerts is not None:
+        if self.alerts is not None and self._tick_due():
             states = {}
             for source in self._sources.values():
                 for source_id, _, _ in _by_part(source, []):
@@ -384,6 +413,13 @@ class Tailer:
         self.store.commit(self._checkpoints(results))
         if batch:
             self.hub.publish(ItemsMessage(batch))
+
+    def _tick_due(self) -> bool:
+        """The time-based alert rules look at every source: not more often than ALERT_TICK_S."""
+        if time.monotonic() - self._ticked < ALERT_TICK_S:
+            return False
+        self._ticked = time.monotonic()
+        return True
 
     def _checkpoints(self, results: List[Tuple[_Source, List[Item]]]) -> Dict[str, Tuple[str, SourceCheckpoint]]:
         """What to commit with this pass's items: each source's newest snapshot and how many items it emitted."""
@@ -410,11 +446,11 @@ class Tailer:
                         log.exception("alert listener failed")
         return stored
 
-    def _report(self) -> None:
-        """Say on stderr what a person watching needs to know, once each: a file found (and its format), a
-        file that cannot be read, lines that look like metrics but match no format, a `--log` folder that does
-        not exist, the history failing to be written (and written again)."""
-        for source in self._sources.values():
+    def _report(self, sources: Iterable[_Source]) -> None:
+        """Say on stderr what a person watching needs to know, once each, of the `sources` a pass read: a file
+        found (and its format), a file that cannot be read, lines that look like metrics but match no format;
+        and a `--log` folder that does not exist, the history failing to be written (and written again)."""
+        for source in sources:
             path, parser = source.follower.path, source.parser
             if source.follower.problem is not None:
                 self.notices.say((source.id, "unreadable"), f"{path}: cannot read it ({source.follower.problem}); "
@@ -492,6 +528,10 @@ class Tailer:
 #: What a source whose global steps rest on a guessed epoch length says (`SourceParser._loss_monitor_step`).
 GUESSED_STEPS = ("global steps are estimates: the log prints the step within the epoch but not how many steps an "
                  "epoch has (LossMonitor printing less than once an epoch, no TimeMonitor)")
+
+
+def _holds(source: _Source) -> bool:
+    return source.parser.holding
 
 
 def _hint(path: Path, counts: Dict[str, int]) -> str:

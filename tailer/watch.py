@@ -1,33 +1,54 @@
-"""Wake-ups from the file system: "look now", never data. Reading is always to EOF from our own offsets,
-so a coalesced or missed event costs latency, not lines (the safety timer reads anyway)."""
+"""Wake-ups from the file system: "look now" and where, never data. Reading is always to EOF from our own
+offsets, so a coalesced or missed event costs latency, not lines (the safety sweep looks anyway)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 from pathlib import Path
-from typing import Set, Tuple
+from typing import Iterable, Set, Tuple
 
 import watchfiles
 
 log = logging.getLogger("mstail.watch")
 
 
-async def watch_directories(roots: Set[Tuple[Path, bool]], wake: asyncio.Event, stop: asyncio.Event, step_ms: int) -> None:
-    """Set `wake` whenever something changes under `roots` ((directory, recursive) pairs) until `stop`.
+class Changes:
+    """What the watchers saw since the last `take`: the paths named by file events, and whether watching
+    failed (then only a timer can tell that something changed). Touched on the event loop only."""
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()  # set when there is something to take
+        self.paths: Set[str] = set()
+        self.failed = False
+
+    def add(self, paths: Iterable[str]) -> None:
+        self.paths.update(paths)
+        self.event.set()
+
+    def take(self) -> Set[str]:
+        """The paths seen since the last call; the event is cleared."""
+        paths, self.paths = self.paths, set()
+        self.event.clear()
+        return paths
+
+
+async def watch_directories(roots: Set[Tuple[Path, bool]], changes: Changes, stop: asyncio.Event, step_ms: int) -> None:
+    """Add to `changes` every path that changes under `roots` ((directory, recursive) pairs) until `stop`.
 
     One `awatch` per recursion mode; parent directories are watched, not files (a file watch dies with
-    rotation). If watching fails (no inotify, too many watches) we log once and rely on the timer.
+    rotation). If watching fails (no inotify, too many watches) we log once, mark `changes.failed` and
+    rely on the timer.
     """
     groups = {}
     for directory, recursive in roots:
         groups.setdefault(recursive, []).append(directory)
-    await asyncio.gather(*(_watch(dirs, recursive, wake, stop, step_ms) for recursive, dirs in groups.items()))
+    await asyncio.gather(*(_watch(dirs, recursive, changes, stop, step_ms) for recursive, dirs in groups.items()))
 
 
-async def _watch(dirs: list, recursive: bool, wake: asyncio.Event, stop: asyncio.Event, step_ms: int) -> None:
+async def _watch(dirs: list, recursive: bool, changes: Changes, stop: asyncio.Event, step_ms: int) -> None:
     try:
-        async for _ in watchfiles.awatch(
+        async for batch in watchfiles.awatch(
             *dirs,
             watch_filter=None,
             step=step_ms,
@@ -36,6 +57,8 @@ async def _watch(dirs: list, recursive: bool, wake: asyncio.Event, stop: asyncio
             recursive=recursive,
             ignore_permission_denied=True,
         ):
-            wake.set()
+            changes.add(path for _, path in batch)
     except (OSError, RuntimeError) as exc:
+        changes.failed = True
+        changes.event.set()
         log.warning("file events unavailable for %s (%s); reading on the timer only", ", ".join(map(str, dirs)), exc)

@@ -70,37 +70,46 @@ FILE_FORMAT = ("[%(levelname)s] %(asctime)s [mindformers/core/callback/callback.
                "%(funcName)s: %(message)s")
 
 ap = argparse.ArgumentParser()
-ap.add_argument("--path", required=True)
+ap.add_argument("--path", action="append", required=True)  # several: one handler each, written in turn
 ap.add_argument("--steps", type=int, required=True)
 ap.add_argument("--interval", type=float, required=True)
 ap.add_argument("--max-bytes", type=int, default=0)
 ap.add_argument("--backup-count", type=int, default=0)
 ap.add_argument("--nan-at", default="")
+ap.add_argument("--spike-at", default="")
 ap.add_argument("--start-step", type=int, default=1)
 ap.add_argument("--steps-per-epoch", type=int, default=1000)
-ap.add_argument("--times", default="")
+ap.add_argument("--times", action="append", default=[])  # one per --path
+ap.add_argument("--spread", type=float, default=0.0)  # seconds between the step lines of consecutive paths
 ap.add_argument("--seed", type=int, default=0)
 ap.add_argument("--start-at", type=float, default=0.0)
 args = ap.parse_args()
 
 nan_at = {int(s) for s in args.nan_at.split(",") if s}
-os.makedirs(os.path.dirname(os.path.abspath(args.path)), exist_ok=True)
-logger = logging.getLogger("mindformers")
-logger.propagate = False
-logger.setLevel(logging.INFO)
-handler = logging.handlers.RotatingFileHandler(args.path, maxBytes=args.max_bytes, backupCount=args.backup_count,
-                                               encoding="utf-8")
-handler.setFormatter(logging.Formatter(FILE_FORMAT))
-logger.addHandler(handler)
-times = open(args.times, "a", encoding="utf-8") if args.times else None
+spike_at = {int(s) for s in args.spike_at.split(",") if s}
 
-def print_output_info(step):
+def open_log(index, path):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    logger = logging.getLogger("mindformers" if index == 0 else "mindformers.%d" % index)
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+    handler = logging.handlers.RotatingFileHandler(path, maxBytes=args.max_bytes, backupCount=args.backup_count,
+                                                   encoding="utf-8")
+    handler.setFormatter(logging.Formatter(FILE_FORMAT))
+    logger.addHandler(handler)
+    return logger, handler
+
+logs = [open_log(index, path) for index, path in enumerate(args.path)]
+times = [open(path, "a", encoding="utf-8") for path in args.times] or [None] * len(logs)
+
+def print_output_info(logger, step, seed):
     spe = args.steps_per_epoch
     last = args.start_step + args.steps - 1
     epochs = max(1, -(-last // spe))
     epoch, in_epoch = (step - 1) // spe + 1, (step - 1) % spe + 1
-    loss = float("nan") if step in nan_at else 2.0 + 8.0 * math.exp(-step / 300.0) + 0.01 * ((step * 7919 + args.seed) % 13)
-    step_ms = 100 + (step * 31 + args.seed) % 17
+    loss = float("nan") if step in nan_at else 2.0 + 8.0 * math.exp(-step / 300.0) + 0.01 * ((step * 7919 + seed) % 13)
+    loss = 50.0 if step in spike_at else loss
+    step_ms = 100 + (step * 31 + seed) % 17
     lr = float("%.8g" % (1e-4 * min(1.0, step / 100.0)))
     norm = round(0.8 + 3.0 * math.exp(-step / 200.0), 7)
     logger.info(
@@ -113,30 +122,33 @@ def print_output_info(step):
     logger.info("  %4.1f%% %s %.5f samples/s/p  %s }", percent, bar, 8 / (step_ms / 1000), remaining)
 
 def main():
-    logger.info(".........Starting Training Model..........")
+    for logger, _ in logs:
+        logger.info(".........Starting Training Model..........")
     if args.start_at:
         time.sleep(max(0.0, min(args.start_at - time.time(), 60.0)))
     t0 = time.monotonic()
     for i in range(args.steps):
         step = args.start_step + i
-        delay = t0 + i * args.interval - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)
-        written = time.time()
-        print_output_info(step)  # the handler flushes after every line
-        if times is not None:
-            times.write("%d %.6f %.6f\n" % (step, written, time.time()))
-    logger.info(".........Training Over!.............")
-    handler.close()
-    if times is not None:
-        times.close()
+        for index, ((logger, _), times_file) in enumerate(zip(logs, times)):
+            delay = t0 + i * args.interval + index * args.spread - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            written = time.time()
+            print_output_info(logger, step, args.seed + index)  # the handler flushes after every line
+            if times_file is not None:
+                times_file.write("%d %.6f %.6f\n" % (step, written, time.time()))
+    for (logger, handler), times_file in zip(logs, times):
+        logger.info(".........Training Over!.............")
+        handler.close()
+        if times_file is not None:
+            times_file.close()
 
 main()
 '''
 
 
 def spawn_writer(
-    path: PathLike,
+    path: Union[PathLike, Sequence[PathLike]],
     steps: int,
     interval_s: float,
     max_bytes: int = 0,
@@ -144,35 +156,45 @@ def spawn_writer(
     nan_at: Iterable[int] = (),
     start_step: int = 1,
     steps_per_epoch: int = 1000,
-    times_path: Optional[PathLike] = None,
+    times_path: Union[None, PathLike, Sequence[PathLike]] = None,
     seed: int = 0,
     start_at: Optional[float] = None,
+    spread_s: float = 0.0,
+    spike_at: Iterable[int] = (),
 ) -> "subprocess.Popen[bytes]":
     """Start a process that logs `steps` MindFormers v1.8 step+progress line pairs to `path`.
 
     Global steps are `start_step .. start_step+steps-1` (printed as epoch / step-in-epoch with
     `steps_per_epoch`), one pair every `interval_s` seconds on an absolute schedule (0 = as fast as possible),
     framed by "Starting Training Model" and "Training Over!" lines. `max_bytes`/`backup_count` go to
-    RotatingFileHandler (rotation when both are > 0). Steps in `nan_at` log a `nan` loss. With `times_path`,
-    one "STEP BEFORE AFTER" line per step is appended there: the unix times just before the step line was written
-    and just after its progress line was written (flushed).
+    RotatingFileHandler (rotation when both are > 0). Steps in `nan_at` log a `nan` loss, steps in `spike_at` a
+    loss of 50.0. With `times_path`, one "STEP BEFORE AFTER" line per step is appended there: the unix times just
+    before the step line was written and just after its progress line was written (flushed).
     `start_at` (unix time, at most 60 s ahead) delays the first step so that several writers keep a chosen phase.
+    Several paths (and as many `times_path`s) make one process write several logs, each step to each in turn,
+    `spread_s` apart (file k's lines come k * `spread_s` after the first file's; seeds `seed`, `seed` + 1, ...):
+    a thousand rank files without a thousand processes.
     The caller owns the Popen (the `log_writer` fixture kills leftovers at teardown).
     """
-    cmd = [
-        sys.executable, "-c", WRITER_SCRIPT,
-        "--path", os.fspath(path),
+    paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
+    times = [] if times_path is None else [times_path] if isinstance(times_path, (str, os.PathLike)) else list(times_path)
+    cmd = [sys.executable, "-c", WRITER_SCRIPT]
+    for one in paths:
+        cmd += ["--path", os.fspath(one)]
+    for one in times:
+        cmd += ["--times", os.fspath(one)]
+    cmd += [
         "--steps", str(int(steps)),
         "--interval", repr(float(interval_s)),
         "--max-bytes", str(int(max_bytes)),
         "--backup-count", str(int(backup_count)),
         "--nan-at", ",".join(str(int(s)) for s in nan_at),
+        "--spike-at", ",".join(str(int(s)) for s in spike_at),
         "--start-step", str(int(start_step)),
         "--steps-per-epoch", str(int(steps_per_epoch)),
         "--seed", str(int(seed)),
+        "--spread", repr(float(spread_s)),
     ]
-    if times_path is not None:
-        cmd += ["--times", os.fspath(times_path)]
     if start_at is not None:
         cmd += ["--start-at", repr(float(start_at))]
     return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

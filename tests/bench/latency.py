@@ -2,10 +2,10 @@
 SSE client of a real mstail.
 
 Setup (all on this machine, loopback only): a real `mstail --log 'DIR/output/log/rank_*/info.log' --port 0`
-subprocess follows --ranks files; one writer process per rank logs MindFormers v1.8 step + progress lines
-through `logging.handlers.RotatingFileHandler` (the writer of tests/conftest.py) at --rate steps/s for
---duration s, and appends "STEP BEFORE AFTER" per step to a side file (unix times just before the step line
-and just after its progress line were written); --clients SSE clients (httpx streaming, spread over
+subprocess follows --ranks files; one writer process per rank (or --writers processes, each writing every N-th
+rank's file in turn) logs MindFormers v1.8 step + progress lines through `logging.handlers.RotatingFileHandler`
+(the writer of tests/conftest.py) at --rate steps/s for --duration s, and appends "STEP BEFORE AFTER" per step
+to a side file (unix times just before the step line and just after its progress line were written); --clients SSE clients (httpx streaming, spread over
 --client-procs processes) read /api/stream and note the arrival time of every record, taken when the blank
 line that ends its SSE message is read.
 
@@ -13,10 +13,12 @@ Latency of (client, record) = arrival time - BEFORE of that (source, step) (cons
 writer's own time between the two lines). Reported: p50/p90/p99/max over all pairs (and from AFTER), per-client
 received/missing/duplicate records and reconnects, the sidecar's CPU% (utime+stime over the writing window from
 /proc/PID/stat; 100% = one core) and RSS (VmRSS, VmHWM), and the machine's load average (other work on a
-small machine shows up as latency).
+small machine shows up as latency). With --idle S, mstail's CPU is also measured over S seconds before the
+writers start, the files existing and quiet.
 
 Run: python tests/bench/latency.py [--ranks 8] [--rate 10] [--duration 30] [--clients 10] [--client-procs 2]
-                                  [--phase sync|spread]
+                                  [--phase sync|spread] [--writers N] [--idle S]
+Many files: python tests/bench/latency.py --ranks 1024 --rate 1 --writers 16 --clients 2 --phase spread --idle 20
 
 Goal: p99 <= 100 ms with 8 files x 10 steps/s and 10 clients, nothing missing or doubled.
 Exit status 0 when the goal is met, 1 otherwise. Linux only (/proc).
@@ -169,17 +171,25 @@ def run(args: argparse.Namespace) -> int:
     try:
         rss_start = proc_mem_kib(server.proc.pid)
         load_start = loadavg()
-        deadline = time.time() + args.duration + 11 + args.drain_s
+        deadline = time.time() + args.duration + 11 + args.drain_s + args.idle
         clients += spawn_clients(server.url, args.clients, args.client_procs, expect, deadline, work)
         wait_until(lambda: server.get_json("/healthz")["clients"] >= args.clients, 20, f"{args.clients} SSE clients")
 
+        wait_until(lambda: server.get_json("/healthz")["sources"] >= args.ranks, 60, f"{args.ranks} sources")
+        idle_pct = None
+        if args.idle > 0:
+            cpu0, wall0 = proc_cpu_s(server.proc.pid), time.monotonic()
+            time.sleep(args.idle)
+            idle_pct = 100 * (proc_cpu_s(server.proc.pid) - cpu0) / (time.monotonic() - wall0)
         cpu0, wall0 = proc_cpu_s(server.proc.pid), time.monotonic()
         start_at = time.time() + 1.0  # time for the writers to start up, so that the phases are the chosen ones
-        for rank in range(args.ranks):
-            offset = 0.0 if args.phase == "sync" else rank / args.ranks / args.rate
+        gap = 0.0 if args.phase == "sync" else 1.0 / args.ranks / args.rate  # between consecutive ranks' steps
+        for first in range(args.writers):  # writer `first` writes ranks first, first + writers, ...
+            ranks = range(first, args.ranks, args.writers)
             writers.append(support.spawn_writer(
-                log_dir / f"rank_{rank}" / "info.log", steps, 1.0 / args.rate, times_path=work / f"times_{rank}.txt",
-                seed=rank, steps_per_epoch=max(steps, 1), start_at=start_at + offset))
+                [log_dir / f"rank_{rank}" / "info.log" for rank in ranks], steps, 1.0 / args.rate,
+                times_path=[work / f"times_{rank}.txt" for rank in ranks], seed=first, steps_per_epoch=max(steps, 1),
+                start_at=start_at + first * gap, spread_s=args.writers * gap))
         rss_peak_run = 0
         for writer in writers:
             while writer.poll() is None:
@@ -257,6 +267,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"mstail CPU {cpu_pct:.1f}% of one core over the {wall1 - wall0:.1f} s writing window; "
           f"RSS {rss_start.get('VmRSS', 0) / 1024:.1f} MiB before, {rss_peak_run / 1024:.1f} MiB max sampled while writing, "
           f"{mem_end.get('VmRSS', 0) / 1024:.1f} MiB at the end, peak (VmHWM) {mem_end.get('VmHWM', 0) / 1024:.1f} MiB")
+    if idle_pct is not None:
+        print(f"mstail CPU {idle_pct:.2f}% of one core over {args.idle:g} s with the {args.ranks} files quiet (before writing)")
     print(f"machine: {os.cpu_count()} CPUs, load average {load_start} at the start, {load_end} at the end "
           f"(other work on the machine shows up as latency)")
     print(f"mstail /healthz at the end: {health}; SIGINT -> exit {code} in {stop_s:.2f} s")
@@ -274,11 +286,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--ranks", type=int, default=8, help="log files, one writer process each (default 8)")
     ap.add_argument("--rate", type=float, default=10.0, help="steps per second per writer (default 10)")
     ap.add_argument("--duration", type=float, default=30.0, help="seconds of writing (default 30)")
+    ap.add_argument("--writers", type=int, default=0, help="writer processes, each writing every N-th rank's file "
+                    "(default 0: one per rank; fewer keep a thousand ranks from being a thousand processes)")
     ap.add_argument("--clients", type=int, default=10, help="SSE clients (default 10)")
     ap.add_argument("--client-procs", type=int, default=2, help="processes the clients are spread over (default 2)")
     ap.add_argument("--phase", choices=("sync", "spread"), default="sync",
                     help="sync: every writer logs step N at the same moment, as data-parallel ranks do (default); "
                     "spread: writer phases spread evenly over the step interval (a steady trickle of lines)")
+    ap.add_argument("--idle", type=float, default=0.0, help="seconds of quiet files before the writers start, "
+                    "over which mstail's idle CPU is measured (default 0: none)")
     ap.add_argument("--drain-s", type=float, default=5.0, help="how long clients wait for stragglers (default 5)")
     # internal: the client role
     ap.add_argument("--role", choices=("bench", "clients"), default="bench", help=argparse.SUPPRESS)
@@ -295,6 +311,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.ranks < 1 or args.rate <= 0 or args.duration <= 0 or args.clients < 1 or args.client_procs < 1:
         ap.error("--ranks, --rate, --duration, --clients and --client-procs must be positive")
     args.client_procs = min(args.client_procs, args.clients)
+    args.writers = min(args.writers or args.ranks, args.ranks)
     return run(args)
 
 
