@@ -19,6 +19,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 from mstail.parsers.record import RESERVED, Item, ordered
 
 from .checkpoint import SourceCheckpoint
+from .aggregate import aggregate
 from .db import StateDB
 from .series import Series, finite_or_none, window
 
@@ -212,6 +213,29 @@ class Store:
             entry.update(source=source, segment=segment)
             out.append(entry)
         return out
+
+    def aggregate(
+        self,
+        metric: str,
+        sources: Optional[Sequence[str]] = None,
+        exclude: Sequence[str] = (),
+        top: Sequence[str] = (),
+        start: Optional[int] = None,
+        end: Optional[int] = None,
+        points: int = 2000,
+        smooth: float = 0.0,
+    ) -> Dict[str, Any]:
+        """The metric across `sources` (default every one) but `exclude`: mean, min-max band and outliers
+        (`mstail.tailer.aggregate`), and, in `series`, the `series()` answer for `top` and the outliers, so
+        one request brings the mean and the few sources drawn on top of it."""
+        left_out = set(exclude)
+        chosen = [(source, series) for (source, name, _segment), series in self._series.items()
+                  if name == metric and (not sources or source in sources) and source not in left_out]
+        summary = aggregate(chosen, start, end, points, smooth)
+        drawn = list(dict.fromkeys([*top, *summary["outliers"]]))
+        return {"aggregate": summary,
+                "series": self.series(metric, sources=drawn, start=start, end=end, points=points, smooth=smooth)
+                if drawn else []}
 
     def _samples_at(self, source: str, segment: int, steps: List[int]) -> Optional[List[Optional[float]]]:
         """Consumed samples at each step: the logged `consumed_samples` (the latest at or before the step),
