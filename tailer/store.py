@@ -16,7 +16,7 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from mstail.parsers.record import RESERVED, Item, ordered
+from mstail.parsers.record import RESERVED, Item, finite_or_name, ordered
 
 from .checkpoint import SourceCheckpoint
 from .aggregate import aggregate
@@ -226,12 +226,14 @@ class Store:
         smooth: float = 0.0,
     ) -> Dict[str, Any]:
         """The metric across `sources` (default every one) but `exclude`: mean, min-max band and outliers
-        (`mstail.tailer.aggregate`), and, in `series`, the `series()` answer for `top` and the outliers, so
-        one request brings the mean and the few sources drawn on top of it."""
+        (`mstail.tailer.aggregate`) plus `latest` (source -> its newest value), and, in `series`, the `series()`
+        answer for `top` and the outliers, so one request brings the mean and the few sources drawn on top."""
         left_out = set(exclude)
         chosen = [(source, series) for (source, name, _segment), series in self._series.items()
                   if name == metric and (not sources or source in sources) and source not in left_out]
         summary = aggregate(chosen, start, end, points, smooth)
+        # each source's newest value (its newest segment's), for tables that show one number per source
+        summary["latest"] = {source: finite_or_name(series.values[-1]) for source, series in chosen if series.values}
         drawn = list(dict.fromkeys([*top, *summary["outliers"]]))
         return {"aggregate": summary,
                 "series": self.series(metric, sources=drawn, start=start, end=end, points=points, smooth=smooth)

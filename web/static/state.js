@@ -66,6 +66,13 @@ export function colorOf(source) {
 
 export const MANY_LINES = 16;  // beyond this many shown sources, "auto" draws the mean + band, the worst on top
 
+// How many shown (not hidden) sources log `metric`.
+export function shownSourcesOf(metric) {
+  let n = 0;
+  for (const info of state.sources.values()) if (!view.hidden.has(info.id) && info.metrics.includes(metric)) n += 1;
+  return n;
+}
+
 export function meanMode(shownSources) {
   if (view.baseline) return false;
   return view.ranks === "mean" || (view.ranks === "auto" && shownSources > MANY_LINES);
