@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import math
 import time
 from dataclasses import dataclass
 from functools import partial
@@ -31,11 +32,11 @@ from .config import Config
 from .discovery import SourceNamer, expand, glob_free_prefix, watch_roots
 from .follower import FileFollower
 from .hub import Hub, ItemsMessage, SourceMessage
-from .netfs import existing_ancestor, network_fs
+from .netfs import MOUNTINFO, existing_ancestor, network_fs, parse_mountinfo
 from .notices import Notices
 from .store import Store
 from .watch import watch_directories
-from .writers import held_for_writing
+from .writers import writers_of
 
 log = logging.getLogger("mstail.sidecar")
 
@@ -47,6 +48,12 @@ STALL_S = 10.0
 MISSING_AFTER_S = 10.0
 #: how often the hang rule may ask /proc whether a silent file still has a writer (it costs a stat per open fd).
 WRITER_CHECK_S = 5.0
+#: a source silent this long, whose file nobody holds open for writing any more, has "ended" (its run is over)
+ENDED_AFTER_S = 10.0
+#: a source's counters go out on the stream (SSE `source`) at most this often; with many sources less often (so
+#: 1,024 sources cost one message each per second): SOURCE_PUSH_S x max(1, sources / SOURCE_PUSH_SHARE).
+SOURCE_PUSH_S = 0.25
+SOURCE_PUSH_SHARE = 256
 #: after an unexpected error, a source is left alone this long, the whole loop this long at first (doubling to 30 s).
 FAILURE_BACKOFF_S = 1.0
 
@@ -107,6 +114,7 @@ class Tailer:
         self._sources: Dict[Path, _Source] = {}
         self._namer = SourceNamer()
         self._saved: Dict[Path, SourceCheckpoint] = {}  # checkpoints from the state, by path, until rediscovered
+        self._pushed: Dict[str, Tuple[float, Any]] = {}  # source id -> (monotonic time, counts) last sent (SSE)
         self.passes = 0
         self._deliver_s_per_item = 20e-6  # storing + publishing one item on the event loop (measured, see _deliver)
         self.notices = Notices(log)
@@ -141,7 +149,8 @@ class Tailer:
                 id=source_id,
                 follower=FileFollower(path, self.config.max_line_bytes),
                 parser=InterleavedParser(partial(SourceParser, self.formats, forced=forced, grace_s=self.config.grace_s,
-                                                 source=source_id)),  # named in a slow user regex's warning
+                                                 source=source_id),  # named in a slow user regex's warning
+                                         self.config.derived),
             )
             source.said_format = forced.name if forced is not None else None
             saved = self._saved.pop(key, None)
@@ -355,9 +364,8 @@ class Tailer:
                         for data, old in zip(stored, history):
                             changes += self.alerts.observe(source_id, data, now, history=old)
                         batch += self._store_alerts(source_id, changes)
-                info.state = self._state(source, now)
-                if info.state != old_state:
-                    self.hub.publish(SourceMessage(info.as_json()))
+                info.state = self._state(source, source_id, now)
+                self._push_source(info, info.state != old_state)
         if self.alerts is not None:
             states = {}
             for source in self._sources.values():
@@ -369,6 +377,19 @@ class Tailer:
         self.store.commit(self._checkpoints(results))
         if batch:
             self.hub.publish(ItemsMessage(batch))
+
+    def _push_source(self, info: Any, changed_state: bool) -> None:
+        """Send a source's entry to the stream's clients: at once when its state changed, else when its counts
+        changed and it was last sent SOURCE_PUSH_S (scaled by the number of sources) ago; a change held back goes
+        out with a later pass (one runs at least every `safety_poll_s`), so the page's counters stay live."""
+        counts = (info.records, info.counters.get("lines"), info.counters.get("bytes"), info.problem, len(info.metrics),
+                  info.last_step, info.format)
+        sent_at, sent = self._pushed.get(info.id, (-math.inf, None))
+        now = time.monotonic()
+        every = SOURCE_PUSH_S * max(1.0, len(self.store.sources) / SOURCE_PUSH_SHARE)
+        if changed_state or (counts != sent and now - sent_at >= every):
+            self._pushed[info.id] = (now, counts)
+            self.hub.publish(SourceMessage(info.as_json()))
 
     def _checkpoints(self, results: List[Tuple[_Source, List[Item]]]) -> Dict[str, Tuple[str, SourceCheckpoint]]:
         """What to commit with this pass's items: each source's newest snapshot and how many items it emitted."""
@@ -450,26 +471,45 @@ class Tailer:
         return isinstance(line, int) and source.live_from_line is not None and line < source.live_from_line
 
     def _writing(self, source_id: str) -> Optional[bool]:
-        """Whether a process still holds the source's file open for writing (`writers.held_for_writing`,
-        asked at most every WRITER_CHECK_S per source); None when that cannot be seen (a network filesystem
-        written from other nodes, another user's processes)."""
+        """Whether a process still holds the source's file open for writing (`writers.writers_of`, asked at
+        most every WRITER_CHECK_S per source, for every due source in one look); None when that cannot be seen
+        (a network filesystem written from other nodes, another user's processes)."""
         source = next((s for s in self._sources.values()
                        if s.id == source_id or source_id.startswith(s.id + "/")), None)
         if source is None or source.follower.current is None:
             return None
         now = time.monotonic()
         if source.writer_seen is None or now - source.writer_seen[0] >= WRITER_CHECK_S:
-            remote = network_fs(source.follower.path) is not None
-            held = None if remote else held_for_writing(source.follower.current.identity)
-            source.writer_seen = (now, held)
-        return source.writer_seen[1]
+            self._look_for_writers(now)
+        return source.writer_seen[1] if source.writer_seen is not None else None
 
-    def _state(self, source: _Source, now: float) -> str:
+    def _look_for_writers(self, now: float) -> None:
+        """One look at /proc for every followed file whose answer is older than WRITER_CHECK_S."""
+        due = [s for s in self._sources.values() if s.follower.current is not None
+               and (s.writer_seen is None or now - s.writer_seen[0] >= WRITER_CHECK_S)]
+        try:
+            with open(MOUNTINFO, encoding="utf-8", errors="replace") as handle:
+                mounts = parse_mountinfo(handle.read())
+        except OSError:
+            mounts = []
+        local = {s.follower.current.identity for s in due if network_fs(s.follower.path, mounts) is None}
+        held = writers_of(local) if local else {}
+        for s in due:
+            s.writer_seen = (now, held.get(s.follower.current.identity))
+
+    def _state(self, source: _Source, source_id: str, now: float) -> str:
+        """following | idle | ended (an `end` event, or silent for ENDED_AFTER_S with no writer left) | the
+        follower's own state (waiting, gone, unreadable)."""
         follower = source.follower
         if follower.state != "following":
             return follower.state
+        if self.alerts is not None and self.alerts.ended(source_id):
+            return "ended"
         last = follower.last_data_time
-        if last is not None and now - last >= self.config.idle_after_s:
+        silent = now - last if last is not None else 0.0
+        if silent >= ENDED_AFTER_S and source.caught_up and self._writing(source_id) is False:
+            return "ended"
+        if silent >= self.config.idle_after_s:
             return "idle"
         return "following"
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import List, Optional, Sequence, TextIO
 
 from mstail.parsers import Format
+from mstail.parsers.derived import Derived
 
 from .reading import Chain, ParseError, Summary, _Part, add_part, parse_group
 from .output import copy_jsonl, progress_bar, write_csv
@@ -54,6 +55,7 @@ class _Job:
     forced: Optional[Format]
     to: str
     with_events: bool
+    derived: Optional[Derived]
     folder: str
     progress: "Sequence[int]"  # a shared array: bytes read so far, per chain
 
@@ -79,9 +81,11 @@ def _parse_in_worker(index: int) -> _Part:
     rows: List[dict] = []
     if job.to == "jsonl":
         with open(os.path.join(job.folder, f"{index}.jsonl"), "w", encoding="utf-8", newline="") as handle:
-            part = parse_group(group, job.formats, job.forced, job.to, handle.write, rows, job.with_events, advance)
+            part = parse_group(group, job.formats, job.forced, job.to, handle.write, rows, job.with_events, advance,
+                                   job.derived)
     else:
-        part = parse_group(group, job.formats, job.forced, job.to, _no_write, rows, job.with_events, advance)
+        part = parse_group(group, job.formats, job.forced, job.to, _no_write, rows, job.with_events, advance,
+                           job.derived)
         part.rows = rows
     return part
 
@@ -92,7 +96,7 @@ def _no_write(text: str) -> None:  # pragma: no cover - CSV output is collected 
 
 def run_parallel(
     groups: List[Chain], sizes: List[int], workers: int, formats: Sequence[Format], forced: Optional[Format], to: str,
-    out: TextIO, with_events: bool,
+    out: TextIO, with_events: bool, derived: Optional[Derived] = None,
 ) -> Summary:
     import multiprocessing
     import tempfile
@@ -105,7 +109,7 @@ def run_parallel(
     rows: List[dict] = []
     with tempfile.TemporaryDirectory(prefix="mstail-parse-") as folder:
         progress = context.Array("q", len(groups), lock=False)
-        _JOB = _Job(groups, formats, forced, to, with_events, folder, progress)
+        _JOB = _Job(groups, formats, forced, to, with_events, derived, folder, progress)
         pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_worker_init)
         bar = None
         index = 0

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from mstail.parsers import Format, Item, SourceParser
+from mstail.parsers.derived import Derived
 from mstail.parsers.interleave import InterleavedParser
 from mstail.parsers.record import PART_KEY, dumps_owned, ordered
 
@@ -146,10 +147,11 @@ def add_part(summary: Summary, group: Chain, part: _Part) -> None:
 
 def parse_group(
     group: Chain, formats: Sequence[Format], forced: Optional[Format], to: str, write: Callable[[str], object],
-    rows: List[dict], with_events: bool, progress: Optional[Callable[[int], object]],
+    rows: List[dict], with_events: bool, progress: Optional[Callable[[int], object]], derived: Optional[Derived] = None,
 ) -> _Part:
-    """Parse one chain: JSONL lines go to `write`, CSV rows are appended to `rows`."""
-    parser = InterleavedParser(lambda: SourceParser(formats, forced=forced))
+    """Parse one chain: JSONL lines go to `write`, CSV rows are appended to `rows`; `derived` series are added to
+    the records (default none)."""
+    parser = InterleavedParser(lambda: SourceParser(formats, forced=forced), derived)
     part = _Part()
     jsonl = to == "jsonl"
     for kind, data in parse_chain(group, parser, progress=progress):

@@ -36,6 +36,7 @@ export const state = {
   extent: null,         // [min, max] of x over every chart (all charts share it: linked zoom by percent)
   lastSeq: 0,
   stream: null,
+  streamOpened: false,  // the stream has been open once (a later open is a reconnect)
   retryMs: 500,
   pending: 0,           // requests in flight (tracked): <body data-busy>
   loads: 0,             // requests done (tracked): <body data-loads>
