@@ -17,7 +17,7 @@ An expression is arithmetic over the record's metrics and the constants: numbers
 minus, parentheses and the functions `exp log log2 log10 sqrt abs min max`. It is parsed once, at load, with
 Python's `ast` into a tree of these nodes only and evaluated by walking it: never `eval`, no attribute, no
 subscript, no call of anything else. Evaluation follows IEEE arithmetic where Python raises: x/0 is ±inf (0/0
-NaN), an overflow is clipped to ±the largest float, a math domain error (log of a negative) is NaN. A series is
+NaN), an overflow is inf, a math domain error (log of a negative) is NaN. A series is
 computed when every name it uses is a number in the record (a NaN loss gives a NaN perplexity, which the charts
 mark); a record that has the name already keeps its own value. Series are computed in the order declared, so
 one may use another.
@@ -189,8 +189,8 @@ def compile_expression(name: str, text: str, constants: Mapping[str, float]) -> 
     def evaluate(values: Mapping[str, float]) -> float:
         try:
             return float(body(values))
-        except OverflowError:
-            return _LARGEST  # clipped; the sign of an overflow is not known here, and positive is what grows
+        except OverflowError:  # exp, ** (Python raises where IEEE gives inf; * and + give inf by themselves)
+            return math.inf
         except (ValueError, ZeroDivisionError):
             return math.nan
         except TypeError:  # a complex result (a negative number to a fractional power)
