@@ -50,7 +50,7 @@ def aggregate(series: Sequence[Tuple[str, Series]], start: Optional[int], end: O
     in_range = points_of.steps >= start if start is not None else np.ones(len(points_of.steps), bool)
     if not in_range.any():
         return empty
-    steps, mean, low, high, count, when = _per_step(points_of, np)
+    steps, mean, low, high, count, when, position = _per_step(points_of, np)
     mean_series = Series()
     mean_series.steps.frombytes(steps.tobytes())
     mean_series.values.frombytes(mean.tobytes())
@@ -70,7 +70,7 @@ def aggregate(series: Sequence[Tuple[str, Series]], start: Optional[int], end: O
         "max": [finite_or_none(v) for v in np.maximum.reduceat(high, starts).tolist()],
         "n": count[ends].tolist(),
         "nonfinite": _nonfinite(points_of, in_range, np),
-        "outliers": _outliers(points_of, in_range, steps, mean, np),
+        "outliers": _outliers(points_of, in_range, mean, position, np),
     }
     if "smooth" in entry:
         out["smooth"] = entry["smooth"]
@@ -110,11 +110,13 @@ class _Points:
 
 
 def _per_step(points: _Points, np: Any) -> Tuple[Any, ...]:
-    """Per distinct step with at least one finite value: (steps, mean, min, max, count, mean time)."""
+    """Per distinct step with at least one finite value: (steps, mean, min, max, count, mean time), and for each
+    point its step's index in them (-1 for a non-finite value)."""
     finite = np.isfinite(points.values)
     steps, values, times = points.steps[finite], points.values[finite], points.times[finite]
+    position = np.full(len(points.values), -1, dtype=np.int64)
     if not len(steps):
-        return (np.zeros(0, np.int64),) + tuple(np.zeros(0) for _ in range(5))
+        return (np.zeros(0, np.int64),) + tuple(np.zeros(0) for _ in range(5)) + (position,)
     base, span = int(steps.min()), int(steps.max()) - int(steps.min()) + 1
     distinct = None
     if span <= max(4 * len(steps), 1 << 20):  # dense step range (the usual case): index by step, no sort
@@ -137,7 +139,10 @@ def _per_step(points: _Points, np: Any) -> Tuple[Any, ...]:
     when = np.full(len(at), np.nan)
     some = time_count[at] > 0
     when[some] = time_total[at][some] / time_count[at][some]
-    return (step_of.astype(np.int64), total[at] / count[at], low[at], high[at], count[at], when)
+    compact = np.zeros(size, dtype=np.int64)
+    compact[at] = np.arange(len(at))
+    position[finite] = compact[index]
+    return (step_of.astype(np.int64), total[at] / count[at], low[at], high[at], count[at], when, position)
 
 
 def _nonfinite(points: _Points, in_range: Any, np: Any) -> Dict[str, List[Any]]:
@@ -148,13 +153,13 @@ def _nonfinite(points: _Points, in_range: Any, np: Any) -> Dict[str, List[Any]]:
             "value": [finite_or_name(v) for v in points.values[bad].tolist()]}
 
 
-def _outliers(points: _Points, in_range: Any, steps: Any, mean: Any, np: Any) -> List[str]:
+def _outliers(points: _Points, in_range: Any, mean: Any, position: Any, np: Any) -> List[str]:
     """Up to OUTLIERS_MAX sources whose mean distance from the mean (over their finite values in the range) is
-    at least OUTLIER_FACTOR times the median source's, farthest first."""
-    ok = in_range & np.isfinite(points.values)
+    at least OUTLIER_FACTOR times the median source's, farthest first. `position`: each point's index in `mean`."""
+    ok = in_range & (position >= 0)
     if not ok.any():
         return []
-    distance = np.abs(points.values[ok] - mean[np.searchsorted(steps, points.steps[ok])])
+    distance = np.abs(points.values[ok] - mean[position[ok]])
     owner = points.owner[ok]
     n = np.bincount(owner, minlength=len(points.sources))
     has = np.flatnonzero(n)

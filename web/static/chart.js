@@ -3,7 +3,7 @@
 
 import { bisectRight, csvCell, download, fmt, fmtAxis, fmtDuration, fmtTick, getJSON, metricGroup, natural, num, safeName,
   smoothByDefault } from "./util.js";
-import { colorOf, meanMode, shownSourcesOf, state, themeColors, view } from "./state.js";
+import { MANY_LINES, colorOf, meanMode, shownSourcesOf, state, themeColors, view } from "./state.js";
 
 // Event markers on the x axis: one glyph per kind, each a shape of its own (never two kinds alike), drawn from
 // the same paths in the page's legend (legendGlyph). Kinds at the same place are stacked upwards in this order.
@@ -179,10 +179,12 @@ export class ChartView {
     return `/api/series?${params}`;
   }
 
-  // Many sources shown (the mean + band): the server sends their mean, not one series per source. Not on the
-  // consumed-samples axis (a per-source quantity) and not in the difference view.
+  // Many sources shown as the mean + band: the server sends their mean, not one series per source (a few sources
+  // shown as the mean are averaged here, from their own lines). Not on the consumed-samples axis (a per-source
+  // quantity) and not in the difference view.
   aggregated() {
-    return view.x !== "samples" && meanMode(shownSourcesOf(this.metric));
+    const shown = shownSourcesOf(this.metric);
+    return view.x !== "samples" && shown > MANY_LINES && meanMode(shown);
   }
 
   pinned() {
