@@ -29,84 +29,115 @@ OUTLIER_FACTOR = 3.0  # ... only when their distance is this many times the typi
 NONFINITE_MAX = 300  # non-finite values listed (the newest), as the page draws at most this many per chart
 
 
-def aggregate(series: Sequence[Tuple[str, Series]], start: Optional[int], end: Optional[int], points: int,
-              smooth: float) -> Dict[str, Any]:
-    """The mean of `series` ((source id, series) pairs; a source may have several, one per run segment) between
-    steps `start` and `end` (inclusive; None = open), as `points` buckets at most.
+class AggregateCache:
+    """Folds of recent selections, each valid while its series have the same number of points (they only grow),
+    so zooming, re-drawing and the page's other charts re-use one fold (and its mean's EMA and block summaries).
+    Bounded by CACHED_STEPS_MAX distinct steps in all (a 2,000-step run: 1,000 folds; a 1 M-step one: 2)."""
+
+    def __init__(self) -> None:
+        self._folds: Dict[Any, Tuple[int, "_Fold"]] = {}
+
+    def fold(self, key: Any, series: Sequence[Tuple[str, Series]]) -> "_Fold":
+        import numpy as np
+
+        version = sum(len(s.steps) for _, s in series)
+        hit = self._folds.pop(key, None)
+        if hit is None or hit[0] != version:
+            hit = (version, _Fold(series, np))
+        self._folds[key] = hit  # most recently used last
+        cached = sum(len(f.steps) for _, f in self._folds.values())
+        while cached > CACHED_STEPS_MAX and len(self._folds) > 1:
+            oldest = next(iter(self._folds))
+            cached -= len(self._folds.pop(oldest)[1].steps)
+        return hit[1]
+
+
+CACHED_STEPS_MAX = 2_000_000
+
+
+def aggregate(fold: "_Fold", start: Optional[int], end: Optional[int], points: int, smooth: float) -> Dict[str, Any]:
+    """The mean of a fold's series between steps `start` and `end` (inclusive; None = open), as `points` buckets
+    at most.
 
     Returns `{"sources", "x", "t", "mean", "min", "max", "n", "nonfinite", "outliers"}` plus `smooth` (and
     `smooth_state` when the answer reaches the newest step) for `smooth` in (0, 1): `mean` is the mean at each
     x (a bucket's last step), `min`/`max` the band over the bucket, `n` how many sources logged a finite value
-    at x, `t` the mean wall time at x; `nonfinite` lists `x`, `source`, `value`; `outliers` up to three source
-    ids, farthest first."""
+    at x, `t` the mean wall time at x; `nonfinite` lists `x`, `source`, `value` (the newest NONFINITE_MAX in the
+    range); `outliers` up to three source ids, farthest from the mean over the whole run first."""
     import numpy as np
 
-    names = sorted({source for source, _ in series})
-    empty = {"sources": len(names), "x": [], "t": [], "mean": [], "min": [], "max": [], "n": [],
-             "nonfinite": {"x": [], "source": [], "value": []}, "outliers": []}
-    # The mean is smoothed over its whole history, so it is folded from the first step whatever the range.
-    smoothed = 0 < smooth < 1
-    points_of = _Points(series, None if smoothed else start, end, np)
-    in_range = points_of.steps >= start if start is not None else np.ones(len(points_of.steps), bool)
-    if not in_range.any():
-        return empty
-    steps, mean, low, high, count, when, position = _per_step(points_of, np)
-    mean_series = Series()
-    mean_series.steps.frombytes(steps.tobytes())
-    mean_series.values.frombytes(mean.tobytes())
-    mean_series.times.frombytes(when.tobytes())
-    entry = window(mean_series, start, end, points, smooth)
+    entry = window(fold.mean, start, end, points, smooth)
+    out: Dict[str, Any] = {"sources": len(fold.sources), "x": entry["x"], "t": entry["t"], "mean": entry["last"],
+                           "min": [], "max": [], "n": [], "nonfinite": fold.nonfinite(start, end),
+                           "outliers": fold.outliers}
     if not entry["x"]:
-        return empty
+        return out
+    steps = fold.steps
     ends = np.searchsorted(steps, np.asarray(entry["x"], dtype=np.int64))
     first = int(np.searchsorted(steps, steps[0] if start is None else start))
     starts = np.concatenate(([first], ends[:-1] + 1))
-    out: Dict[str, Any] = {
-        "sources": len(names),
-        "x": entry["x"],
-        "t": entry["t"],
-        "mean": entry["last"],
-        "min": [finite_or_none(v) for v in np.minimum.reduceat(low, starts).tolist()],
-        "max": [finite_or_none(v) for v in np.maximum.reduceat(high, starts).tolist()],
-        "n": count[ends].tolist(),
-        "nonfinite": _nonfinite(points_of, in_range, np),
-        "outliers": _outliers(points_of, in_range, mean, position, np),
-    }
+    stop = int(ends[-1]) + 1  # reduceat's last bucket would run to the end of the array
+    out["min"] = [finite_or_none(v) for v in np.minimum.reduceat(fold.low[:stop], starts).tolist()]
+    out["max"] = [finite_or_none(v) for v in np.maximum.reduceat(fold.high[:stop], starts).tolist()]
+    out["n"] = fold.count[ends].tolist()
     if "smooth" in entry:
         out["smooth"] = entry["smooth"]
-        newest = max(s.steps[-1] for _, s in series if len(s.steps))
-        if "smooth_state" in entry and (end is None or end >= newest):  # the answer reaches the newest step
+        if "smooth_state" in entry and (end is None or end >= fold.newest):  # the answer reaches the newest step
             out["smooth_state"] = entry["smooth_state"]
     return out
 
 
-class _Points:
-    """Every point of the series between `start` and `end` (inclusive) in flat numpy arrays (copies): `steps`,
-    `values`, `times`, and `owner`, the index in `sources` of the source each point belongs to."""
+class _Fold:
+    """Every point of some series folded per step (what any range of their aggregate reads): `steps` (those with
+    a finite value), `mean` (a `Series`, so `window` buckets and smooths it), `low`, `high`, `count`, the
+    non-finite values, and the outliers over the whole run."""
 
-    def __init__(self, series: Sequence[Tuple[str, Series]], start: Optional[int], end: Optional[int], np: Any) -> None:
+    def __init__(self, series: Sequence[Tuple[str, Series]], np: Any) -> None:
+        points = _Points(series, np)
+        self.sources = sorted({source for source, _ in series})
+        self.newest = max((s.steps[-1] for _, s in series if len(s.steps)), default=0)
+        self.steps, mean, self.low, self.high, self.count, when, position = _per_step(points, np)
+        self.mean = Series()
+        self.mean.steps.frombytes(self.steps.tobytes())
+        self.mean.values.frombytes(mean.tobytes())
+        self.mean.times.frombytes(when.tobytes())
+        self.outliers = _outliers(points, mean, position, np)
+        bad = np.flatnonzero(~np.isfinite(points.values))
+        bad = bad[np.argsort(points.steps[bad], kind="stable")]
+        self._bad = (points.steps[bad].tolist(), [points.sources[i] for i in points.owner[bad].tolist()],
+                     [finite_or_name(v) for v in points.values[bad].tolist()])
+
+    def nonfinite(self, start: Optional[int], end: Optional[int]) -> Dict[str, List[Any]]:
+        """The newest NONFINITE_MAX non-finite values between `start` and `end`, by step."""
+        steps, sources, values = self._bad
+        lo = 0 if start is None else bisect_left(steps, start)
+        hi = len(steps) if end is None else bisect_right(steps, end)
+        lo = max(lo, hi - NONFINITE_MAX)
+        return {"x": steps[lo:hi], "source": sources[lo:hi], "value": values[lo:hi]}
+
+
+class _Points:
+    """Every point of the series in flat numpy arrays (copies): `steps`, `values`, `times`, and `owner`, the index
+    in `sources` of the source each point belongs to."""
+
+    def __init__(self, series: Sequence[Tuple[str, Series]], np: Any) -> None:
         self.sources: List[str] = []
         index: Dict[str, int] = {}
-        slices: List[Tuple[int, int, int]] = []  # (series number, lo, hi)
-        for number, (source, s) in enumerate(series):
-            lo = 0 if start is None else bisect_left(s.steps, start)
-            hi = len(s.steps) if end is None else bisect_right(s.steps, end)
-            if hi > lo:
-                slices.append((number, lo, hi))
-                if source not in index:
-                    index[source] = len(self.sources)
-                    self.sources.append(source)
+        for source, _ in series:
+            if source not in index:
+                index[source] = len(self.sources)
+                self.sources.append(source)
 
         def column(name: str, dtype: Any) -> Any:
             # np.concatenate copies: the views on the store's arrays end with this call
-            parts = [np.frombuffer(getattr(series[n][1], name), dtype=dtype)[lo:hi] for n, lo, hi in slices]
+            parts = [np.frombuffer(getattr(s, name), dtype=dtype) for _, s in series]
             return np.concatenate(parts) if parts else np.zeros(0, dtype)
 
         self.steps = column("steps", np.int64)
         self.values = column("values", np.float64)
         self.times = column("times", np.float64)
-        self.owner = np.repeat(np.array([index[series[n][0]] for n, _, _ in slices], dtype=np.int64),
-                               [hi - lo for _, lo, hi in slices])
+        self.owner = np.repeat(np.array([index[source] for source, _ in series], dtype=np.int64),
+                               [len(s.steps) for _, s in series])
 
 
 def _per_step(points: _Points, np: Any) -> Tuple[Any, ...]:
@@ -145,18 +176,10 @@ def _per_step(points: _Points, np: Any) -> Tuple[Any, ...]:
     return (step_of.astype(np.int64), total[at] / count[at], low[at], high[at], count[at], when, position)
 
 
-def _nonfinite(points: _Points, in_range: Any, np: Any) -> Dict[str, List[Any]]:
-    """The newest NONFINITE_MAX non-finite values in the range, by step."""
-    bad = np.flatnonzero(in_range & ~np.isfinite(points.values))
-    bad = bad[np.argsort(points.steps[bad], kind="stable")][-NONFINITE_MAX:]
-    return {"x": points.steps[bad].tolist(), "source": [points.sources[i] for i in points.owner[bad].tolist()],
-            "value": [finite_or_name(v) for v in points.values[bad].tolist()]}
-
-
-def _outliers(points: _Points, in_range: Any, mean: Any, position: Any, np: Any) -> List[str]:
-    """Up to OUTLIERS_MAX sources whose mean distance from the mean (over their finite values in the range) is
-    at least OUTLIER_FACTOR times the median source's, farthest first. `position`: each point's index in `mean`."""
-    ok = in_range & (position >= 0)
+def _outliers(points: _Points, mean: Any, position: Any, np: Any) -> List[str]:
+    """Up to OUTLIERS_MAX sources whose mean distance from the mean (over their finite values) is at least
+    OUTLIER_FACTOR times the median source's, farthest first. `position`: each point's index in `mean`."""
+    ok = position >= 0
     if not ok.any():
         return []
     distance = np.abs(points.values[ok] - mean[position[ok]])

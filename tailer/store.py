@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 from mstail.parsers.record import RESERVED, Item, finite_or_name, ordered
 
 from .checkpoint import SourceCheckpoint
-from .aggregate import aggregate
+from .aggregate import AggregateCache, aggregate
 from .db import StateDB
 from .series import Series, finite_or_none, window
 
@@ -85,6 +85,7 @@ class Store:
         self._last_seq = 0
         self._series: Dict[Tuple[str, str, int], Series] = {}
         self.sources: Dict[str, SourceInfo] = {}
+        self._folds = AggregateCache()  # across-source folds for `aggregate`
 
     @property
     def last_seq(self) -> int:
@@ -229,9 +230,10 @@ class Store:
         (`mstail.tailer.aggregate`) plus `latest` (source -> its newest value), and, in `series`, the `series()`
         answer for `top` and the outliers, so one request brings the mean and the few sources drawn on top."""
         left_out = set(exclude)
-        chosen = [(source, series) for (source, name, _segment), series in self._series.items()
-                  if name == metric and (not sources or source in sources) and source not in left_out]
-        summary = aggregate(chosen, start, end, points, smooth)
+        keys = [key for key in self._series
+                if key[1] == metric and (not sources or key[0] in sources) and key[0] not in left_out]
+        chosen = [(key[0], self._series[key]) for key in keys]
+        summary = aggregate(self._folds.fold((metric, tuple(keys)), chosen), start, end, points, smooth)
         # each source's newest value (its newest segment's), for tables that show one number per source
         summary["latest"] = {source: finite_or_name(series.values[-1]) for source, series in chosen if series.values}
         drawn = list(dict.fromkeys([*top, *summary["outliers"]]))

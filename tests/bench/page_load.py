@@ -112,6 +112,12 @@ def open_page(browser: Any, url: str) -> Tuple[Any, Any, float]:
             raise SystemExit("the page did not paint within 120 s")
         page.wait_for_timeout(20)
     first = page.evaluate("() => performance.getEntriesByName('mstail-first-paint')[0].startTime")
+    slow = page.evaluate("t => performance.getEntriesByType('resource').filter(e => e.name.includes('/api/')"
+                         " && e.startTime < t).sort((a, b) => b.duration - a.duration).slice(0, 4)"
+                         ".map(e => [e.name.split('/api/')[1].slice(0, 70), Math.round(e.startTime), Math.round(e.duration),"
+                         " e.encodedBodySize])", first)
+    print("  slowest requests before the first paint (path, start ms, took ms, bytes): "
+          + "; ".join(f"{p} @{s} {d} ms {b / 1024:.0f} KiB" for p, s, d, b in slow))
     if errors:
         print(f"  page complained: {errors[:3]}")
     return context, page, first

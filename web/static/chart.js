@@ -191,9 +191,11 @@ export class ChartView {
     return [...new Set([...view.pick, ...state.worst])].filter((s) => !view.hidden.has(s)).sort(natural);
   }
 
-  // What the data must have been fetched for; a change (mode, hidden or pinned sources) makes render() re-fetch.
+  // What the data must have been fetched for; a change (mode, hidden or starred sources) makes render() re-fetch.
+  // The table's worst few are asked for too, but a change among them waits for the next fetch (a zoom, a live
+  // run's refresh): with 1,024 ranks the ranking moves often, and each re-fetch is a fold of every rank.
   wantedFor() {
-    return this.aggregated() ? `mean|${[...view.hidden].sort()}|${this.pinned()}` : "sources";
+    return this.aggregated() ? `mean|${[...view.hidden].sort()}|${[...view.pick].sort()}` : "sources";
   }
 
   smoothing() {

@@ -43,6 +43,7 @@ export const state = {
   heatmap: null,        // the step-time heatmap's ECharts instance (heatmap.js)
   heatmapAt: -Infinity, // performance.now() of its last refresh
   heatmapAnswer: null,  // its last /api/series answer, redrawn when a source is shown or hidden
+  heatmapAsked: {},     // what that answer was asked for: {range (zoom and x axis), seq (the newest then), at}
   plotSize: null,       // {width, height} of a chart's plot (all alike), measured once and on resize
 };
 
