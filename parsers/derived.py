@@ -42,6 +42,7 @@ from .record import RESERVED, Item
 
 EXPRESSION_MAX = 500  # characters of one expression (Python's parser must never see a pathological input)
 NODES_MAX = 100  # nodes of one expression tree
+PLANS_MAX = 256  # key sets remembered (a format's records have a few)
 _LARGEST = sys.float_info.max
 
 Evaluate = Callable[[Mapping[str, float]], float]
@@ -72,22 +73,52 @@ class Derived:
 
     perplexity: bool = True
     series: Tuple[Series, ...] = ()
+    _plans: Dict[Tuple[str, ...], List[Tuple[str, str, Optional[Series]]]] = field(
+        default_factory=dict, compare=False, repr=False)  # key set -> what to compute (`_plan`)
 
     def values(self, record: Mapping[str, Any]) -> Dict[str, float]:
         """The derived values computable from `record`'s metrics that it does not have yet, in order."""
-        numbers: Dict[str, float] = {k: float(v) for k, v in record.items()
-                                     if k not in RESERVED and isinstance(v, (int, float)) and _fits(v)}
+        keys = tuple(record)
+        plan = self._plans.get(keys)
+        if plan is None:
+            plan = self._plan(keys)
         out: Dict[str, float] = {}
+        for name, source, series in plan:
+            if series is None:  # perplexity of the loss `source`
+                number = _number(record[source])
+                if number is not None:
+                    out[name] = _exp(number)
+                continue
+            numbers = {}
+            for used in series.names:
+                number = _number(out[used] if used in out else record.get(used))
+                if number is None:
+                    break
+                numbers[used] = number
+            else:
+                out[name] = series.evaluate(numbers)
+        return out
+
+    def _plan(self, keys: Tuple[str, ...]) -> List[Tuple[str, str, Optional[Series]]]:
+        """What to compute for records with these keys (a format's records share a few key sets): (name, the
+        loss it is the perplexity of, or None) for perplexity, (name, "", series) for a declared series."""
+        plan: List[Tuple[str, str, Optional[Series]]] = []
+        names = set(keys)
         if self.perplexity:
-            for key in list(numbers):
+            for key in keys:
                 if key == "loss" or key.endswith("_loss"):
                     name = key[: -len("loss")] + "perplexity"
-                    if name not in record and name not in out:
-                        out[name] = numbers[name] = _exp(numbers[key])
+                    if name not in names:
+                        plan.append((name, key, None))
+                        names.add(name)
         for s in self.series:
-            if s.name not in record and s.name not in out and all(n in numbers for n in s.names):
-                out[s.name] = numbers[s.name] = s.evaluate(numbers)
-        return out
+            if s.name not in names:
+                plan.append((s.name, "", s))
+                names.add(s.name)
+        if len(self._plans) >= PLANS_MAX:
+            self._plans.clear()
+        self._plans[keys] = plan
+        return plan
 
     @property
     def empty(self) -> bool:
@@ -216,11 +247,17 @@ def _exp(value: float) -> float:
 
 
 def _fits(value: Any) -> bool:
+    return _number(value) is not None
+
+
+def _number(value: Any) -> Optional[float]:
+    """A metric's value as a float; None for what is not a number (text, None) or does not fit a float."""
+    if not isinstance(value, (int, float)):
+        return None
     try:
-        float(value)
-    except OverflowError:
-        return False
-    return True
+        return float(value)
+    except OverflowError:  # an int of 400 digits
+        return None
 
 
 class Deriver:
