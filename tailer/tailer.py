@@ -80,6 +80,7 @@ class _Source:
     #: catch-up (waiting for its TimeMonitor line) and emitted later is history all the same
     live_from_line: Optional[int] = None
     writer_seen: Optional[Tuple[float, Optional[bool]]] = None  # (monotonic time, held_for_writing) last asked
+    remote: Optional[bool] = None  # its file is on a network filesystem (asked once: writers there are not seen)
 
 
 class Tailer:
@@ -476,7 +477,11 @@ class Tailer:
         (a network filesystem written from other nodes, another user's processes)."""
         source = next((s for s in self._sources.values()
                        if s.id == source_id or source_id.startswith(s.id + "/")), None)
-        if source is None or source.follower.current is None:
+        return None if source is None else self._source_writing(source)
+
+    def _source_writing(self, source: _Source) -> Optional[bool]:
+        """`_writing` of a source in hand (no search: `_state` asks for every silent source on every pass)."""
+        if source.follower.current is None:
             return None
         now = time.monotonic()
         if source.writer_seen is None or now - source.writer_seen[0] >= WRITER_CHECK_S:
@@ -487,12 +492,16 @@ class Tailer:
         """One look at /proc for every followed file whose answer is older than WRITER_CHECK_S."""
         due = [s for s in self._sources.values() if s.follower.current is not None
                and (s.writer_seen is None or now - s.writer_seen[0] >= WRITER_CHECK_S)]
-        try:
-            with open(MOUNTINFO, encoding="utf-8", errors="replace") as handle:
-                mounts = parse_mountinfo(handle.read())
-        except OSError:
-            mounts = []
-        local = {s.follower.current.identity for s in due if network_fs(s.follower.path, mounts) is None}
+        if any(s.remote is None for s in due):
+            try:
+                with open(MOUNTINFO, encoding="utf-8", errors="replace") as handle:
+                    mounts = parse_mountinfo(handle.read())
+            except OSError:
+                mounts = []
+            for s in due:
+                if s.remote is None:
+                    s.remote = network_fs(s.follower.path, mounts) is not None
+        local = {s.follower.current.identity for s in due if not s.remote}
         held = writers_of(local) if local else {}
         for s in due:
             s.writer_seen = (now, held.get(s.follower.current.identity))
@@ -507,7 +516,7 @@ class Tailer:
             return "ended"
         last = follower.last_data_time
         silent = now - last if last is not None else 0.0
-        if silent >= ENDED_AFTER_S and source.caught_up and self._writing(source_id) is False:
+        if silent >= ENDED_AFTER_S and source.caught_up and self._source_writing(source) is False:
             return "ended"
         if silent >= self.config.idle_after_s:
             return "idle"
