@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from .derived import Derived, Deriver
 from .engine import ParserState, SourceParser
 from .record import PART_KEY, Item
 from .schema import Format
@@ -37,10 +38,13 @@ class InterleavedParser:
 
     Args:
         make: builds a fresh `SourceParser` (same formats, forced format and grace period for every part).
+        derived: derived series added to every part's records and amends (`mstail.parsers.derived`); None = none.
     """
 
-    def __init__(self, make: Callable[[], SourceParser]) -> None:
+    def __init__(self, make: Callable[[], SourceParser], derived: Optional[Derived] = None) -> None:
         self._make = make
+        self._derived = derived if derived is not None and not derived.empty else None
+        self._derivers: Dict[Optional[str], Deriver] = {}  # part name (None: the main parser) -> its deriver
         self.main = make()
         self.parts: Dict[str, SourceParser] = {}
         #: lines whose tag would have made a part beyond MAX_PARTS: parsed by the main parser, tag and all
@@ -62,14 +66,22 @@ class InterleavedParser:
 
     def feed(self, text: str, line_no: int, now: float) -> List[Item]:
         name, parser, text = self.route(text)
-        items = parser.feed(text, line_no, now)
+        items = self._derive(name, parser.feed(text, line_no, now))
         return items if name is None else _marked(items, name)
 
     def flush(self, now: float, force: bool = False) -> List[Item]:
-        out = self.main.flush(now, force)
+        out = self._derive(None, self.main.flush(now, force))
         for name, parser in self.parts.items():
-            out += _marked(parser.flush(now, force), name)
+            out += _marked(self._derive(name, parser.flush(now, force)), name)
         return out
+
+    def _derive(self, name: Optional[str], items: List[Item]) -> List[Item]:
+        if self._derived is None or not items:
+            return items
+        deriver = self._derivers.get(name)
+        if deriver is None:
+            deriver = self._derivers[name] = Deriver(self._derived)
+        return deriver.apply(items)
 
     @property
     def holding(self) -> bool:

@@ -367,6 +367,11 @@ class AlertEngine:
                 self._resolve("hang", source, now, out, "training ended" if state.ended else "steps again")
         return out
 
+    def ended(self, source: str) -> bool:
+        """Whether the source's run is over: it logged its end, or its writer closed the file while silent."""
+        state = self._sources.get(source)
+        return state is not None and state.ended
+
     def hang_bound(self, source: str) -> float:
         """Seconds without a new step before `source` counts as hung: max(min_s, k x median step time)."""
         rule = self.rules.rules["hang"]

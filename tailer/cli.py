@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, List, Optional, Sequence, Tuple
 
 from mstail.parsers import Format, FormatError, format_table, load_formats
+from mstail.parsers.derived import DerivedError, load_derived
 
 from .config import Config
 
@@ -45,7 +46,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     logging.getLogger("mstail").setLevel(logging.INFO)  # mstail's own notices show too: a file found, its format
     try:
         return args.run(args)
-    except (UsageError, FormatError) as exc:
+    except (UsageError, FormatError, DerivedError) as exc:
         print(f"mstail: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -104,7 +105,8 @@ def _parse(args: argparse.Namespace) -> int:
                 if args.explain:
                     run_explain(groups, formats, forced, out)
                     return 0
-                summary = run_parse(groups, formats, forced, args.to, out, with_events=args.events)
+                summary = run_parse(groups, formats, forced, args.to, out, with_events=args.events,
+                                    derived=load_derived(args.derived))
     except FileNotFoundError as exc:
         raise UsageError(f"no such log file: {exc.filename or exc.args[0]}") from None
     except (InputError, OutputError) as exc:
@@ -179,6 +181,7 @@ def _config(args: argparse.Namespace, logs: Tuple[str, ...], jsonl: Tuple[str, .
         format=format,
         format_files=tuple(args.formats or ()),
         patterns=tuple(args.pattern or ()),
+        derived=load_derived(args.derived),
         host=args.host,
         port=args.port,
         open_browser=args.open,
@@ -313,6 +316,11 @@ def _build_parser() -> argparse.ArgumentParser:
         p.add_argument("--pattern", action="append", metavar="REGEX", help="ad hoc format: a regex whose named "
                        "groups become metrics, e.g. 'step (?P<step>\\d+) loss (?P<loss>\\S+)' (repeatable)")
 
+    def derived_option(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--derived", metavar="FILE.toml", help="derived series computed from each record's metrics, "
+                       "e.g. tokens_per_s = \"samples_per_s * seq_length\" (see README, Derived series); perplexity = "
+                       "exp(loss) is built in")
+
     def server_options(p: argparse.ArgumentParser) -> None:
         p.add_argument("--host", default=Config.host, help=f"address to listen on (default: {Config.host}, this "
                        "machine only)")
@@ -356,6 +364,7 @@ def _build_parser() -> argparse.ArgumentParser:
         p.add_argument("--poll", type=float, metavar="SECONDS", help="read on a timer only, ignoring file events "
                        "(for NFS/shared storage written from other nodes)")
         format_options(p)
+        derived_option(p)
 
     serve_p = commands.add_parser("serve", help="follow logs and serve the dashboard (the default command)",
                                   description="Follow training logs from the start (history) and then live; serve the page.")
@@ -379,6 +388,7 @@ def _build_parser() -> argparse.ArgumentParser:
     parse_p.add_argument("--explain", action="store_true", help="instead of records: line by line, which rule matched "
                          "and what it extracted, and lines that look like metrics but matched nothing")
     format_options(parse_p)
+    derived_option(parse_p)
     parse_p.set_defaults(run=_parse)
 
     formats_p = commands.add_parser("formats", help="list the formats and where each came from")

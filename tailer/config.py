@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional, Tuple
 
+from mstail.parsers.derived import Derived
+
 from .alerts import AlertRules, default_rules
 from .webhooks import Target
 
@@ -20,6 +22,8 @@ class Config:
         format_files: extra format TOML files (`--formats`), tried before the built-ins. The formats they
             make are loaded once by the CLI and handed to `serve` beside the config.
         patterns: ad hoc regexes (`--pattern`) whose named groups become metrics.
+        derived: derived series added to every record (perplexity, `--derived FILE`; mstail.parsers.derived),
+            loaded once by the CLI; None = none.
         host: address to bind; default loopback.
         port: TCP port; 0 picks a free one. Default 6150.
         open_browser: open the page in a browser once serving.
@@ -63,6 +67,7 @@ class Config:
     format: Optional[str] = None
     format_files: Tuple[str, ...] = ()
     patterns: Tuple[str, ...] = ()
+    derived: Optional[Derived] = None
     host: str = "127.0.0.1"
     port: int = 6150
     open_browser: bool = False

@@ -19,9 +19,10 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from mstail.parsers.record import RESERVED, Item, ordered
+from mstail.parsers.record import RESERVED, Item, finite_or_name, ordered
 
 from .checkpoint import SourceCheckpoint
+from .aggregate import AggregateCache, aggregate
 from .columns import Columns, Frame
 from .db import StateDB
 from .series import Series, finite_or_none, window
@@ -99,6 +100,7 @@ class Store:
         self._series: Dict[Tuple[str, str, int], Series] = self._columns.series
         self._last_record: Dict[str, Dict[str, Any]] = {}  # source -> its newest record as stored (what an amend is for)
         self.sources: Dict[str, SourceInfo] = {}
+        self._folds = AggregateCache()  # across-source folds for `aggregate`
 
     @property
     def last_seq(self) -> int:
@@ -300,6 +302,32 @@ class Store:
             entry.update(source=source, segment=segment)
             out.append(entry)
         return out
+
+    def aggregate(
+        self,
+        metric: str,
+        sources: Optional[Sequence[str]] = None,
+        exclude: Sequence[str] = (),
+        top: Sequence[str] = (),
+        start: Optional[int] = None,
+        end: Optional[int] = None,
+        points: int = 2000,
+        smooth: float = 0.0,
+    ) -> Dict[str, Any]:
+        """The metric across `sources` (default every one) but `exclude`: mean, min-max band and outliers
+        (`mstail.tailer.aggregate`) plus `latest` (source -> its newest value), and, in `series`, the `series()`
+        answer for `top` and the outliers, so one request brings the mean and the few sources drawn on top."""
+        left_out = set(exclude)
+        keys = [key for key in self._series
+                if key[1] == metric and (not sources or key[0] in sources) and key[0] not in left_out]
+        chosen = [(key[0], self._series[key]) for key in keys]
+        summary = aggregate(self._folds.fold((metric, tuple(keys)), chosen), start, end, points, smooth)
+        # each source's newest value (its newest segment's), for tables that show one number per source
+        summary["latest"] = {source: finite_or_name(series.values[-1]) for source, series in chosen if series.values}
+        drawn = list(dict.fromkeys([*top, *summary["outliers"]]))
+        return {"aggregate": summary,
+                "series": self.series(metric, sources=drawn, start=start, end=end, points=points, smooth=smooth)
+                if drawn else []}
 
     def _samples_at(self, source: str, segment: int, steps: List[int]) -> Optional[List[Optional[float]]]:
         """Consumed samples at each step: the logged `consumed_samples` (the latest at or before the step),

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import math
 import time
 from dataclasses import dataclass
 from functools import partial
@@ -37,12 +38,12 @@ from .discovery import PatternFilter, SourceNamer, expand, glob_free_prefix, wat
 from .follower import FileFollower
 from .hub import Hub, ItemsMessage, SourceMessage
 from .lines import Block
-from .netfs import existing_ancestor, network_fs
+from .netfs import MOUNTINFO, existing_ancestor, network_fs, parse_mountinfo
 from .notices import Notices
 from .planner import Pacer, Plan, Planner
 from .store import Store
 from .watch import Changes, watch_directories
-from .writers import held_for_writing
+from .writers import writers_of
 
 log = logging.getLogger("mstail.sidecar")
 
@@ -58,6 +59,12 @@ STALL_S = 10.0
 MISSING_AFTER_S = 10.0
 #: how often the hang rule may ask /proc whether a silent file still has a writer (it costs a stat per open fd).
 WRITER_CHECK_S = 5.0
+#: a source silent this long, whose file nobody holds open for writing any more, has "ended" (its run is over)
+ENDED_AFTER_S = 10.0
+#: a source's counters go out on the stream (SSE `source`) at most this often; with many sources less often (so
+#: 1,024 sources cost one message each per second): SOURCE_PUSH_S x max(1, sources / SOURCE_PUSH_SHARE).
+SOURCE_PUSH_S = 0.25
+SOURCE_PUSH_SHARE = 256
 #: after an unexpected error, a source is left alone this long, the whole loop this long at first (doubling to 30 s).
 FAILURE_BACKOFF_S = 1.0
 #: the alert engine's time-based rules (hang, gone, stragglers: one look at every source) run at most this often.
@@ -87,6 +94,7 @@ class _Source:
     live_from_line: Optional[int] = None
     writer_seen: Optional[Tuple[float, Optional[bool]]] = None  # (monotonic time, held_for_writing) last asked
     shown_state: Optional[str] = None  # the state its last delivery showed (None: never delivered)
+    remote: Optional[bool] = None  # its file is on a network filesystem (asked once: writers there are not seen)
 
 
 class Tailer:
@@ -124,6 +132,8 @@ class Tailer:
         self._planner: Planner[_Source] = Planner(PatternFilter(p for p, _ in self._patterns))
         self._plan: Optional[Plan] = None  # what the pass in progress reads (None: every source)
         self._ticked = float("-inf")  # monotonic time of the alert engine's last tick
+        self._pushed: Dict[str, Tuple[float, Any]] = {}  # source id -> (monotonic time, counts) last sent (SSE)
+        self._unpushed: Set[str] = set()  # sources whose changed counts were held back (sent by a later delivery)
         self.passes = 0
         self._deliver_s_per_item = 20e-6  # storing + publishing one item on the event loop (measured, see _deliver)
         self.notices = Notices(log)
@@ -160,7 +170,8 @@ class Tailer:
                 id=source_id,
                 follower=FileFollower(path, self.config.max_line_bytes),
                 parser=InterleavedParser(partial(SourceParser, self.formats, forced=forced, grace_s=self.config.grace_s,
-                                                 source=source_id)),  # named in a slow user regex's warning
+                                                 source=source_id),  # named in a slow user regex's warning
+                                         self.config.derived),
             )
             source.said_format = forced.name if forced is not None else None
             saved = self._saved.pop(key, None)
@@ -240,7 +251,7 @@ class Tailer:
         self._deliver(results)
         now = time.time()
         for source, _ in results:
-            source.shown_state = self._state(source, now)
+            source.shown_state = self._state(source, source.id, now)
         self._pass_started = None
         self.passes += 1
         self._report(source for source, _ in results)
@@ -342,7 +353,7 @@ class Tailer:
 
     def _stale(self, source: _Source, now: float) -> bool:
         """Whether a sweep reads a source events did not name: a stat shows news, or its state changed with time."""
-        return source.follower.may_have_news() or self._state(source, now) != source.shown_state
+        return source.follower.may_have_news() or self._state(source, source.id, now) != source.shown_state
 
     def _source_failed(self, source: _Source, exc: Exception) -> None:
         source.failures += 1
@@ -399,9 +410,11 @@ class Tailer:
                         for data, item in zip((d for d in stored if d.get("kind") != "amend"), observed):
                             changes += self.alerts.observe(source_id, data, now, history=self._history(source, item))
                         batch += self._store_alerts(source_id, changes)
-                info.state = self._state(source, now)
-                if info.state != old_state:
-                    self.hub.publish(SourceMessage(info.as_json()))
+                info.state = self._state(source, source_id, now)
+                self._push_source(info, info.state != old_state)
+        for source_id in list(self._unpushed):  # counts held back before, of sources this pass did not read
+            if source_id in self.store.sources:
+                self._push_source(self.store.sources[source_id], False)
         if self.alerts is not None and self._tick_due():
             states = {}
             for source in self._sources.values():
@@ -420,6 +433,22 @@ class Tailer:
             return False
         self._ticked = time.monotonic()
         return True
+
+    def _push_source(self, info: Any, changed_state: bool) -> None:
+        """Send a source's entry to the stream's clients: at once when its state changed, else when its counts
+        changed and it was last sent SOURCE_PUSH_S (scaled by the number of sources) ago; a change held back goes
+        out with a later pass (one runs at least every `safety_poll_s`), so the page's counters stay live."""
+        counts = (info.records, info.counters.get("lines"), info.counters.get("bytes"), info.problem, len(info.metrics),
+                  info.last_step, info.format)
+        sent_at, sent = self._pushed.get(info.id, (-math.inf, None))
+        now = time.monotonic()
+        every = SOURCE_PUSH_S * max(1.0, len(self.store.sources) / SOURCE_PUSH_SHARE)
+        if changed_state or (counts != sent and now - sent_at >= every):
+            self._pushed[info.id] = (now, counts)
+            self._unpushed.discard(info.id)
+            self.hub.publish(SourceMessage(info.as_json()))
+        elif counts != sent:
+            self._unpushed.add(info.id)
 
     def _checkpoints(self, results: List[Tuple[_Source, List[Item]]]) -> Dict[str, Tuple[str, SourceCheckpoint]]:
         """What to commit with this pass's items: each source's newest snapshot and how many items it emitted."""
@@ -501,26 +530,53 @@ class Tailer:
         return isinstance(line, int) and source.live_from_line is not None and line < source.live_from_line
 
     def _writing(self, source_id: str) -> Optional[bool]:
-        """Whether a process still holds the source's file open for writing (`writers.held_for_writing`,
-        asked at most every WRITER_CHECK_S per source); None when that cannot be seen (a network filesystem
-        written from other nodes, another user's processes)."""
+        """Whether a process still holds the source's file open for writing (`writers.writers_of`, asked at
+        most every WRITER_CHECK_S per source, for every due source in one look); None when that cannot be seen
+        (a network filesystem written from other nodes, another user's processes)."""
         source = next((s for s in self._sources.values()
                        if s.id == source_id or source_id.startswith(s.id + "/")), None)
-        if source is None or source.follower.current is None:
+        return None if source is None else self._source_writing(source)
+
+    def _source_writing(self, source: _Source) -> Optional[bool]:
+        """`_writing` of a source in hand (no search: `_state` asks for every silent source on every pass)."""
+        if source.follower.current is None:
             return None
         now = time.monotonic()
         if source.writer_seen is None or now - source.writer_seen[0] >= WRITER_CHECK_S:
-            remote = network_fs(source.follower.path) is not None
-            held = None if remote else held_for_writing(source.follower.current.identity)
-            source.writer_seen = (now, held)
-        return source.writer_seen[1]
+            self._look_for_writers(now)
+        return source.writer_seen[1] if source.writer_seen is not None else None
 
-    def _state(self, source: _Source, now: float) -> str:
+    def _look_for_writers(self, now: float) -> None:
+        """One look at /proc for every followed file whose answer is older than WRITER_CHECK_S."""
+        due = [s for s in self._sources.values() if s.follower.current is not None
+               and (s.writer_seen is None or now - s.writer_seen[0] >= WRITER_CHECK_S)]
+        if any(s.remote is None for s in due):
+            try:
+                with open(MOUNTINFO, encoding="utf-8", errors="replace") as handle:
+                    mounts = parse_mountinfo(handle.read())
+            except OSError:
+                mounts = []
+            for s in due:
+                if s.remote is None:
+                    s.remote = network_fs(s.follower.path, mounts) is not None
+        local = {s.follower.current.identity for s in due if not s.remote}
+        held = writers_of(local) if local else {}
+        for s in due:
+            s.writer_seen = (now, held.get(s.follower.current.identity))
+
+    def _state(self, source: _Source, source_id: str, now: float) -> str:
+        """following | idle | ended (an `end` event, or silent for ENDED_AFTER_S with no writer left) | the
+        follower's own state (waiting, gone, unreadable)."""
         follower = source.follower
         if follower.state != "following":
             return follower.state
+        if self.alerts is not None and self.alerts.ended(source_id):
+            return "ended"
         last = follower.last_data_time
-        if last is not None and now - last >= self.config.idle_after_s:
+        silent = now - last if last is not None else 0.0
+        if silent >= ENDED_AFTER_S and source.caught_up and self._source_writing(source) is False:
+            return "ended"
+        if silent >= self.config.idle_after_s:
             return "idle"
         return "following"
 

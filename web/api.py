@@ -39,12 +39,21 @@ async def series(
     points: int = Query(2000, ge=1, le=MAX_POINTS, description="exact points up to this many, else buckets"),
     smooth: float = Query(0.0, ge=0.0, le=0.999, description="EMA weight: adds `smooth` (0 = none)"),
     axis: str = Query("step", pattern="^(step|samples)$", description="samples: adds `samples` where known"),
+    aggregate: Optional[str] = Query(None, pattern="^mean$", description="mean: one series across the sources"),
+    exclude: Optional[List[str]] = Query(None, description="with aggregate: leave these source ids out"),
+    top: Optional[List[str]] = Query(None, description="with aggregate: these sources' own series too"),
 ) -> dict:
     """One metric per (source, segment): x = steps, t = wall times; min/max/last equal when exact, else per
-    bucket; `smooth` is the EMA of the full-resolution series at each x (see Store.series)."""
-    if source is not None and (len(source) > MAX_SOURCES or any(len(s) > 1000 for s in source)):
-        raise HTTPException(422, f"at most {MAX_SOURCES} source ids of at most 1000 characters each")
+    bucket; `smooth` is the EMA of the full-resolution series at each x (see Store.series). With
+    `aggregate=mean`: the mean across the sources with the min-max band and the outliers (Store.aggregate)."""
+    for ids in (source, exclude, top):
+        if ids is not None and (len(ids) > MAX_SOURCES or any(len(s) > 1000 for s in ids)):
+            raise HTTPException(422, f"at most {MAX_SOURCES} source ids of at most 1000 characters each")
     store = _store(request)
+    if aggregate is not None:
+        return {"metric": metric, "seq": store.last_seq,
+                **store.aggregate(metric, sources=source, exclude=exclude or (), top=top or (), start=start,
+                                  end=end, points=points, smooth=round(smooth, 3))}
     return {
         "metric": metric,
         "seq": store.last_seq,

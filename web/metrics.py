@@ -175,7 +175,7 @@ class MstailCollector:
         store, hub = self.store, self.hub
         latest = _ordered(store.latest_values())
         infos = list(store.sources.values())
-        states: Dict[str, int] = {"waiting": 0, "following": 0, "idle": 0, "gone": 0}
+        states: Dict[str, int] = {"waiting": 0, "following": 0, "idle": 0, "ended": 0, "gone": 0}
         for info in infos:
             states[info.state] = states.get(info.state, 0) + 1
         keys = [key for _, key, _ in SOURCE_COUNTERS]

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import List, Optional, Sequence, TextIO, Tuple, Union
 
 from mstail.parsers import Format
+from mstail.parsers.derived import Derived
 
 from . import reading, split
 from .reading import Chain, ParseError, Summary, _Part, add_part, parse_group
@@ -76,6 +77,7 @@ class _Job:
     forced: Optional[Format]
     to: str
     with_events: bool
+    derived: Optional[Derived]
     folder: str
     progress: "Sequence[int]"  # a shared array: bytes read so far, per unit
     now: float  # the read time of lines without a timestamp: one for all, as in one process
@@ -102,9 +104,10 @@ def _parse_in_worker(index: int) -> Union[_Part, PieceResult]:
 
     def parse(write) -> Union[_Part, PieceResult]:  # type: ignore[no-untyped-def]
         if piece is None:
-            return parse_group(group, job.formats, job.forced, job.to, write, rows, job.with_events, advance, job.now)
+            return parse_group(group, job.formats, job.forced, job.to, write, rows, job.with_events, advance, job.now,
+                               job.derived)
         return parse_piece(piece, job.formats, job.forced, job.to, write, rows, job.with_events, advance, job.now,
-                           job.folder)
+                           job.folder, job.derived)
 
     rows: List[dict] = []
     if job.to == "jsonl":
@@ -125,7 +128,7 @@ def _no_write(text: str) -> None:  # pragma: no cover - CSV output is collected 
 
 def run_parallel(
     groups: List[Chain], units: List[Unit], sizes: List[int], workers: int, formats: Sequence[Format],
-    forced: Optional[Format], to: str, out: TextIO, with_events: bool,
+    forced: Optional[Format], to: str, out: TextIO, with_events: bool, derived: Optional[Derived] = None,
 ) -> Summary:
     import multiprocessing
     import tempfile
@@ -138,7 +141,7 @@ def run_parallel(
     rows: List[dict] = []
     with tempfile.TemporaryDirectory(prefix="mstail-parse-") as folder:
         progress = context.Array("q", len(units), lock=False)
-        _JOB = _Job(groups, units, formats, forced, to, with_events, folder, progress, reading.time.time())
+        _JOB = _Job(groups, units, formats, forced, to, with_events, derived, folder, progress, reading.time.time())
         pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_worker_init)
         bar = None
         index = 0

@@ -17,6 +17,7 @@ from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence,
 from mstail.parsers import Format, Item, SourceParser
 from mstail.parsers.amends import settled
 from mstail.parsers.blocks import feed_block
+from mstail.parsers.derived import Derived
 from mstail.parsers.interleave import InterleavedParser
 from mstail.parsers.record import PART_KEY, dumps_owned, ordered
 
@@ -165,16 +166,18 @@ def add_part(summary: Summary, group: Chain, part: _Part) -> None:
     summary.formats[group.source] = part.format
 
 
-def new_parser(formats: Sequence[Format], forced: Optional[Format]) -> InterleavedParser:
-    return InterleavedParser(lambda: SourceParser(formats, forced=forced))
+def new_parser(formats: Sequence[Format], forced: Optional[Format], derived: Optional[Derived] = None) -> InterleavedParser:
+    return InterleavedParser(lambda: SourceParser(formats, forced=forced), derived)
 
 
 def parse_group(
     group: Chain, formats: Sequence[Format], forced: Optional[Format], to: str, write: Callable[[str], object],
     rows: List[dict], with_events: bool, progress: Optional[Callable[[int], object]], now: Optional[float] = None,
+    derived: Optional[Derived] = None,
 ) -> _Part:
-    """Parse one chain: JSONL lines go to `write`, CSV rows are appended to `rows`."""
-    parser = new_parser(formats, forced)
+    """Parse one chain: JSONL lines go to `write`, CSV rows are appended to `rows`; `derived` series are added to
+    the records (default none)."""
+    parser = new_parser(formats, forced, derived)
     part = _Part()
     write_items(parse_chain(group, parser, progress=progress, now=now), group.source, part, to, write, rows, with_events)
     part.format = parser.format.name if parser.format else "none"

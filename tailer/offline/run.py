@@ -7,6 +7,7 @@ import time
 from typing import List, Optional, Sequence, TextIO, Union
 
 from mstail.parsers import Format, SourceParser
+from mstail.parsers.derived import Derived
 from mstail.parsers.explain import Explainer, printable
 from mstail.parsers.interleave import InterleavedParser
 
@@ -46,6 +47,7 @@ def run_parse(
     out: TextIO,
     with_events: bool = False,
     jobs: Optional[int] = None,
+    derived: Optional[Derived] = None,
 ) -> Summary:
     """Parse every chain (of paths/globs, or as `chains` grouped them) and write records (and events, if asked)
     to `out` as `to` ("jsonl" or "csv").
@@ -54,19 +56,20 @@ def run_parse(
     one per usable CPU; inputs under PARALLEL_MIN_BYTES stay in this process unless `jobs` is given) and written
     in their order, exactly as one process would. With fewer chains than workers, a big file is parsed in pieces,
     joined at checked seams (`split`), again exactly as one process would. `jobs=1` parses here. A worker's failure raises ParseError
-    (a missing file still raises FileNotFoundError)."""
+    (a missing file still raises FileNotFoundError). `derived`: series added to the records (default none)."""
     groups = _chains(inputs)
     sizes = [sum(os.path.getsize(f) for f in g.files) for g in groups]
     units, workers = plan(groups, sizes, jobs)
     if workers > 1:
-        return run_parallel(groups, units, sizes, workers, formats, forced, to, out, with_events)
+        return run_parallel(groups, units, sizes, workers, formats, forced, to, out, with_events, derived)
     summary = Summary(files=sum(len(g.files) for g in groups))
     bar = progress_bar(sum(sizes))
     rows: List[dict] = []
     try:
         for group in groups:
             try:
-                part = parse_group(group, formats, forced, to, out.write, rows, with_events, bar.update if bar else None)
+                part = parse_group(group, formats, forced, to, out.write, rows, with_events, bar.update if bar else None,
+                                   derived=derived)
             except (FileNotFoundError, BrokenPipeError):  # a log gone; the reader of stdout gone (`| head`)
                 raise
             except OSError as exc:  # a log that cannot be read (EIO, EACCES ...): one clear line, as from a worker

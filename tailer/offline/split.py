@@ -26,6 +26,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set,
 
 from mstail.parsers import Format, Item
 from mstail.parsers.amends import Settler
+from mstail.parsers.derived import Derived
 from mstail.parsers.interleave import InterleavedParser
 
 from ..lines import LineSplitter
@@ -140,10 +141,11 @@ def _probes_path(folder: str, piece: Piece) -> str:
 def parse_piece(
     piece: Piece, formats: Sequence[Format], forced: Optional[Format], to: str, write: Callable[[str], object],
     rows: List[dict], with_events: bool, progress: Optional[Callable[[int], object]], now: float, folder: str,
+    derived: Optional[Derived] = None,
 ) -> PieceResult:
     """Parse one piece (see the module docstring); the next piece's places are read from, and this piece's written
     to, files in `folder`."""
-    parser = new_parser(formats, forced)
+    parser = new_parser(formats, forced, derived)
     # Amends joined to their records as in one process. At a seam both pieces' settlers hold the same open record
     # (their parsers agree on the last record), so this piece drops what it holds there and the next one writes it.
     settler = Settler()

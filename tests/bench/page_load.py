@@ -21,7 +21,8 @@ Measured:
 Scenarios besides it:
 - ranks: --ranks JSONL files (one per rank, 1,024 by default) of --rank-steps steps (2,000) x the same 8 metrics, one
   mstail following them all. First paint (the source table, the charts on the first screen drawn as the mean + band
-  with the worst ranks on top, the heatmap after), heap, zooms. Screenshots, light and dark, of the first screen:
+  the server computes across the ranks, `/api/series?aggregate=mean`, with the worst ranks on top, the heatmap
+  after), heap, zooms; the aggregate answer's size and time beside the per-rank answer the page used to fetch. Screenshots, light and dark, of the first screen:
   tests/artifacts/ranks-1024-light.png and ranks-1024-dark.png.
 - metrics: one JSONL file of --metric-steps steps (200) x --metrics metrics (1,000). First paint (the charts near the
   screen fetched and drawn; the others are boxes until scrolled to), then the time to scroll to the last chart and
@@ -111,6 +112,12 @@ def open_page(browser: Any, url: str) -> Tuple[Any, Any, float]:
             raise SystemExit("the page did not paint within 120 s")
         page.wait_for_timeout(20)
     first = page.evaluate("() => performance.getEntriesByName('mstail-first-paint')[0].startTime")
+    slow = page.evaluate("t => performance.getEntriesByType('resource').filter(e => e.name.includes('/api/')"
+                         " && e.startTime < t).sort((a, b) => b.duration - a.duration).slice(0, 4)"
+                         ".map(e => [e.name.split('/api/')[1].slice(0, 70), Math.round(e.startTime), Math.round(e.duration),"
+                         " e.encodedBodySize])", first)
+    print("  slowest requests before the first paint (path, start ms, took ms, bytes): "
+          + "; ".join(f"{p} @{s} {d} ms {b / 1024:.0f} KiB" for p, s, d, b in slow))
     if errors:
         print(f"  page complained: {errors[:3]}")
     return context, page, first
@@ -275,8 +282,14 @@ def scenario_ranks(support: Any, args: Any, work: Path) -> bool:
         page.screenshot(path=str(ARTIFACTS / "ranks-1024-dark.png"))
         print(f"screenshots: {ARTIFACTS / 'ranks-1024-light.png'}, {ARTIFACTS / 'ranks-1024-dark.png'}")
         share = max(50, 60000 // args.ranks)  # chart.js MANY_SOURCES_POINTS shared by the ranks
-        series_sizes(server, [(f"loss, {share} buckets per rank (the page's share)", f"metric=loss&points={share}&smooth=0.6"),
-                              ("heatmap, 39 columns per rank", "metric=step_time_ms&points=39&smooth=0.9")])
+        series_sizes(server, [
+            ("loss, the server's mean + band of every rank, 660 buckets, smoothed (what the page asks now)",
+             "metric=loss&points=660&smooth=0.6&aggregate=mean"),
+            ("the same zoomed to 10 % of the run", f"metric=loss&points=660&smooth=0.6&aggregate=mean"
+             f"&start={int(n * 0.45)}&end={int(n * 0.55)}"),
+            (f"loss, {share} buckets per rank (what the page asked before: every rank's series)",
+             f"metric=loss&points={share}&smooth=0.6"),
+            ("heatmap, 39 columns per rank", "metric=step_time_ms&points=39&smooth=0.9")])
     return ok
 
 

@@ -7,6 +7,7 @@ JSONL writer.
 - stopped with SIGSTOP (alive, holding the file, silent): one hang alert;
 - raises: one error alert with the exception line, no hang;
 - an old log read at start, its writer still holding it but silent: no hang (history never arms the rule).
+And `/api/sources` says "ended" for the runs whose writer is gone, never for one still holding its file.
 """
 
 from __future__ import annotations
@@ -104,6 +105,16 @@ def test_every_way_a_training_ends_gets_the_right_alert_or_none(tmp_path: Path, 
         errors = [a for a in server.get_json("/api/alerts")["active"] if a["rule"] == "error"]
         assert [a["count"] for a in errors] == [1, 1]
         assert all(a["message"].startswith("ValueError: For 'loss' of the network") for a in errors), [(a["source"], a["message"]) for a in errors]
+        # /api/sources: a run whose writer is gone (exited, raised, killed) or that logged its end is "ended" once
+        # silent for tailer.ENDED_AFTER_S (10 s); a silent writer that still holds its file (stopped, or the old
+        # log's) is not: following, then idle, and the hang alert says the rest.
+        def states() -> Dict[str, str]:
+            return {Path(s["path"]).name: s["state"] for s in server.get_json("/api/sources")}
+
+        over = {f"{ending}.{kind}" for kind in ("log", "jsonl") for ending in ("exit", "kill", "raise")}
+        wait_until(lambda: {n for n, st in states().items() if st == "ended"} == over, 30,
+                   message=f"ended: {sorted(over)}")
+        assert {states()[n] for n in ("stop.log", "stop.jsonl", "old.log")} <= {"following", "idle"}, states()
     finally:
         for proc in [old, *writers.values()]:
             if proc.poll() is None:

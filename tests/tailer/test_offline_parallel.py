@@ -13,6 +13,7 @@ from typing import List, Tuple
 
 import pytest
 
+from mstail.parsers.derived import Derived
 from mstail.tailer import cli
 from mstail.tailer.offline import parallel, reading
 from mstail.tailer.offline import ParseError, Summary, run_parse
@@ -48,8 +49,9 @@ def logs(tmp_path: Path) -> List[str]:
 
 
 def parse(inputs: List[str], to: str, jobs: int, events: bool = True) -> Tuple[str, Summary]:
+    """What `mstail parse` writes (the built-in derived series too, as the command adds them)."""
     out = io.StringIO()
-    summary = run_parse(inputs, FORMATS, None, to, out, with_events=events, jobs=jobs)
+    summary = run_parse(inputs, FORMATS, None, to, out, with_events=events, jobs=jobs, derived=Derived())
     return out.getvalue(), summary
 
 

@@ -133,7 +133,7 @@ def test_charts_are_grouped_with_a_header_per_rank_and_a_heatmap(dash: Dash, art
                                        "[...e.querySelectorAll('section.chart')].map(c => c.dataset.metric)])")
     assert [g for g, _ in groups] == ["loss", "optim", "speed"]
     by_group = dict(groups)
-    assert {"loss", "loss_avg"} <= set(by_group["loss"])
+    assert {"loss", "loss_avg", "perplexity"} <= set(by_group["loss"])  # perplexity = exp(loss), derived
     assert {"lr", "grad_norm", "loss_scale"} <= set(by_group["optim"])
     assert {"step_time_ms", "throughput_tflops", "samples_per_s"} <= set(by_group["speed"])
 

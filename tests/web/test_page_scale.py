@@ -113,6 +113,46 @@ def test_32_ranks_table_mean_band_and_first_screen(ranks32: Any, artifacts_dir: 
     watched.assert_clean()
 
 
+@pytest.mark.timeout(90)
+def test_32_ranks_draw_the_servers_mean_hide_a_rank_and_follow_live(ranks32: Any) -> None:
+    server, watched = ranks32
+    page = watched.page
+    agg = "() => { const a = window.mstail.state.charts.get('loss').agg; return a && {x: a.x, last: a.last, n: a.n," \
+          " sources: a.sources, points: window.mstail.state.charts.get('loss').points()}; }"
+    wait_js(page, "() => document.querySelector(\"section.chart[data-metric='loss']\").dataset.aggregate === 'server'")
+    # the page's mean is the server's aggregate (one answer, not 32 series)
+    mine = page.evaluate(agg)
+    answer = server.get_json(f"/api/series?metric=loss&aggregate=mean&points={mine['points']}")["aggregate"]
+    assert mine["sources"] == RANKS and mine["x"] == answer["x"] and mine["last"] == pytest.approx(answer["mean"])
+    lines = page.evaluate("() => window.mstail.chartData('loss').length")
+    assert lines <= 4, lines  # only the ranks drawn on top have lines of their own
+    # hiding a rank fetches the mean without it
+    hidden = page.eval_on_selector_all("#sources tr.source", "els => els.map(e => e.dataset.source)")[1]
+    page.click(f"#sources tr.source[data-source='{hidden}'] button.toggle")
+    wait_js(page, "n => { const a = window.mstail.state.charts.get('loss').agg; return a && a.sources === n; }", arg=RANKS - 1)
+    page.click(f"#sources tr.source[data-source='{hidden}'] button.toggle")
+    wait_js(page, "n => { const a = window.mstail.state.charts.get('loss').agg; return a && a.sources === n; }", arg=RANKS)
+    # live: new steps of every rank but the slow one extend the mean, each cell the mean of the values logged
+    root = Path(server.get_json("/api/sources")[0]["path"]).parents[1]
+    new_steps = range(STEPS + 1, STEPS + 6)
+    written: Dict[int, List[float]] = {s: [] for s in new_steps}
+    for rank in range(RANKS):
+        if rank == SLOW:
+            continue
+        lines_ = [line for line in _rank_lines(rank, STEPS + 5) if line["step"] in written]
+        for line in lines_:
+            written[line["step"]].append(line["loss"])
+        with open(root / f"rank_{rank}" / "metrics.jsonl", "a", encoding="utf-8") as f:
+            f.writelines(json.dumps(line) + "\n" for line in lines_)
+    wait_js(page, "([s, n]) => { const a = window.mstail.state.charts.get('loss').agg;"
+                  " const i = a.x.indexOf(s); return i >= 0 && a.n[i] === n; }", arg=[STEPS + 5, RANKS - 1])
+    mine = page.evaluate(agg)
+    for step, values in written.items():
+        i = mine["x"].index(step)
+        assert mine["n"][i] == RANKS - 1 and mine["last"][i] == pytest.approx(sum(values) / len(values), rel=1e-12)
+    watched.assert_clean()
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("stride,steps", [(1, 50), (1, 1000), (2, 400), (10, 300)])
 def test_heatmap_has_no_empty_columns(browser: Any, tmp_path: Path, stride: int, steps: int) -> None:
@@ -149,7 +189,7 @@ def test_many_metrics_are_drawn_lazily_grouped_and_filtered(browser: Any, tmp_pa
         server.wait_records(20, timeout=30)
         with dashboard(browser, server.url) as watched:
             page = watched.page
-            assert page.eval_on_selector_all("section.chart", "els => els.length") == 301
+            assert page.eval_on_selector_all("section.chart", "els => els.length") == 302  # + perplexity (derived)
             drawn = page.eval_on_selector_all("section.chart[data-drawn='1']", "els => els.length")
             assert 1 <= drawn <= 20, drawn  # only the charts near the screen
             made = page.evaluate("() => [...window.mstail.state.charts.values()].filter(c => c.chart).length")

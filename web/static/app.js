@@ -36,6 +36,7 @@ const hooks = {
   toggleLog(metric) { toggleIn(view.log, metric, false); },
   toggleSmooth(metric) { toggleIn(view.flip, metric, true); },
   ready: (chart) => activate(chart, true),
+  refetch(chart) { chart.stale = true; if (chart.visible) activate(chart, false); },
   alertMarks,
 };
 

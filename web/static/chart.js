@@ -3,7 +3,7 @@
 
 import { bisectRight, csvCell, download, fmt, fmtAxis, fmtDuration, fmtTick, getJSON, metricGroup, natural, num, safeName,
   smoothByDefault } from "./util.js";
-import { colorOf, meanMode, state, themeColors, view } from "./state.js";
+import { MANY_LINES, colorOf, meanMode, shownSourcesOf, state, themeColors, view } from "./state.js";
 
 // Event markers on the x axis: one glyph per kind, each a shape of its own (never two kinds alike), drawn from
 // the same paths in the page's legend (legendGlyph). Kinds at the same place are stacked upwards in this order.
@@ -46,6 +46,16 @@ function emptyLine(source, segment) {
 }
 
 const COLUMNS = ["x", "t", "s", "last", "min", "max", "smooth"];
+const AGGREGATE_COLUMNS = [...COLUMNS, "n"];
+const MEAN = "(mean)";
+const LIVE_CELLS_MAX = 500;  // cells of the mean the stream may add before the chart fetches the mean again  // the source name of the server's mean across sources (never a source id: ids are file names)
+
+// The EMA state {num, den, x} after folding value `y` at step `x` into `state` (the server's debiased, step-aware EMA).
+function foldEma(ema, state, x, y) {
+  const dx = state.x === null ? ema.stride : x - state.x;
+  const d = dx === ema.stride || dx <= 0 ? ema.w : Math.pow(ema.w, dx / ema.stride);
+  return { num: d * state.num + (1 - d) * y, den: d * state.den + (1 - d), x };
+}
 
 export class ChartView {
   constructor(metric, hooks) {
@@ -63,6 +73,11 @@ export class ChartView {
     this.loading = null;         // the first fetch in flight; records that arrive meanwhile wait in `held`
     this.held = [];
     this.stale = false;          // the zoom changed while it was off screen: re-fetch when it comes back
+    // Many sources: the server's mean across them (columns as a line's plus `n`, and `live`: step -> the EMA state
+    // before each cell the stream added), the sources it names as outliers, and what the answer was asked for.
+    this.agg = null;
+    this.outliers = new Set();
+    this.fetchedFor = "";
     this.build();
   }
 
@@ -152,7 +167,35 @@ export class ChartView {
     if (range) { params.set("start", String(range[0])); params.set("end", String(range[1])); }
     if (this.smoothing()) params.set("smooth", String(view.smooth));
     if (view.x === "samples") params.set("axis", "samples");
+    if (this.aggregated()) {
+      // One answer: the mean across the shown sources, and the few drawn on top of it (the outliers come with it).
+      params.set("aggregate", "mean");
+      const shown = [...state.sources.keys()].filter((s) => !view.hidden.has(s));
+      if (view.hidden.size <= shown.length) for (const s of view.hidden) params.append("exclude", s);
+      else for (const s of shown) params.append("source", s);
+      for (const s of this.pinned()) params.append("top", s);
+    }
+    this.fetchedFor = this.wantedFor();
     return `/api/series?${params}`;
+  }
+
+  // Many sources shown as the mean + band: the server sends their mean, not one series per source (a few sources
+  // shown as the mean are averaged here, from their own lines). Not on the consumed-samples axis (a per-source
+  // quantity) and not in the difference view.
+  aggregated() {
+    const shown = shownSourcesOf(this.metric);
+    return view.x !== "samples" && shown > MANY_LINES && meanMode(shown);
+  }
+
+  pinned() {
+    return [...new Set([...view.pick, ...state.worst])].filter((s) => !view.hidden.has(s)).sort(natural);
+  }
+
+  // What the data must have been fetched for; a change (mode, hidden or starred sources) makes render() re-fetch.
+  // The table's worst few are asked for too, but a change among them waits for the next fetch (a zoom, a live
+  // run's refresh): with 1,024 ranks the ranking moves often, and each re-fetch is a fold of every rank.
+  wantedFor() {
+    return this.aggregated() ? `mean|${[...view.hidden].sort()}|${[...view.pick].sort()}` : "sources";
   }
 
   smoothing() {
@@ -162,8 +205,9 @@ export class ChartView {
 
   points() {
     // About one bucket per pixel column: min/max buckets at that density hide nothing the screen could show.
-    // With many sources each gets a share of MANY_SOURCES_POINTS (the mean + band needs no more).
+    // With many sources overlaid each gets a share of MANY_SOURCES_POINTS; the server's mean needs no share.
     const width = Math.max(200, Math.min(2000, Math.round(this.plotSize().width)));
+    if (this.aggregated()) return width;
     return Math.min(width, Math.max(50, Math.floor(MANY_SOURCES_POINTS / Math.max(1, state.sources.size))));
   }
 
@@ -206,6 +250,8 @@ export class ChartView {
   }
 
   load(response, range) {
+    if (response.aggregate) this.loadAggregate(response.aggregate, range);
+    else if (!range) { this.agg = null; this.outliers = new Set(); }
     const seen = new Set();
     for (const s of response.series) {
       const key = `${s.source}#${s.segment}`;
@@ -238,6 +284,72 @@ export class ChartView {
     this.notePoints();
   }
 
+  loadAggregate(a, range) {
+    const n = a.x.length;
+    const fresh = { x: a.x, t: a.t, s: new Array(n).fill(null), last: a.mean.map(num), min: a.min.map(num),
+      max: a.max.map(num), smooth: a.smooth || new Array(n).fill(null), n: a.n };
+    const ema = a.smooth_state && this.smoothing() ? { ...a.smooth_state, w: view.smooth } : null;
+    if (range && this.agg) {
+      const line = this.agg;
+      const served = Math.max(line.served ? line.x[line.served - 1] : -Infinity, n ? a.x[n - 1] : -Infinity);
+      const i0 = bisectRight(line.x, range[0] - 1) + 1;
+      const i1 = bisectRight(line.x, range[1]) + 1;
+      for (const c of AGGREGATE_COLUMNS) line[c] = line[c].slice(0, i0).concat(fresh[c], line[c].slice(i1));
+      line.served = bisectRight(line.x, served) + 1;
+      if (ema) line.ema = ema;
+      this.resmooth(line);
+    } else {
+      // `served`: the cells of the answer; the stream adds cells after them (steps newer than the answer's)
+      this.agg = { source: MEAN, segment: 0, ...fresh, sources: a.sources, served: n, ema };
+      for (const [source, value] of Object.entries(a.latest || {})) this.latest.set(source, value);
+    }
+    this.outliers = new Set(a.outliers);
+    for (let i = 0; i < a.nonfinite.x.length; i++) {
+      const source = a.nonfinite.source[i];
+      this.nonfinite.set(`${source}#${a.nonfinite.x[i]}`, { source, x: a.nonfinite.x[i], value: a.nonfinite.value[i] });
+    }
+  }
+
+  // A live record into the mean: the cell of its step takes it in (the answer's cells are each at one step, their
+  // bucket's last), or, newer than the answer, it starts a cell of its own; a record inside an older bucket of
+  // the answer (a slow rank) is left for the next fetch. Ranks come one after another within a read pass, so a
+  // cell is filled over several records; the cells the stream made are smoothed by continuing the server's EMA.
+  appendAggregate(record, y) {
+    const a = this.agg;
+    if (view.hidden.has(record.source) || !Number.isFinite(y)) return;
+    const step = record.step;
+    let i = bisectRight(a.x, step);
+    if (i >= 0 && a.x[i] === step) {
+      const count = a.n[i] || 0;
+      a.last[i] = ((a.last[i] ?? 0) * count + y) / (count + 1);
+      a.n[i] = count + 1;
+      a.min[i] = Math.min(a.min[i] ?? y, y);
+      a.max[i] = Math.max(a.max[i] ?? y, y);
+    } else if (i >= a.served - 1) {
+      i += 1;
+      const time = typeof record.time === "number" ? record.time : null;
+      for (const [c, v] of [["x", step], ["t", time], ["s", null], ["last", y], ["n", 1], ["min", y], ["max", y], ["smooth", null]]) {
+        a[c].splice(i, 0, v);
+      }
+    } else {
+      return;
+    }
+    if (i >= a.served - 1) this.resmooth(a);
+    if (a.x.length - a.served > LIVE_CELLS_MAX) this.hooks.refetch(this);  // keeps resmooth short
+    this.dirty = true;
+  }
+
+  // The smoothed mean of the cells the stream made: the server's EMA state after its last cell, folded on.
+  resmooth(a) {
+    if (!a.ema || !a.served) return;
+    const i0 = a.served - 1;
+    let ema = { num: (a.smooth[i0] ?? 0) * a.ema.den, den: a.ema.den, x: a.ema.x };
+    for (let i = a.served; i < a.x.length; i++) {
+      ema = foldEma(a.ema, ema, a.x[i], a.last[i]);
+      a.smooth[i] = ema.den > 0 ? ema.num / ema.den : null;
+    }
+  }
+
   append(record) {
     if (!this.loaded) {
       // Not fetched yet: its fetch brings the history; keep only the latest value (the source cards show it),
@@ -255,6 +367,15 @@ export class ChartView {
     const segment = record.segment || 0;
     const key = `${record.source}#${segment}`;
     let line = this.lines.get(key);
+    if (this.agg) {
+      // The mean takes every source; only the sources drawn on top keep lines of their own.
+      this.appendAggregate(record, y);
+      if (!line) {
+        this.latest.set(record.source, value);
+        if (!Number.isFinite(y)) this.nonfinite.set(`${record.source}#${record.step}`, { source: record.source, x: record.step, value });
+        return;
+      }
+    }
     if (!line) { line = emptyLine(record.source, segment); this.lines.set(key, line); }
     const n = line.x.length;
     if (n && record.step <= line.x[n - 1]) return;  // already in a fetched answer
@@ -291,7 +412,7 @@ export class ChartView {
     switch (view.x) {
       case "time": return line.t[i] === null ? null : line.t[i] * 1000;
       case "relative": {
-        const t0 = state.firstTime.get(line.source);
+        const t0 = line.source === MEAN ? Math.min(...state.firstTime.values()) : state.firstTime.get(line.source);
         return line.t[i] === null || t0 === undefined ? null : line.t[i] - t0;
       }
       case "samples": return line.s[i];
@@ -313,10 +434,15 @@ export class ChartView {
     return null;
   }
 
+  // Its lines and, with many sources, the mean.
+  allLines() {
+    return this.agg ? [...this.lines.values(), this.agg] : [...this.lines.values()];
+  }
+
   xRange() {
     let lo = Infinity;
     let hi = -Infinity;
-    for (const line of this.lines.values()) {
+    for (const line of this.allLines()) {
       if (view.hidden.has(line.source)) continue;
       for (const i of [0, line.x.length - 1]) {
         if (i < 0) continue;
@@ -332,7 +458,7 @@ export class ChartView {
     if (view.x === "step") return [Math.floor(range[0]), Math.ceil(range[1])];
     let lo = Infinity;
     let hi = -Infinity;
-    for (const line of this.lines.values()) {
+    for (const line of this.allLines()) {
       for (let i = 0; i < line.x.length; i++) {
         const v = this.disp(line, i);
         if (v === null) continue;
@@ -434,8 +560,22 @@ export class ChartView {
   }
 
   meanSeries(lines) {
-    // Many ranks: the mean over the shown sources and the min-max band across them, per step; the starred and
-    // the worst sources (the source table's) drawn on top, each in its own colour.
+    // Many ranks: the mean over the shown sources and the min-max band across them, per step; the starred, the
+    // worst (the source table's) and the outlying (the server's) sources drawn on top, each in its own colour.
+    // The server's mean when it sent one; else (a few sources shown as the mean) computed here.
+    const color = themeColors().mean;
+    const top = lines.filter((l) => this.onTop(l.source));
+    const a = this.agg;
+    if (a) {
+      const band = a.x.map((_, i) => [this.disp(a, i), this.yOk(a.min[i]), this.yOk(a.max[i])]);
+      const mean = a.x.map((_, i) => [this.disp(a, i), this.yOk(this.value(a, i))]);
+      return [
+        bandSeries("mean|band", "min–max", color, band),
+        { id: "mean|line", name: `mean of ${a.sources}`, type: "line", symbol: a.x.length === 1 ? "circle" : "none",
+          color, lineStyle: { width: 2 }, emphasis: { disabled: true }, data: mean },
+        ...this.overlaySeries(top).map((s) => ({ ...s, z: 3 })),
+      ];
+    }
     const byStep = new Map();
     for (const line of lines) {
       for (let i = 0; i < line.x.length; i++) {
@@ -449,10 +589,8 @@ export class ChartView {
         cell.hi = Math.max(cell.hi, Number.isFinite(line.max[i]) ? Math.max(line.max[i], y) : y);
       }
     }
-    const cells = [...byStep.entries()].sort((a, b) => a[0] - b[0]).map((e) => e[1]);
-    const color = themeColors().mean;
+    const cells = [...byStep.entries()].sort((p, q) => p[0] - q[0]).map((e) => e[1]);
     const ranks = new Set(lines.map((l) => l.source)).size;
-    const top = lines.filter((l) => this.onTop(l.source));
     return [
       bandSeries("mean|band", "min–max", color, cells.map((c) => [c.x, this.yOk(c.lo), this.yOk(c.hi)])),
       { id: "mean|line", name: `mean of ${ranks}`, type: "line", symbol: cells.length === 1 ? "circle" : "none",
@@ -462,7 +600,7 @@ export class ChartView {
   }
 
   onTop(source) {
-    return view.pick.has(source) || state.worst.has(source);
+    return view.pick.has(source) || state.worst.has(source) || this.outliers.has(source);
   }
 
   // x-axis units per pixel of the plot (for "closer than N px" decisions: marker stacks, alert labels).
@@ -499,7 +637,7 @@ export class ChartView {
     }
     const overflow = state.charts.get("overflow");
     if (overflow) {
-      for (const line of overflow.lines.values()) {
+      for (const line of overflow.allLines()) {
         for (let i = 0; i < line.x.length; i++) {
           if (line.max[i] >= 1) push({ kind: "overflow", source: line.source, step: line.x[i], message: "overflow cond: True" }, "overflow", line.source, line.x[i], line.t[i]);
         }
@@ -612,14 +750,16 @@ export class ChartView {
     const lines = this.sortedLines();
     const shownLines = lines.filter((l) => !view.hidden.has(l.source));
     const shownSources = [...new Set(shownLines.map((l) => l.source))];
-    const mean = meanMode(shownSources.length);
+    if (this.loaded && !this.refreshing && this.fetchedFor !== this.wantedFor()) this.hooks.refetch(this);
+    const mean = this.agg ? meanMode(shownSourcesOf(this.metric)) : meanMode(shownSources.length);
+    const meanOf = this.agg ? this.agg.sources : shownSources.length;
     const series = mean ? this.meanSeries(shownLines) : this.overlaySeries(lines);
     // Marker series only when they have something to show: an empty markLine still costs a redraw.
     for (const extra of [this.markerSeries(), this.nonfiniteSeries(), this.alertSeries()]) {
       if ((extra.data && extra.data.length) || (extra.markLine && extra.markLine.data.length)) series.push(extra);
     }
     const sources = [...new Set(lines.map((l) => l.source))];
-    const legendNames = mean ? [`mean of ${shownSources.length}`, "min–max", ...shownSources.filter((s) => this.onTop(s))]
+    const legendNames = mean ? [`mean of ${meanOf}`, "min–max", ...shownSources.filter((s) => this.onTop(s))]
       : sources.filter((s) => !(view.baseline && s === view.baseline));
     const selected = {};
     for (const s of sources) if (!mean || this.onTop(s)) selected[s] = !view.hidden.has(s);
@@ -645,6 +785,7 @@ export class ChartView {
     this.notePoints();
     ds.drawn = "1";
     ds.mode = mean ? "mean" : "overlay";
+    ds.aggregate = this.agg ? "server" : "";
     ds.smoothed = this.smoothing() ? "1" : "0";
     ds.nonfinite = String(this.nonfinite.size);
     ds.bucketed = lines.some((l) => l.min.some((v, i) => v !== l.max[i])) ? "1" : "0";
@@ -698,6 +839,13 @@ export class ChartView {
         rows.push([line.source, line.segment, line.x[i], t, line.s[i], line.last[i], line.min[i], line.max[i],
           this.smoothing() ? line.smooth[i] : null]);
       }
+    }
+    const a = this.agg;
+    for (let i = 0; a && i < a.x.length; i++) {
+      const x = this.disp(a, i);
+      if (range && (x === null || x < range[0] || x > range[1])) continue;
+      rows.push([`mean of ${a.sources}`, "", a.x[i], a.t[i] === null ? "" : new Date(a.t[i] * 1000).toISOString(), "",
+        a.last[i], a.min[i], a.max[i], this.smoothing() ? a.smooth[i] : null]);
     }
     return rows;
   }

@@ -18,6 +18,17 @@ export const HEATMAP_REFRESH_MS = 5000;  // app.js's render loop refreshes the h
 
 export async function refreshHeatmap() {
   state.heatmapAt = performance.now();
+  // The same range as the last answer and nothing new since (a finished run), or new steps but a recent answer:
+  // drawn again (the theme may have changed), not asked again. With many sources each answer is large (1,024
+  // ranks: 2 MB, seconds of the server's time), so a live run's heatmap is refreshed less often.
+  const shows = `${view.zoom}|${view.x}`;
+  const every = HEATMAP_REFRESH_MS * Math.max(1, state.sources.size / 64);
+  if (state.heatmapAnswer && state.heatmapAsked.range === shows
+      && (state.heatmapAsked.seq === state.lastSeq || performance.now() - state.heatmapAsked.at < every)) {
+    drawHeatmap(state.heatmapAnswer);
+    return;
+  }
+  state.heatmapAsked = { range: shows, seq: state.lastSeq, at: performance.now() };
   const section = document.getElementById("heatmap");
   const withTimes = [...state.sources.values()].filter((s) => s.metrics.includes("step_time_ms"));
   if (withTimes.length < 2) { section.hidden = true; return; }

@@ -3,8 +3,10 @@
 // source's state in words and colour (following, idle, ended, crashed, hung, unreadable, no format: hang colours
 // only while the alert engine has a hang alert firing for it), step, loss, lr, step time, ETA, throughput and
 // time since its last step; the file-reading counters sit behind the "file details" disclosure. It keeps the
-// per-source facts up to date from the stream's records (noteRecord) and from /api/sources, asked every second
-// (the counters: lines, bytes, records). The baseline select's choices and showing / hiding a source live here too.
+// per-source facts up to date from the stream: its records (noteRecord) and its `source` messages (noteSource: the
+// server sends a source's entry, counters included, when it changes, at most a few times a second); /api/sources is
+// asked again only after a reconnect or for a source the page has not met. The baseline select's choices and showing
+// / hiding a source live here too.
 // Everything from log text or paths is set with textContent: never HTML.
 
 import { fmt, fmtAxis, fmtDuration, getJSON, median, natural, num } from "./util.js";
@@ -15,16 +17,12 @@ const STEP_TIMES_KEPT = 50;       // the header's step time is the median of thi
 export const CARDS_MAX = 8;       // more sources than this: a compact table instead of cards
 const TABLE_ROWS_MAX = 200;       // rows drawn in the table (sorted and filtered first; the rest are counted)
 const WORST_KEPT = 3;             // sources highlighted as the worst (and drawn on top of the mean + band)
-const POLL_MS = 1000;             // /api/sources: counters at most this far behind
-const POLL_MANY_MS = 5000;        // ... with more than POLL_FAST_MAX sources and the file details closed
-const POLL_FAST_MAX = 128;
 const IDLE_AFTER_S = 300;         // no step for this long (or 10 step times, if longer): idle, not following
 const EXPLAIN_HINT = "try `mstail parse FILE --explain` to see what each line matched, or `--pattern` / a format file "
   + "for a log format mstail does not know";
 
 let scheduleRender = null;        // app.js's render loop, passed to setupSources
 let sourcesFetch = null;          // the /api/sources request in flight, if any
-let polledAt = 0;
 
 export function setupSources(hooks) {
   ({ scheduleRender } = hooks);
@@ -39,7 +37,7 @@ export function setupSources(hooks) {
     view.details = !view.details;
     details.setAttribute("aria-expanded", String(view.details));
     renderSources();
-    if (view.details) pollSources(true);
+    if (view.details) pollSources();
   });
 }
 
@@ -79,7 +77,8 @@ export function sourceStatus(info) {
   if (life && life.kind === "error" && !(typeof life.step === "number" && info.last_step > life.step)) {
     return { key: "crashed", text: "crashed", level: "bad" };
   }
-  if (life && life.kind === "end") return { key: "ended", text: "ended", level: "done" };
+  // ended: it logged its end, or the server saw it fall silent with nobody writing its file any more
+  if (info.state === "ended" || (life && life.kind === "end")) return { key: "ended", text: "ended", level: "done" };
   if (!info.format && info.problem) return { key: "noformat", text: "no format", level: "warn" };
   // following: the file is followed and its last step is recent (an old run read at start is idle, not live)
   const since = typeof info.last_time === "number" ? Date.now() / 1000 - info.last_time : null;
@@ -292,7 +291,6 @@ export function renderSources() {
   renderBaselineChoices();
   const shown = infos.filter((i) => !view.hidden.has(i.id)).length;
   document.querySelector("#ranks option[value='auto']").textContent = `auto (${shown > MANY_LINES ? "mean + band" : "overlay"})`;
-  maybePoll();
 }
 
 // No chart yet: say which files mstail has found (or that it has found none), what each is doing, and what to try.
@@ -337,7 +335,7 @@ function renderBaselineChoices() {
 // ---- keeping the facts current --------------------------------------------------------------------------
 export function noteRecord(record) {
   const info = state.sources.get(record.source);
-  if (!info) { pollSources(true); return; }
+  if (!info) { pollSources(); return; }
   if (info.first_step === null) info.first_step = record.step;
   if (!(info.last_step > record.step)) info.last_step = record.step;
   if (typeof record.time === "number" && !(info.last_time > record.time)) info.last_time = record.time;
@@ -363,14 +361,10 @@ export function noteSource(fresh) {
   state.sources.set(fresh.id, fresh);
 }
 
-function maybePoll() {
-  const every = state.sources.size > POLL_FAST_MAX && !view.details ? POLL_MANY_MS : POLL_MS;
-  if (performance.now() - polledAt >= every - 50) pollSources(false);
-}
-
-function pollSources(now) {
-  if (sourcesFetch || (!now && document.hidden)) return;
-  polledAt = performance.now();
+// Every source's entry again: after the stream reconnects (the `source` messages sent meanwhile are not replayed)
+// or when a record names a source the page has not met.
+export function pollSources() {
+  if (sourcesFetch) return;
   sourcesFetch = getJSON("/api/sources").then((list) => {
     const added = list.filter((info) => !state.sources.has(info.id)).map((info) => info.id).sort(natural);
     for (const id of added) colorOf(id);

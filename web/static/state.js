@@ -36,12 +36,14 @@ export const state = {
   extent: null,         // [min, max] of x over every chart (all charts share it: linked zoom by percent)
   lastSeq: 0,
   stream: null,
+  streamOpened: false,  // the stream has been open once (a later open is a reconnect)
   retryMs: 500,
   pending: 0,           // requests in flight (tracked): <body data-busy>
   loads: 0,             // requests done (tracked): <body data-loads>
   heatmap: null,        // the step-time heatmap's ECharts instance (heatmap.js)
   heatmapAt: -Infinity, // performance.now() of its last refresh
   heatmapAnswer: null,  // its last /api/series answer, redrawn when a source is shown or hidden
+  heatmapAsked: {},     // what that answer was asked for: {range (zoom and x axis), seq (the newest then), at}
   plotSize: null,       // {width, height} of a chart's plot (all alike), measured once and on resize
 };
 
@@ -65,6 +67,13 @@ export function colorOf(source) {
 }
 
 export const MANY_LINES = 16;  // beyond this many shown sources, "auto" draws the mean + band, the worst on top
+
+// How many shown (not hidden) sources log `metric`.
+export function shownSourcesOf(metric) {
+  let n = 0;
+  for (const info of state.sources.values()) if (!view.hidden.has(info.id) && info.metrics.includes(metric)) n += 1;
+  return n;
+}
 
 export function meanMode(shownSources) {
   if (view.baseline) return false;

@@ -7,7 +7,7 @@ import { RESERVED, num } from "./util.js";
 import { state } from "./state.js";
 import { MAX_MARKERS } from "./chart.js";
 import { noteAlert, renderAlerts } from "./alerts.js";
-import { noteRecord, noteSource } from "./sources.js";
+import { noteRecord, noteSource, pollSources } from "./sources.js";
 
 const RECONNECT_MAX_MS = 10000;
 
@@ -40,7 +40,12 @@ export function connect() {
   if (state.stream) state.stream.close();
   const stream = new EventSource(`/api/stream?after=${state.lastSeq}`);
   state.stream = stream;
-  stream.onopen = () => { setConnection("live", "conn-live"); state.retryMs = 500; };
+  stream.onopen = () => {
+    setConnection("live", "conn-live");
+    state.retryMs = 500;
+    if (state.streamOpened) pollSources();  // a reconnect: the source messages sent meanwhile are not replayed
+    state.streamOpened = true;
+  };
   stream.addEventListener("records", (e) => {
     for (const record of JSON.parse(e.data)) {
       for (const key of Object.keys(record)) {

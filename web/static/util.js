@@ -38,7 +38,7 @@ export const GROUPS = [
 
 export function metricGroup(metric) {
   if (metric.startsWith("eval_")) return "eval";
-  if (/loss/.test(metric) && metric !== "loss_scale") return "loss";
+  if ((/loss/.test(metric) && metric !== "loss_scale") || /(^|_)perplexity$/.test(metric)) return "loss";  // perplexity: exp(loss)
   if (/^(lr|grad_norm|global_norm|loss_scale|overflow)$/.test(metric) || /(^|_)lr$/.test(metric)) return "optim";
   if (/(time|throughput|samples|tflops|tokens)/.test(metric)) return "speed";
   return "other";

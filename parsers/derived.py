@@ -1,0 +1,280 @@
+"""Derived series: metrics computed from a record's own metrics, as if the log had printed them.
+
+Built in: perplexity, `exp(loss)`, for `loss` and every `*_loss` (`eval_loss` -> `eval_perplexity`), clipped to the
+largest float where the exponential overflows (a loss above ~709.78). A user declares more in a TOML file
+(`--derived FILE`):
+
+    perplexity = true            # the built-in one (default true)
+
+    [constants]
+    seq_length = 4096            # numbers the expressions may use by name
+
+    [series]
+    tokens_per_s = "samples_per_s * seq_length"
+    tflops_per_card = "throughput_tflops / 8"
+
+An expression is arithmetic over the record's metrics and the constants: numbers, names, `+ - * / **`, unary
+minus, parentheses and the functions `exp log log2 log10 sqrt abs min max`. It is parsed once, at load, with
+Python's `ast` into a tree of these nodes only and evaluated by walking it: never `eval`, no attribute, no
+subscript, no call of anything else. Evaluation follows IEEE arithmetic where Python raises: x/0 is ±inf (0/0
+NaN), an overflow is inf, a math domain error (log of a negative) is NaN. A series is
+computed when every name it uses is a number in the record (a NaN loss gives a NaN perplexity, which the charts
+mark); a record that has the name already keeps its own value. Series are computed in the order declared, so
+one may use another.
+
+Where: `InterleavedParser` applies a `Derived` to what each of its parsers emits (`Deriver`), so the sidecar
+(its API, SSE, alerts, `/metrics`) and `mstail parse` (JSONL, CSV) see the same values. A record gets its
+derived values when emitted; an `amend` item (values a later line adds to the last record: TimeMonitor, the
+progress line) gets those that its values make computable, from the record's values and its own.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import operator
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+
+from .record import RESERVED, Item
+
+EXPRESSION_MAX = 500  # characters of one expression (Python's parser must never see a pathological input)
+NODES_MAX = 100  # nodes of one expression tree
+PLANS_MAX = 256  # key sets remembered (a format's records have a few)
+_LARGEST = sys.float_info.max
+
+Evaluate = Callable[[Mapping[str, float]], float]
+
+
+class DerivedError(ValueError):
+    """A derived-series file that cannot be used: the file, the series and why, in one line."""
+
+
+@dataclass(frozen=True)
+class Series:
+    """One derived series: its name, the names it reads, and its compiled expression."""
+
+    name: str
+    text: str
+    names: Tuple[str, ...]
+    evaluate: Evaluate = field(compare=False)
+
+
+@dataclass(frozen=True)
+class Derived:
+    """The derived series to add to records.
+
+    Attributes:
+        perplexity: add `exp(loss)` for `loss` and each `*_loss`; default True.
+        series: user-declared series, in the order they are computed.
+    """
+
+    perplexity: bool = True
+    series: Tuple[Series, ...] = ()
+    _plans: Dict[Tuple[str, ...], List[Tuple[str, str, Optional[Series]]]] = field(
+        default_factory=dict, compare=False, repr=False)  # key set -> what to compute (`_plan`)
+
+    def values(self, record: Mapping[str, Any]) -> Dict[str, float]:
+        """The derived values computable from `record`'s metrics that it does not have yet, in order."""
+        keys = tuple(record)
+        plan = self._plans.get(keys)
+        if plan is None:
+            plan = self._plan(keys)
+        out: Dict[str, float] = {}
+        for name, source, series in plan:
+            if series is None:  # perplexity of the loss `source`
+                number = _number(record[source])
+                if number is not None:
+                    out[name] = _exp(number)
+                continue
+            numbers = {}
+            for used in series.names:
+                number = _number(out[used] if used in out else record.get(used))
+                if number is None:
+                    break
+                numbers[used] = number
+            else:
+                out[name] = series.evaluate(numbers)
+        return out
+
+    def _plan(self, keys: Tuple[str, ...]) -> List[Tuple[str, str, Optional[Series]]]:
+        """What to compute for records with these keys (a format's records share a few key sets): (name, the
+        loss it is the perplexity of, or None) for perplexity, (name, "", series) for a declared series."""
+        plan: List[Tuple[str, str, Optional[Series]]] = []
+        names = set(keys)
+        if self.perplexity:
+            for key in keys:
+                if key == "loss" or key.endswith("_loss"):
+                    name = key[: -len("loss")] + "perplexity"
+                    if name not in names:
+                        plan.append((name, key, None))
+                        names.add(name)
+        for s in self.series:
+            if s.name not in names:
+                plan.append((s.name, "", s))
+                names.add(s.name)
+        if len(self._plans) >= PLANS_MAX:
+            self._plans.clear()
+        self._plans[keys] = plan
+        return plan
+
+    @property
+    def empty(self) -> bool:
+        return not self.perplexity and not self.series
+
+
+def load_derived(path: Optional[str]) -> Derived:
+    """The built-in perplexity plus the series a TOML file declares (None: the built-in only)."""
+    if path is None:
+        return Derived()
+    from mstail.platform import tomllib
+
+    try:
+        with open(path, "rb") as handle:
+            table = tomllib.load(handle)
+    except OSError as exc:
+        raise DerivedError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise DerivedError(f"{path}: not valid TOML ({exc})") from None
+    unknown = set(table) - {"perplexity", "constants", "series"}
+    if unknown:
+        raise DerivedError(f"{path}: unknown key(s) {', '.join(sorted(unknown))} (perplexity, constants, series)")
+    perplexity = table.get("perplexity", True)
+    if not isinstance(perplexity, bool):
+        raise DerivedError(f"{path}: perplexity must be true or false")
+    constants = table.get("constants", {})
+    series = table.get("series", {})
+    if not isinstance(constants, dict) or not isinstance(series, dict):
+        raise DerivedError(f"{path}: [constants] and [series] must be tables")
+    for name, value in constants.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not _fits(value):
+            raise DerivedError(f"{path}: constant {name}: must be a number")
+    compiled = []
+    for name, text in series.items():
+        if name in RESERVED:
+            raise DerivedError(f"{path}: series {name}: a reserved key ({', '.join(sorted(RESERVED))})")
+        if not isinstance(text, str):
+            raise DerivedError(f"{path}: series {name}: the expression must be a string")
+        try:
+            compiled.append(compile_expression(name, text, {k: float(v) for k, v in constants.items()}))
+        except ValueError as exc:
+            raise DerivedError(f"{path}: series {name}: {exc}") from None
+    return Derived(perplexity=perplexity, series=tuple(compiled))
+
+
+_BINARY: Dict[type, Callable[[float, float], float]] = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+    ast.Div: lambda a, b: _divide(a, b),
+    ast.Pow: operator.pow,
+}
+_FUNCTIONS: Dict[str, Callable[..., float]] = {
+    "exp": math.exp, "log": math.log, "log2": math.log2, "log10": math.log10, "sqrt": math.sqrt, "abs": abs,
+    "min": min, "max": max,
+}
+
+
+def compile_expression(name: str, text: str, constants: Mapping[str, float]) -> Series:
+    """`text` as a `Series` named `name`; ValueError (with the reason) for anything outside the language."""
+    if len(text) > EXPRESSION_MAX:
+        raise ValueError(f"longer than {EXPRESSION_MAX} characters")
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        raise ValueError(f"not an expression ({getattr(exc, 'msg', exc)})") from None
+    if sum(1 for _ in ast.walk(tree)) > NODES_MAX:
+        raise ValueError(f"more than {NODES_MAX} parts")
+    names: List[str] = []
+
+    def build(node: ast.AST) -> Evaluate:
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+            value = float(node.value)
+            return lambda _v: value
+        if isinstance(node, ast.Name):
+            if node.id in constants:
+                value = constants[node.id]
+                return lambda _v: value
+            if node.id in _FUNCTIONS:
+                raise ValueError(f"{node.id} is a function: call it, {node.id}(...)")
+            names.append(node.id)
+            key = node.id
+            return lambda v: v[key]
+        if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+            op, left, right = _BINARY[type(node.op)], build(node.left), build(node.right)
+            return lambda v: op(left(v), right(v))
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+            inner = build(node.operand)
+            return (lambda v: -inner(v)) if isinstance(node.op, ast.USub) else inner
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCTIONS
+                and not node.keywords and node.args):
+            function, args = _FUNCTIONS[node.func.id], [build(a) for a in node.args]
+            if node.func.id not in ("min", "max") and len(args) != 1:
+                raise ValueError(f"{node.func.id}() takes one argument")
+            return lambda v: function(*(a(v) for a in args))
+        raise ValueError(f"`{ast.unparse(node)[:60]}` is not allowed (numbers, metric names, + - * / **, "
+                         f"{', '.join(_FUNCTIONS)})")
+
+    body = build(tree.body)
+
+    def evaluate(values: Mapping[str, float]) -> float:
+        try:
+            return float(body(values))
+        except OverflowError:  # exp, ** (Python raises where IEEE gives inf; * and + give inf by themselves)
+            return math.inf
+        except (ValueError, ZeroDivisionError):
+            return math.nan
+        except TypeError:  # a complex result (a negative number to a fractional power)
+            return math.nan
+
+    return Series(name, text, tuple(dict.fromkeys(names)), evaluate)
+
+
+def _divide(a: float, b: float) -> float:
+    """a / b, and for b == 0 what IEEE says: ±inf, or NaN for 0/0 (Python raises)."""
+    if b:
+        return a / b
+    if a == 0 or a != a:
+        return math.nan
+    return math.copysign(math.inf, a) * math.copysign(1.0, b)
+
+
+def _exp(value: float) -> float:
+    try:
+        return math.exp(value)
+    except OverflowError:
+        return _LARGEST
+
+
+def _fits(value: Any) -> bool:
+    return _number(value) is not None
+
+
+def _number(value: Any) -> Optional[float]:
+    """A metric's value as a float; None for what is not a number (text, None) or does not fit a float."""
+    if not isinstance(value, (int, float)):
+        return None
+    try:
+        return float(value)
+    except OverflowError:  # an int of 400 digits
+        return None
+
+
+class Deriver:
+    """Applies a `Derived` to one parser's items, remembering the last record's metrics for its amends."""
+
+    def __init__(self, derived: Derived) -> None:
+        self.derived = derived
+        self._last: Dict[str, Any] = {}  # the last record's values, amends folded in
+
+    def apply(self, items: List[Item]) -> List[Item]:
+        for item in items:
+            if item.kind == "record":
+                item.data.update(self.derived.values(item.data))
+                self._last = dict(item.data)
+            elif item.kind == "amend" and item.data.get("step") == self._last.get("step"):
+                merged = {**self._last, **item.data}
+                added = {k: v for k, v in self.derived.values(merged).items() if k not in self._last}
+                item.data.update(added)
+                self._last = {**merged, **added}
+        return items

@@ -1,0 +1,194 @@
+"""One metric of many sources as one answer: the mean across sources with the min-max band, for the page's mean
++ band at 17 to 1,024 ranks (one `/api/series?aggregate=mean` answer instead of one series per rank).
+
+How: every (source, segment) series of the metric is folded, per step, into the mean of the finite values logged
+at that step (each source logging it counts once), their min and max, and how many there were. The mean is then
+a `Series` like any other, so `series.window` buckets it exactly as it buckets one source (exact points up to
+`points`, else `points` buckets, each at its last step) and smooths it with the same debiased, step-aware EMA on
+the full-resolution mean: zoom never changes a smoothed value. The band is the min and max over every source and
+every step of the bucket, so no rank's spike is hidden. The sources farthest from the mean in the range are named
+(`outliers`), so the page can draw them on top. Non-finite values never enter mean, min or max; they are listed
+with their source.
+
+numpy does the per-step folding (2 M points in tens of ms; the same in Python takes seconds); it is imported on
+the first aggregate query only. The store's columns are read through the buffer protocol and copied at once: an
+`array` that exports a buffer cannot grow, and the tailer appends to them between queries.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from mstail.parsers.record import finite_or_name
+
+from .series import Series, finite_or_none, window
+
+OUTLIERS_MAX = 3  # sources named as farthest from the mean
+OUTLIER_FACTOR = 3.0  # ... only when their distance is this many times the typical source's (a healthy run: none)
+NONFINITE_MAX = 300  # non-finite values listed (the newest), as the page draws at most this many per chart
+
+
+class AggregateCache:
+    """Folds of recent selections, each valid while its series have the same number of points (they only grow),
+    so zooming, re-drawing and the page's other charts re-use one fold (and its mean's EMA and block summaries).
+    Bounded by CACHED_STEPS_MAX distinct steps in all (a 2,000-step run: 1,000 folds; a 1 M-step one: 2)."""
+
+    def __init__(self) -> None:
+        self._folds: Dict[Any, Tuple[int, "_Fold"]] = {}
+
+    def fold(self, key: Any, series: Sequence[Tuple[str, Series]]) -> "_Fold":
+        import numpy as np
+
+        version = sum(len(s.steps) for _, s in series)
+        hit = self._folds.pop(key, None)
+        if hit is None or hit[0] != version:
+            hit = (version, _Fold(series, np))
+        self._folds[key] = hit  # most recently used last
+        cached = sum(len(f.steps) for _, f in self._folds.values())
+        while cached > CACHED_STEPS_MAX and len(self._folds) > 1:
+            oldest = next(iter(self._folds))
+            cached -= len(self._folds.pop(oldest)[1].steps)
+        return hit[1]
+
+
+CACHED_STEPS_MAX = 2_000_000
+
+
+def aggregate(fold: "_Fold", start: Optional[int], end: Optional[int], points: int, smooth: float) -> Dict[str, Any]:
+    """The mean of a fold's series between steps `start` and `end` (inclusive; None = open), as `points` buckets
+    at most.
+
+    Returns `{"sources", "x", "t", "mean", "min", "max", "n", "nonfinite", "outliers"}` plus `smooth` (and
+    `smooth_state` when the answer reaches the newest step) for `smooth` in (0, 1): `mean` is the mean at each
+    x (a bucket's last step), `min`/`max` the band over the bucket, `n` how many sources logged a finite value
+    at x, `t` the mean wall time at x; `nonfinite` lists `x`, `source`, `value` (the newest NONFINITE_MAX in the
+    range); `outliers` up to three source ids, farthest from the mean over the whole run first."""
+    import numpy as np
+
+    entry = window(fold.mean, start, end, points, smooth)
+    out: Dict[str, Any] = {"sources": len(fold.sources), "x": entry["x"], "t": entry["t"], "mean": entry["last"],
+                           "min": [], "max": [], "n": [], "nonfinite": fold.nonfinite(start, end),
+                           "outliers": fold.outliers}
+    if not entry["x"]:
+        return out
+    steps = fold.steps
+    ends = np.searchsorted(steps, np.asarray(entry["x"], dtype=np.int64))
+    first = int(np.searchsorted(steps, steps[0] if start is None else start))
+    starts = np.concatenate(([first], ends[:-1] + 1))
+    stop = int(ends[-1]) + 1  # reduceat's last bucket would run to the end of the array
+    out["min"] = [finite_or_none(v) for v in np.minimum.reduceat(fold.low[:stop], starts).tolist()]
+    out["max"] = [finite_or_none(v) for v in np.maximum.reduceat(fold.high[:stop], starts).tolist()]
+    out["n"] = fold.count[ends].tolist()
+    if "smooth" in entry:
+        out["smooth"] = entry["smooth"]
+        if "smooth_state" in entry and (end is None or end >= fold.newest):  # the answer reaches the newest step
+            out["smooth_state"] = entry["smooth_state"]
+    return out
+
+
+class _Fold:
+    """Every point of some series folded per step (what any range of their aggregate reads): `steps` (those with
+    a finite value), `mean` (a `Series`, so `window` buckets and smooths it), `low`, `high`, `count`, the
+    non-finite values, and the outliers over the whole run."""
+
+    def __init__(self, series: Sequence[Tuple[str, Series]], np: Any) -> None:
+        points = _Points(series, np)
+        self.sources = sorted({source for source, _ in series})
+        self.newest = max((s.steps[-1] for _, s in series if len(s.steps)), default=0)
+        self.steps, mean, self.low, self.high, self.count, when, position = _per_step(points, np)
+        self.mean = Series()
+        self.mean.steps.frombytes(self.steps.tobytes())
+        self.mean.values.frombytes(mean.tobytes())
+        self.mean.times.frombytes(when.tobytes())
+        self.outliers = _outliers(points, mean, position, np)
+        bad = np.flatnonzero(~np.isfinite(points.values))
+        bad = bad[np.argsort(points.steps[bad], kind="stable")]
+        self._bad = (points.steps[bad].tolist(), [points.sources[i] for i in points.owner[bad].tolist()],
+                     [finite_or_name(v) for v in points.values[bad].tolist()])
+
+    def nonfinite(self, start: Optional[int], end: Optional[int]) -> Dict[str, List[Any]]:
+        """The newest NONFINITE_MAX non-finite values between `start` and `end`, by step."""
+        steps, sources, values = self._bad
+        lo = 0 if start is None else bisect_left(steps, start)
+        hi = len(steps) if end is None else bisect_right(steps, end)
+        lo = max(lo, hi - NONFINITE_MAX)
+        return {"x": steps[lo:hi], "source": sources[lo:hi], "value": values[lo:hi]}
+
+
+class _Points:
+    """Every point of the series in flat numpy arrays (copies): `steps`, `values`, `times`, and `owner`, the index
+    in `sources` of the source each point belongs to."""
+
+    def __init__(self, series: Sequence[Tuple[str, Series]], np: Any) -> None:
+        self.sources: List[str] = []
+        index: Dict[str, int] = {}
+        for source, _ in series:
+            if source not in index:
+                index[source] = len(self.sources)
+                self.sources.append(source)
+
+        def column(name: str, dtype: Any) -> Any:
+            # np.concatenate copies: the views on the store's arrays end with this call
+            parts = [np.frombuffer(getattr(s, name), dtype=dtype) for _, s in series]
+            return np.concatenate(parts) if parts else np.zeros(0, dtype)
+
+        self.steps = column("steps", np.int64)
+        self.values = column("values", np.float64)
+        self.times = column("times", np.float64)
+        self.owner = np.repeat(np.array([index[source] for source, _ in series], dtype=np.int64),
+                               [len(s.steps) for _, s in series])
+
+
+def _per_step(points: _Points, np: Any) -> Tuple[Any, ...]:
+    """Per distinct step with at least one finite value: (steps, mean, min, max, count, mean time), and for each
+    point its step's index in them (-1 for a non-finite value)."""
+    finite = np.isfinite(points.values)
+    steps, values, times = points.steps[finite], points.values[finite], points.times[finite]
+    position = np.full(len(points.values), -1, dtype=np.int64)
+    if not len(steps):
+        return (np.zeros(0, np.int64),) + tuple(np.zeros(0) for _ in range(5)) + (position,)
+    base, span = int(steps.min()), int(steps.max()) - int(steps.min()) + 1
+    distinct = None
+    if span <= max(4 * len(steps), 1 << 20):  # dense step range (the usual case): index by step, no sort
+        index = steps - base
+        size = span
+    else:  # sparse steps: index by rank among the distinct steps
+        distinct, index = np.unique(steps, return_inverse=True)
+        size = len(distinct)
+    count = np.bincount(index, minlength=size)
+    total = np.bincount(index, weights=values, minlength=size)
+    low = np.full(size, np.inf)
+    high = np.full(size, -np.inf)
+    np.minimum.at(low, index, values)
+    np.maximum.at(high, index, values)
+    timed = np.isfinite(times)
+    time_total = np.bincount(index[timed], weights=times[timed], minlength=size)
+    time_count = np.bincount(index[timed], minlength=size)
+    at = np.flatnonzero(count)
+    step_of = at + base if distinct is None else distinct[at]
+    when = np.full(len(at), np.nan)
+    some = time_count[at] > 0
+    when[some] = time_total[at][some] / time_count[at][some]
+    compact = np.zeros(size, dtype=np.int64)
+    compact[at] = np.arange(len(at))
+    position[finite] = compact[index]
+    return (step_of.astype(np.int64), total[at] / count[at], low[at], high[at], count[at], when, position)
+
+
+def _outliers(points: _Points, mean: Any, position: Any, np: Any) -> List[str]:
+    """Up to OUTLIERS_MAX sources whose mean distance from the mean (over their finite values) is at least
+    OUTLIER_FACTOR times the median source's, farthest first. `position`: each point's index in `mean`."""
+    ok = position >= 0
+    if not ok.any():
+        return []
+    distance = np.abs(points.values[ok] - mean[position[ok]])
+    owner = points.owner[ok]
+    n = np.bincount(owner, minlength=len(points.sources))
+    has = np.flatnonzero(n)
+    if len(has) < 3:
+        return []
+    scores = np.bincount(owner, weights=distance, minlength=len(points.sources))[has] / n[has]
+    typical = float(np.median(scores))
+    ranked = sorted(zip((-scores).tolist(), [points.sources[i] for i in has.tolist()]))
+    return [source for score, source in ranked[:OUTLIERS_MAX] if -score > 0 and -score >= OUTLIER_FACTOR * typical]

@@ -1,0 +1,183 @@
+"""Derived series (mstail.parsers.derived): the built-in perplexity, the expression language and what it refuses,
+IEEE results where Python raises, records and amends through `InterleavedParser`, and `mstail parse` output."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Dict
+
+import pytest
+
+from mstail.parsers import SourceParser, builtin_formats
+from mstail.parsers.derived import Derived, DerivedError, Deriver, compile_expression, load_derived
+from mstail.parsers.interleave import InterleavedParser
+from mstail.parsers.record import Item
+
+LARGEST = sys.float_info.max
+
+
+def test_perplexity_for_loss_and_each_star_loss_clipped_where_it_overflows() -> None:
+    got = Derived().values({"step": 1, "loss": 2.0, "eval_loss": 1.0, "mtp_1_loss": 800.0, "loss_scale": 65536.0,
+                            "loss_avg": 2.1, "lr": 1e-4})
+    assert got == {"perplexity": math.exp(2.0), "eval_perplexity": math.e, "mtp_1_perplexity": LARGEST}
+    assert math.isnan(Derived().values({"loss": math.nan})["perplexity"])  # a NaN loss stays visible
+    assert Derived().values({"loss": math.inf})["perplexity"] == math.inf
+    assert Derived().values({"loss": 2.0, "perplexity": 9.0}) == {}  # the log's own value wins
+    assert Derived(perplexity=False).values({"loss": 2.0}) == {}
+    assert Derived().values({"loss": "n/a", "step": 3}) == {}  # not a number: nothing derived
+
+
+@pytest.mark.parametrize("text,values,want", [
+    ("samples_per_s * seq", {"samples_per_s": 3.0}, 3.0 * 4096),
+    ("-(a + 2) ** 2 / b", {"a": 1.0, "b": 3.0}, -3.0),
+    ("max(a, b, 7) - min(a, b)", {"a": 1.0, "b": 3.0}, 6.0),
+    ("log(exp(a)) + sqrt(b) + abs(-a) + log2(8) + log10(100)", {"a": 1.0, "b": 4.0}, 1 + 2 + 1 + 3 + 2),
+    ("a / 0", {"a": 2.0}, math.inf),
+    ("-a / 0", {"a": 2.0}, -math.inf),
+    ("a * 1e308 * 10", {"a": 2.0}, math.inf),  # overflow: inf, as IEEE says (only perplexity is clipped)
+    ("exp(a)", {"a": 1000.0}, math.inf),  # where Python raises OverflowError
+    ("10 ** a", {"a": 400.0}, math.inf),
+])
+def test_expressions(text: str, values: Dict[str, float], want: float) -> None:
+    series = compile_expression("x", text, {"seq": 4096.0})
+    got = series.evaluate(values)
+    assert got == (pytest.approx(want) if math.isfinite(want) else want)
+
+
+@pytest.mark.parametrize("text", ["0 / 0", "log(-a)", "sqrt(-a)", "(-a) ** 0.5", "a / 0 - a / 0"])
+def test_undefined_results_are_nan(text: str) -> None:
+    assert math.isnan(compile_expression("x", text, {}).evaluate({"a": 2.0}))
+
+
+@pytest.mark.parametrize("text,why", [
+    ("__import__('os').system('true')", "not allowed"),
+    ("a.real", "not allowed"),
+    ("a[0]", "not allowed"),
+    ("lambda: 1", "not allowed"),
+    ("a if b else c", "not allowed"),
+    ("a < b", "not allowed"),
+    ("'text'", "not allowed"),
+    ("exp", "is a function"),
+    ("exp(a, b)", "one argument"),
+    ("exp(x=a)", "not allowed"),
+    ("a +", "not an expression"),
+    ("-" * 150 + "a", "more than"),
+    ("a" + " + a" * 300, "longer than"),
+])
+def test_what_the_language_refuses(text: str, why: str) -> None:
+    with pytest.raises(ValueError, match=why):
+        compile_expression("x", text, {})
+
+
+def test_series_use_constants_other_series_and_need_all_their_names() -> None:
+    derived = Derived(series=(compile_expression("tokens_per_s", "samples_per_s * seq", {"seq": 2048.0}),
+                              compile_expression("tokens_per_card", "tokens_per_s / cards", {"cards": 8.0})))
+    assert derived.values({"loss": 1.0, "samples_per_s": 4.0}) == {
+        "perplexity": math.e, "tokens_per_s": 8192.0, "tokens_per_card": 1024.0}
+    assert derived.values({"loss": 1.0}) == {"perplexity": math.e}  # no samples_per_s: neither series
+
+
+def test_load_derived_file_and_its_errors(tmp_path: Path) -> None:
+    good = tmp_path / "derived.toml"
+    good.write_text('perplexity = false\n[constants]\nseq_length = 4096\n[series]\n'
+                    'tokens_per_s = "samples_per_s * seq_length"\n', encoding="utf-8")
+    derived = load_derived(str(good))
+    assert not derived.perplexity and [s.name for s in derived.series] == ["tokens_per_s"]
+    assert derived.values({"samples_per_s": 2.0, "loss": 1.0}) == {"tokens_per_s": 8192.0}
+    assert load_derived(None) == Derived()
+    for text, why in [("[series]\nstep = \"loss * 2\"\n", "reserved"), ("[series]\nx = 3\n", "must be a string"),
+                      ("[constants]\nk = \"a\"\n", "must be a number"), ("colour = 1\n", "unknown key"),
+                      ("perplexity = 1\n", "true or false"), ("[series\n", "not valid TOML"),
+                      ("[series]\nx = \"open('f')\"\n", "series x: `open")]:
+        bad = tmp_path / "bad.toml"
+        bad.write_text(text, encoding="utf-8")
+        with pytest.raises(DerivedError, match=why):
+            load_derived(str(bad))
+    with pytest.raises(DerivedError, match="cannot read"):
+        load_derived(str(tmp_path / "missing.toml"))
+
+
+def test_an_amend_gets_what_its_values_make_computable() -> None:
+    derived = Derived(series=(compile_expression("loss_per_ms", "loss / step_time_ms", {}),))
+    deriver = Deriver(derived)
+    record = Item("record", {"step": 7, "segment": 0, "loss": 2.0})
+    amend = Item("amend", {"step": 7, "segment": 0, "step_time_ms": 500.0})
+    late = Item("amend", {"step": 6, "segment": 0, "step_time_ms": 1.0})  # not the last record's: left alone
+    deriver.apply([record, amend, late])
+    assert record.data["perplexity"] == math.exp(2.0) and "loss_per_ms" not in record.data
+    assert amend.data == {"step": 7, "segment": 0, "step_time_ms": 500.0, "loss_per_ms": 0.004}  # no perplexity again
+    assert late.data == {"step": 6, "segment": 0, "step_time_ms": 1.0}
+
+
+def test_interleaved_parser_derives_for_each_launcher_tagged_rank() -> None:
+    parser = InterleavedParser(lambda: SourceParser(builtin_formats()), Derived())
+    items = []
+    for n, line in enumerate(['[rank0]: {"step": 1, "loss": 1.0}', '[rank1]: {"step": 1, "loss": 2.0}',
+                              '{"step": 1, "loss": 3.0}']):
+        items += parser.feed(line, n + 1, 0.0)
+    items += parser.flush(0.0, force=True)
+    got = {(i.data.get("_part"), i.data["loss"]): i.data["perplexity"] for i in items if i.kind == "record"}
+    assert got == {("rank0", 1.0): math.e, ("rank1", 2.0): math.exp(2.0), (None, 3.0): math.exp(3.0)}
+    plain = InterleavedParser(lambda: SourceParser(builtin_formats()))
+    assert all("perplexity" not in i.data for i in plain.feed('{"step": 1, "loss": 1.0}', 1, 0.0)
+               + plain.flush(0.0, force=True))
+
+
+@pytest.mark.slow
+def test_mstail_parse_writes_derived_series_in_jsonl_and_csv(tmp_path: Path) -> None:
+    log = tmp_path / "metrics.jsonl"
+    log.write_text("".join(json.dumps({"step": s, "time": 1.7e9 + s, "loss": 10.0 / s, "samples_per_s": 2.0 * s}) + "\n"
+                           for s in range(1, 6)), encoding="utf-8")
+    spec = tmp_path / "derived.toml"
+    spec.write_text('[constants]\nseq_length = 1024\n[series]\ntokens_per_s = "samples_per_s * seq_length"\n',
+                    encoding="utf-8")
+
+    def parse(*extra: str) -> Any:
+        run = subprocess.run([sys.executable, "-m", "mstail", "parse", str(log), *extra], capture_output=True,
+                             text=True, timeout=60)
+        assert run.returncode == 0, run.stderr
+        return run.stdout
+
+    rows = [json.loads(line) for line in parse("--derived", str(spec)).splitlines()]
+    assert [r["perplexity"] for r in rows] == pytest.approx([math.exp(10.0 / s) for s in range(1, 6)])
+    assert [r["tokens_per_s"] for r in rows] == [2048.0 * s for s in range(1, 6)]
+    assert list(rows[0])[-2:] == ["perplexity", "tokens_per_s"]  # after the log's own metrics
+    header, first = parse("--derived", str(spec), "--to", "csv").splitlines()[:2]
+    assert header.split(",")[-2:] == ["perplexity", "tokens_per_s"] and first.endswith(",2048.0")
+    assert "perplexity" in parse() and "tokens_per_s" not in parse()  # built in; the file's series only with it
+    bad = subprocess.run([sys.executable, "-m", "mstail", "parse", str(log), "--derived", str(log)],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and bad.stderr.startswith("mstail: ") and "Traceback" not in bad.stderr
+
+
+@pytest.mark.slow
+def test_the_sidecar_serves_derived_series(tmp_path: Path) -> None:
+    from tests.conftest import start_mstail
+
+    log = tmp_path / "job" / "metrics.jsonl"
+    log.parent.mkdir()
+    log.write_text("".join(json.dumps({"step": s, "time": 1.7e9 + s, "loss": 10.0 / s, "samples_per_s": 2.0 * s}) + "\n"
+                           for s in range(1, 6)), encoding="utf-8")
+    spec = tmp_path / "derived.toml"
+    spec.write_text('[constants]\nseq_length = 1024\n[series]\ntokens_per_s = "samples_per_s * seq_length"\n',
+                    encoding="utf-8")
+    server = start_mstail([], tmp_path / "mstail", args=["--jsonl", str(log), "--derived", str(spec)])
+    try:
+        server.wait_records(5, timeout=30)
+        [source] = server.get_json("/api/sources")
+        assert source["metrics"][-2:] == ["perplexity", "tokens_per_s"]
+        [ppl] = server.get_json("/api/series?metric=perplexity")["series"]
+        assert ppl["x"] == [1, 2, 3, 4, 5] and ppl["last"] == pytest.approx([math.exp(10.0 / s) for s in range(1, 6)])
+        [tps] = server.get_json("/api/series?metric=tokens_per_s")["series"]
+        assert tps["last"] == [2048.0 * s for s in range(1, 6)]
+        with open(log, "a", encoding="utf-8") as f:  # live: derived as they come, also for a NaN loss
+            f.write(json.dumps({"step": 6, "time": 1.7e9 + 6, "loss": "NaN", "samples_per_s": 12.0}) + "\n")
+        server.wait_records(6, timeout=30)
+        [record] = server.get_json("/api/records?after=5")
+        assert record["perplexity"] == "NaN" and record["tokens_per_s"] == 12288.0
+    finally:
+        server.stop()

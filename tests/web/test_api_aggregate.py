@@ -1,0 +1,161 @@
+"""`/api/series?aggregate=mean` in-process: the mean across sources, the min-max band, the outliers and the sources
+drawn on top, checked against a naive oracle written here (per step: the mean of the finite values logged at it;
+buckets: consecutive runs of those steps, as one source's series is bucketed; the EMA of the per-step mean)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+import pytest
+
+from mstail.parsers import Item
+from mstail.tailer.hub import Hub
+from mstail.tailer.store import Store
+from mstail.web.app import create_app
+
+from tests.tailer.test_series import _oracle
+from tests.web.test_api import get, get_json
+
+RANKS = 20
+STEPS = 300
+T0 = 1.7e9
+
+
+def _value(rank: int, step: int) -> float:
+    if rank == 3 and step == 150:
+        return math.nan  # a NaN on one rank: listed, never in mean or band
+    if rank == 7 and step == 222:
+        return 500.0  # a spike on one rank: in the band
+    if rank == 11:
+        return 9.0 + 0.001 * step  # far from the others all along: the outlier
+    return 2.0 + 5.0 * math.exp(-step / 80) + 0.01 * ((step * (rank + 3)) % 7)
+
+
+def _steps(rank: int) -> List[int]:
+    if rank == 5:
+        return list(range(1, STEPS - 40 + 1))  # behind the others
+    if rank == 6:
+        return list(range(2, STEPS + 1, 2))  # logs every other step
+    return list(range(1, STEPS + 1))
+
+
+@pytest.fixture(scope="module")
+def store() -> Iterator[Store]:
+    store = Store()
+    for rank in range(RANKS):
+        source = f"rank_{rank}"
+        store.add_source(source, f"/logs/{source}/info.log")
+        store.add(source, [Item("record", {"step": s, "time": T0 + s + rank / 100, "loss": _value(rank, s)})
+                           for s in _steps(rank)])
+    yield store
+    store.close()
+
+
+@pytest.fixture(scope="module")
+def app(store: Store) -> Any:
+    return create_app(store, Hub())
+
+
+def _per_step(ranks: List[int], end: Optional[int] = None) -> Dict[int, List[Tuple[float, float]]]:
+    cells: Dict[int, List[Tuple[float, float]]] = {}
+    for rank in ranks:
+        for s in _steps(rank):
+            v = _value(rank, s)
+            if math.isfinite(v) and (end is None or s <= end):
+                cells.setdefault(s, []).append((v, T0 + s + rank / 100))
+    return dict(sorted(cells.items()))
+
+
+def _oracle_answer(ranks: List[int], start: Optional[int], end: Optional[int], points: int,
+                   smooth: float) -> Dict[str, Any]:
+    cells = _per_step(ranks, end)
+    steps = [s for s in cells if (start is None or s >= start)]
+    size = max(1, -(-len(steps) // points)) if len(steps) > points else 1
+    buckets = [steps[a:a + size] for a in range(0, len(steps), size)]
+    mean = {s: sum(v for v, _ in c) / len(c) for s, c in cells.items()}
+    out = {
+        "x": [b[-1] for b in buckets],
+        "mean": [mean[b[-1]] for b in buckets],
+        "min": [min(v for s in b for v, _ in cells[s]) for b in buckets],
+        "max": [max(v for s in b for v, _ in cells[s]) for b in buckets],
+        "n": [len(cells[b[-1]]) for b in buckets],
+        "t": [sum(t for _, t in cells[b[-1]]) / len(cells[b[-1]]) for b in buckets],
+    }
+    if smooth:
+        full = list(cells)
+        ema = dict(zip(full, _oracle(full, [mean[s] for s in full], smooth)))
+        out["smooth"] = [ema[x] for x in out["x"]]
+    return out
+
+
+@pytest.mark.parametrize("start,end,points,smooth", [
+    (None, None, 2000, 0.0),  # exact: one x per step any rank logged
+    (None, None, 37, 0.0),  # bucketed
+    (100, 260, 2000, 0.0),  # a range, exact
+    (100, 260, 9, 0.9),  # a range, bucketed, smoothed (the EMA runs from the first step)
+    (None, None, 50, 0.6),
+])
+def test_aggregate_matches_the_oracle(app: Any, start: Optional[int], end: Optional[int], points: int,
+                                      smooth: float) -> None:
+    params: Dict[str, Any] = {"metric": "loss", "aggregate": "mean", "points": points, "smooth": smooth}
+    if start is not None:
+        params.update(start=start, end=end)
+    answer = get_json(app, "/api/series", **params)
+    agg = answer["aggregate"]
+    want = _oracle_answer(list(range(RANKS)), start, end, points, smooth)
+    assert agg["sources"] == RANKS
+    assert agg["x"] == want["x"]
+    for key in ("mean", "min", "max", "t") + (("smooth",) if smooth else ()):
+        assert agg[key] == pytest.approx(want[key], rel=1e-12), key
+    assert agg["n"] == want["n"]
+    assert len(agg["x"]) <= points
+    if smooth:
+        assert ("smooth_state" in agg) == (end is None)
+    else:
+        assert "smooth" not in agg
+
+
+def test_aggregate_keeps_spikes_and_lists_non_finite_values(app: Any) -> None:
+    agg = get_json(app, "/api/series", metric="loss", aggregate="mean", points=10)["aggregate"]
+    assert max(agg["max"]) == 500.0  # one rank's spike inside a bucket of 30 steps x 20 ranks
+    assert agg["nonfinite"] == {"x": [150], "source": ["rank_3"], "value": ["NaN"]}
+    assert all(math.isfinite(v) for v in agg["mean"])
+
+
+def test_aggregate_names_the_outliers_and_brings_its_series_and_the_asked_ones(app: Any) -> None:
+    answer = get_json(app, "/api/series", metric="loss", aggregate="mean", points=100, top=["rank_2", "rank_11"])
+    # rank_11 runs far from the others all along; rank_7's one spike of 500 puts it far too, on average
+    assert answer["aggregate"]["outliers"] == ["rank_11", "rank_7"]
+    assert [s["source"] for s in answer["series"]] == ["rank_2", "rank_7", "rank_11"]  # store order, once each
+    plain = get_json(app, "/api/series", metric="loss", points=100, source=["rank_2", "rank_7", "rank_11"])["series"]
+    assert answer["series"] == plain
+
+
+def test_aggregate_over_chosen_or_all_but_excluded_sources(app: Any) -> None:
+    without = get_json(app, "/api/series", metric="loss", aggregate="mean", exclude=["rank_11", "rank_7"])["aggregate"]
+    ranks = [r for r in range(RANKS) if r not in (7, 11)]
+    want = _oracle_answer(ranks, None, None, 2000, 0.0)
+    assert without["sources"] == RANKS - 2 and without["mean"] == pytest.approx(want["mean"], rel=1e-12)
+    assert max(without["max"]) < 10 and without["outliers"] == []
+    chosen = get_json(app, "/api/series", metric="loss", aggregate="mean", source=["rank_1", "rank_2", "rank_6"])
+    assert chosen["aggregate"]["sources"] == 3
+    assert chosen["aggregate"]["mean"] == pytest.approx(_oracle_answer([1, 2, 6], None, None, 2000, 0)["mean"], rel=1e-12)
+
+
+def test_aggregate_of_nothing_and_bad_values(app: Any) -> None:
+    empty = get_json(app, "/api/series", metric="nope", aggregate="mean")
+    assert empty["aggregate"]["x"] == [] and empty["series"] == []
+    assert get_json(app, "/api/series", metric="loss", aggregate="mean", start=STEPS + 1)["aggregate"]["x"] == []
+    assert get(app, "/api/series", metric="loss", aggregate="median").status_code == 422
+    assert get(app, "/api/series", metric="loss", aggregate="mean",
+               exclude=[f"r{i}" for i in range(1025)]).status_code == 422
+
+
+def test_aggregate_leaves_the_columns_free_to_grow(store: Store, app: Any) -> None:
+    # numpy reads the store's arrays through their buffers; a view left behind would make the next append raise
+    # BufferError ("cannot resize an array that is exporting buffers").
+    get_json(app, "/api/series", metric="loss", aggregate="mean", smooth=0.5, start=10, end=200)
+    store.add_source("rank_99", "/logs/rank_99/info.log")
+    store.add("rank_0", [Item("record", {"step": STEPS + 1, "time": T0, "loss": 1.0})])
+    assert get_json(app, "/api/series", metric="loss", aggregate="mean", start=STEPS + 1)["aggregate"]["n"] == [1]
