@@ -247,7 +247,7 @@ class SourceParser:
             if match is None:
                 continue
             if fmt.fallback:  # never locks the file: a specific format's step line later still can
-                if match.rule is not None:
+                if match.rule is not None and match.rule.kind != "ignore":  # its ignore rules only keep lines from it
                     return match
                 continue
             ruled = ruled or match.rule is not None
