@@ -327,8 +327,9 @@ def _pairs(spec: Any, regex: Regex, origin: str, rule: str) -> Extractor:
 
 
 #: What a pair's name becomes a metric name by: each run of other characters than letters, digits and `_` is one `_`
-#: ("elapsed time per iteration (ms)" -> "elapsed_time_per_iteration_ms").
+#: ("elapsed time per iteration (ms)" -> "elapsed_time_per_iteration_ms"). A longer name is no metric name: skipped.
 _NOT_WORD = re.compile(r"\W+")
+MAX_PAIR_NAME = 256
 
 
 class _Pairs:
@@ -361,6 +362,8 @@ class _Pairs:
                 continue
             if self.unit and found.group("unit"):
                 printed = f"{printed} {found.group('unit')}"
+            if len(printed) > MAX_PAIR_NAME:
+                continue
             key = _NOT_WORD.sub("_", printed.lower() if self.lower else printed).strip("_")
             spec = fields.get(key)
             name = self.prefix + (spec.name if spec is not None else key)
