@@ -1,16 +1,11 @@
 """The built-in `trainer` format: the dicts a Hugging Face-style Trainer prints at each logging step
 (transformers trainer_callback.py ProgressCallback.on_log: `self.training_bar.write(str(logs))`; MindNLP's
 mindnlp/engine/callbacks.py is the same code), written here with `str()` of real dicts as those callbacks do; plus the
-sample log, read through the line splitter as `mstail parse` reads it (tqdm's `\\r` redraws around the dicts)."""
+sample log, split as `mstail parse` splits it (tqdm's `\\r` redraws around the dicts)."""
 
 from __future__ import annotations
 
-from mstail.parsers.amends import settled
-from mstail.tailer.lines import LineSplitter
-
-from .support import FORMATS, NAN, READ_TIME, SAMPLES, assert_metrics, parse, same
-
-from mstail.parsers import SourceParser
+from .support import NAN, SAMPLES, assert_metrics, parse, parse_file, same
 
 
 def test_logging_steps_are_numbered_with_canonical_names() -> None:
@@ -52,13 +47,8 @@ def test_a_dict_without_loss_is_not_a_step() -> None:
     assert records == []
 
 
-def test_sample_log_through_the_line_splitter() -> None:
-    lines = LineSplitter().feed((SAMPLES / "hf_trainer_stdout.log").read_bytes())
-    parser = SourceParser(FORMATS)
-    items = [item for line in lines for item in parser.feed(line.text, line.number, READ_TIME)]
-    items = list(settled(items + parser.flush(READ_TIME, force=True)))
-    records = [i.data for i in items if i.kind == "record"]
-    events = [i.data for i in items if i.kind == "event"]
+def test_sample_log() -> None:
+    records, events, parser = parse_file(SAMPLES / "hf_trainer_stdout.log")  # split as `mstail parse` splits it
     assert parser.state.format == "trainer"
     assert [r["step"] for r in records] == list(range(1, 11))
     assert [r["loss"] for r in records] == [round(2.4 - 0.1 * k, 4) for k in range(1, 11)]
