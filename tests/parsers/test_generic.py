@@ -158,3 +158,15 @@ def test_the_pairs_see_at_most_4_KiB() -> None:
 def test_forced_generic_format_reads_the_same() -> None:
     records, _, _ = parse([YOLO_LOSS, YOLO_TIME], fmt="generic")
     assert len(records) == 1 and records[0]["step_time_ms"] == 5736.71
+
+
+def test_a_pair_name_over_256_characters_is_no_metric() -> None:
+    """Pair names are normalised (`loader._NOT_WORD`) only up to MAX_PAIR_NAME characters: a runaway name is skipped."""
+    from mstail.parsers.loader import MAX_PAIR_NAME, parse_format
+
+    fmt = parse_format("[[rule]]\nregex = 'step (?P<step>\\d+)(?P<_rest>.*)'\n[rule.pairs]\ngroup = \"_rest\"\n"
+                       "regex = ' (?P<name>[^=]+)=(?P<value>\\d+)'\n", "mine.toml", "mine")
+    long_name = "a b" * (MAX_PAIR_NAME // 3 + 1)
+    items = SourceParser([fmt]).feed(f"step 1 ok now=1 {long_name}=2", 1, 0.0)
+    assert [(i.kind, {k: v for k, v in i.data.items() if k not in ("time", "line", "segment")}) for i in items] == [
+        ("record", {"step": 1, "ok_now": 1.0})]
