@@ -214,9 +214,12 @@ class SourceParser:
             return out
         kind = rule.kind
         if kind == "record":
-            record = self._start_record(rule, match.groups, match.when(now), line_no)
-            if record is not None:
-                self._emit(record, out)
+            if match.fmt.fallback:
+                self._generic(rule, match, now, line_no, out)
+            else:
+                record = self._start_record(rule, match.groups, match.when(now), line_no)
+                if record is not None:
+                    self._emit(record, out)
         elif kind == "attach":
             values = self.values(rule, match.groups)
             if rule.epoch_length:
@@ -271,10 +274,18 @@ class SourceParser:
         # that come from the first candidate that recognises the line at all.
         first: Optional[_Match] = None
         plain: Optional[_Match] = None  # a line no candidate recognises (a traceback's frame) is still a line
+        ruled = False  # a candidate has a rule for the line: it is that format's line, never the generic reader's
         for fmt in self.candidates:
+            if fmt.fallback and ruled:
+                break  # fallback formats come last (`load_formats`)
             match = _match_format(fmt, text, self._timeouts)
             if match is None:
                 continue
+            if fmt.fallback:  # never locks the file: a specific format's step line later still can
+                if match.rule is not None and match.rule.kind != "ignore":  # its ignore rules only keep lines from it
+                    return match
+                continue
+            ruled = ruled or match.rule is not None
             if _starts_record(match):
                 self.format = fmt
                 self.state.format = fmt.name
@@ -285,7 +296,9 @@ class SourceParser:
                 plain = match
         return first if first is not None else plain
 
-    def _start_record(self, rule: Rule, groups: Dict[str, Optional[str]], when: float, line_no: int) -> Optional[Record]:
+    def _start_record(self, rule: Rule, groups: Dict[str, Optional[str]], when: float, line_no: int,
+                      values: Optional[Record] = None) -> Optional[Record]:
+        """The record of a record rule's line (None: no usable step); `values`: the rule's values, if already read."""
         step = self._global_step(groups)
         if step is None:
             return None
@@ -298,8 +311,45 @@ class SourceParser:
             record["epoch"] = int(epoch)
         record["time"] = when
         record["line"] = line_no
-        self.values(rule, groups, record)
+        if values is None:
+            self.values(rule, groups, record)
+        else:
+            record.update(values)
         return record
+
+    def _generic(self, rule: Rule, match: _Match, now: float, line_no: int, out: List[Item]) -> None:
+        """A line the generic step-line reader (a `fallback` format) took: its counter and `name: number` pairs make
+        a record, except that a line with no metric makes nothing (a counter alone is no step), and a line amends the
+        last record instead when it prints that record's counter again (MindYOLO's step-time line after its loss line)
+        or only an epoch in a log whose records count steps (the epoch's time, its eval: they join its last step)."""
+        groups = match.groups
+        values = self.values(rule, groups)
+        if not values:
+            return
+        last = self.state.last
+        if last is not None:
+            epoch_only = groups.get("step") is None and groups.get("step_in_epoch") is None
+            if (epoch_only and self.state.meta.get("x_axis") != "epoch") or self._same_counter(groups, last):
+                self._amend(values, out)
+                return
+        record = self._start_record(rule, groups, match.when(now), line_no, values)
+        if record is not None:
+            self._emit(record, out)
+
+    def _same_counter(self, groups: Dict[str, Optional[str]], last: Record) -> bool:
+        """Whether a line's step counter is the one of the `last` record."""
+        get = groups.get
+        try:
+            if get("step") is not None:
+                return int(get("step")) == last["step"]  # type: ignore[arg-type]
+            in_epoch, epoch, per_epoch = get("step_in_epoch"), get("epoch"), get("steps_per_epoch")
+            if in_epoch is None or epoch is None or int(epoch) != last.get("epoch"):
+                return False
+            if per_epoch is not None:
+                return (int(epoch) - 1) * int(per_epoch) + int(in_epoch) == last["step"]
+            return int(in_epoch) == self.state.in_epoch
+        except ValueError:
+            return False
 
     def _global_step(self, groups: Dict[str, Optional[str]]) -> Optional[int]:
         get = groups.get
@@ -311,8 +361,17 @@ class SourceParser:
             if step is not None:
                 return int(step)
             step_in_epoch = get("step_in_epoch")
+            if step_in_epoch is None and "step_in_epoch" in groups and get("epoch") is not None:
+                # Only the epoch of a rule that reads steps too (the generic reader's "epoch: [ 1/ 90], ..."): the
+                # epoch is the step, and the source says its x axis counts epochs.
+                epochs = get("epochs")
+                if epochs is not None:
+                    self.state.meta["total_steps"] = int(epochs)
+                self.state.meta["x_axis"] = "epoch"
+                return int(get("epoch"))  # type: ignore[arg-type]
             if step_in_epoch is None:
-                # A --pattern without a step group: the step counts the matching lines.
+                # A rule without a step group (a --pattern), or whose step group did not take part (a Trainer dict
+                # line): the step counts the matching lines.
                 self.state.counted_step += 1
                 return self.state.counted_step
             in_epoch = int(step_in_epoch)

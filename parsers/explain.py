@@ -56,7 +56,9 @@ class Explainer:
         part, parser, text = self.parser.route(text)
         if part is not None:
             where = f"{where}[{part}]"
-        flagged_before, errors_before = parser.counts["unmatched_metric_lines"], parser.counts["field_errors"]
+        counts = parser.counts
+        flagged_before, errors_before = counts["unmatched_metric_lines"], counts["field_errors"]
+        records_before, amends_before = counts["records"], counts["amends"]
         parser.feed(text, number, now)
         errors = parser.counts["field_errors"] - errors_before
         bad = f"  ({errors} field error{'s' if errors != 1 else ''}: a value that did not convert, or beyond 64 bits " \
@@ -77,6 +79,11 @@ class Explainer:
             return None
         rule = match.rule
         label = f"{match.fmt.name}/{rule.name} ({rule.kind})"
+        if match.fmt.fallback and rule.kind == "record":  # say that the generic reader took it, and what it made
+            made = "record" if counts["records"] > records_before else \
+                "amend of the last record" if counts["amends"] > amends_before else \
+                "nothing: no metric, or only values the last record has"
+            label = f"{match.fmt.name}/{rule.name} (GENERIC READER: {made})"
         self.rules[label] += 1
         found: Dict[str, Any] = {k: v for k, v in match.groups.items() if k in STEP_GROUPS and v is not None}
         found.update(parser.values(rule, match.groups))

@@ -23,14 +23,14 @@ from .schema import RULE_KINDS, STEP_GROUPS, Extractor, Field, Format, FormatErr
 
 BUILTIN_ORIGIN = "built-in"
 PATTERN_ORIGIN = "--pattern"
-_FORMAT_KEYS = {"name", "description", "priority", "prefix", "rule", "error_levels", "jsonl"}
+_FORMAT_KEYS = {"name", "description", "priority", "prefix", "rule", "error_levels", "jsonl", "fallback"}
 #: `wait_for` (mstail 0.1: hold a record until these attach rules came) is accepted and has no effect: a record is
 #: published at its line and a later attach line amends it, so a format written for 0.1 still loads.
 _RULE_KEYS = {"name", "kind", "regex", "fields", "wait_for", "event", "multiline", "pairs", "record", "same_step_as",
               "epoch_length", "literal"}
 _FIELD_KEYS = {"type", "rename", "unit", "scale", "null"}
-_PYDICT_KEYS = {"type", "prefix"}
-_PAIRS_KEYS = {"group", "regex", "type", "names", "prefix"}
+_PYDICT_KEYS = {"type", "prefix", "rename"}
+_PAIRS_KEYS = {"group", "regex", "type", "names", "prefix", "lower", "fields"}
 _PCRE_NAME = re.compile(r"\(\?<(?=[A-Za-z_])")
 #: A `[rule.pairs]` reads at most this many pairs of a line (a runaway line is not 100k metrics).
 MAX_PAIRS = 1024
@@ -80,8 +80,10 @@ def load_formats(
         found += [load_format_file(f) for f in sorted(folder.glob("*.toml"))]
     builtins = sorted(builtin_formats(), key=lambda f: -f.priority)
     taken = {f.name for f in found}
-    # A user format with a built-in's name replaces it, as a copied-and-edited file should.
-    return found + [f for f in builtins if f.name not in taken]
+    # A user format with a built-in's name replaces it, as a copied-and-edited file should. Fallback formats (the
+    # generic step-line reader) come after every other, whatever their priority.
+    ordered = found + [f for f in builtins if f.name not in taken]
+    return [f for f in ordered if not f.fallback] + [f for f in ordered if f.fallback]
 
 
 def pattern_format(regex: str, index: int = 0) -> Format:
@@ -117,6 +119,9 @@ def parse_format(text: str, origin: str, default_name: str) -> Format:
         if names.count(rule.name) > 1:
             raise FormatError(origin, "two rules share this name", rule.name)
     levels = _typed(data, "error_levels", list, [], origin, None)
+    fallback = _typed(data, "fallback", bool, False, origin, None)
+    if fallback and jsonl:
+        raise FormatError(origin, "a fallback format reads text lines: fallback and jsonl exclude each other")
     return Format(
         name=name,
         origin=origin,
@@ -126,6 +131,7 @@ def parse_format(text: str, origin: str, default_name: str) -> Format:
         rules=rules,
         error_levels=tuple(str(level) for level in levels),
         jsonl=jsonl,
+        fallback=fallback,
     )
 
 
@@ -209,31 +215,36 @@ def _fields(table: Mapping[str, Any], regex: Regex, origin: str, rule: str) -> t
         spec = _field_spec(table, group, origin, rule)
         if spec.get("type") == "pydict":
             continue  # a multi-valued field: see _pydict_fields
-        _reject_unknown(spec, _FIELD_KEYS, origin, rule, f"key of fields.{group}")
-        type_name = spec.get("type", "float")
-        if type_name not in CONVERTERS:
-            types = ", ".join(list(CONVERTERS) + ["pydict"])
-            raise FormatError(origin, f"fields.{group}: unknown type {type_name!r} (use {types})", rule)
-        out = spec.get("rename", group)
-        if not isinstance(out, str) or not out:
-            raise FormatError(origin, f"fields.{group}: rename must be a non-empty string", rule)
-        if out in RESERVED:
-            raise FormatError(origin, f"fields.{group}: {out!r} is a reserved name and cannot be a metric", rule)
-        scale = spec.get("scale")
-        if scale is not None and not isinstance(scale, (int, float)):
-            raise FormatError(origin, f"fields.{group}: scale must be a number", rule)
-        unit = spec.get("unit", "")
-        if not isinstance(unit, str):
-            raise FormatError(origin, f"fields.{group}: unit must be a string", rule)
-        convert = CONVERTERS[type_name]
-        null = spec.get("null", [])
-        if not isinstance(null, list) or not all(isinstance(word, str) for word in null):
-            raise FormatError(origin, f"fields.{group}: null must be a list of strings", rule)
-        if null:
-            convert = _null_words(convert, frozenset(null))
-        fast = PLAIN_BUILTINS.get(convert) if not unit and scale is None else None
-        fields.append(Field(group=group, name=out, convert=convert, unit=unit, scale=scale, fast=fast))
+        fields.append(_field(group, spec, f"fields.{group}", origin, rule))
     return tuple(fields)
+
+
+def _field(group: str, spec: Mapping[str, Any], where: str, origin: str, rule: str) -> Field:
+    """One Field from its table (`type`, `rename`, `unit`, `scale`, `null`); `where` names the table in errors."""
+    _reject_unknown(spec, _FIELD_KEYS, origin, rule, f"key of {where}")
+    type_name = spec.get("type", "float")
+    if type_name not in CONVERTERS:
+        types = ", ".join(list(CONVERTERS) + ["pydict"])
+        raise FormatError(origin, f"{where}: unknown type {type_name!r} (use {types})", rule)
+    out = spec.get("rename", group)
+    if not isinstance(out, str) or not out:
+        raise FormatError(origin, f"{where}: rename must be a non-empty string", rule)
+    if out in RESERVED:
+        raise FormatError(origin, f"{where}: {out!r} is a reserved name and cannot be a metric", rule)
+    scale = spec.get("scale")
+    if scale is not None and not isinstance(scale, (int, float)):
+        raise FormatError(origin, f"{where}: scale must be a number", rule)
+    unit = spec.get("unit", "")
+    if not isinstance(unit, str):
+        raise FormatError(origin, f"{where}: unit must be a string", rule)
+    convert = CONVERTERS[type_name]
+    null = spec.get("null", [])
+    if not isinstance(null, list) or not all(isinstance(word, str) for word in null):
+        raise FormatError(origin, f"{where}: null must be a list of strings", rule)
+    if null:
+        convert = _null_words(convert, frozenset(null))
+    fast = PLAIN_BUILTINS.get(convert) if not unit and scale is None else None
+    return Field(group=group, name=out, convert=convert, unit=unit, scale=scale, fast=fast)
 
 
 def _field_spec(table: Mapping[str, Any], group: str, origin: str, rule: str) -> Dict[str, Any]:
@@ -265,11 +276,18 @@ def _pydict_fields(table: Mapping[str, Any], regex: Regex, origin: str, rule: st
         prefix = spec.get("prefix", "")
         if not isinstance(prefix, str) or not re.fullmatch(r"\w*", prefix):
             raise FormatError(origin, f"fields.{group}: prefix must be letters, digits or '_'", rule)
-        found.append(_pydict_extractor(group, prefix))
+        found.append(_pydict_extractor(group, prefix, _renames(spec.get("rename", {}), f"fields.{group}", origin, rule)))
     return tuple(found)
 
 
-def _pydict_extractor(group: str, prefix: str) -> Extractor:
+def _renames(table: Any, where: str, origin: str, rule: str) -> Dict[str, str]:
+    """A `rename` table of a pydict field: key as read -> metric name (`learning_rate = "lr"`)."""
+    if not (isinstance(table, dict) and all(isinstance(v, str) and re.fullmatch(r"\w+", v) for v in table.values())):
+        raise FormatError(origin, f"{where}: rename must be a table of names (key = \"metric\")", rule)
+    return dict(table)
+
+
+def _pydict_extractor(group: str, prefix: str, rename: Dict[str, str]) -> Extractor:
     def extract(groups: Dict[str, Optional[str]]) -> Tuple[Dict[str, Value], int]:
         text = groups.get(group)
         if text is None:
@@ -278,7 +296,8 @@ def _pydict_extractor(group: str, prefix: str) -> Extractor:
             numbers = parse_pydict(text)
         except ValueError:
             return {}, 1
-        return {prefix + k: v for k, v in numbers.items() if prefix + k not in RESERVED}, 0
+        named = ((prefix + rename.get(k, k), v) for k, v in numbers.items())
+        return {k: v for k, v in named if k not in RESERVED}, 0
 
     return extract
 
@@ -303,17 +322,35 @@ def _pairs(spec: Any, regex: Regex, origin: str, rule: str) -> Extractor:
     prefix = spec.get("prefix", "")
     if not isinstance(prefix, str):
         raise FormatError(origin, "pairs.prefix must be a string", rule)
-    return _Pairs(group, pattern, names, CONVERTERS[type_name], prefix)
+    lower = _typed(spec, "lower", bool, False, origin, rule)
+    table = spec.get("fields", {})
+    if not isinstance(table, dict):
+        raise FormatError(origin, "pairs.fields must be a table (name = \"type\" or a field table)", rule)
+    fields = {name: _field(name, _field_spec(table, name, origin, rule), f"pairs.fields.{name}", origin, rule)
+              for name in table}
+    return _Pairs(group, pattern, names, CONVERTERS[type_name], prefix, lower, fields)
+
+
+#: What a pair's name becomes a metric name by: each run of other characters than letters, digits and `_` is one `_`
+#: ("elapsed time per iteration (ms)" -> "elapsed_time_per_iteration_ms"). A longer name is no metric name: skipped.
+_NOT_WORD = re.compile(r"\W+")
+MAX_PAIR_NAME = 256
 
 
 class _Pairs:
     """The extractor of a `[rule.pairs]` table (an `Extractor`): the first MAX_PAIRS pairs of its group; `regexes`
     lists its regexes as `Format.regexes` does. A user's regex that runs out of time raises TimeoutError through it
-    (the engine counts the line)."""
+    (the engine counts the line).
+
+    A pair's metric name: its `name` text (lower-cased with `lower`), and its `unit` group's text if the regex has one
+    and it took part ("step time" + "s" -> "step time s"), each run of characters other than letters, digits and `_`
+    made one `_` ("step_time_s"); then `fields` (that name -> a field table: type, rename, unit, scale, null) says how
+    its value converts and what it is called; names not there convert with the pairs' `type`. `prefix` comes first."""
 
     def __init__(self, group: str, pattern: Regex, names: Optional[Regex], convert: Callable[[str, str], Value],
-                 prefix: str) -> None:
+                 prefix: str, lower: bool = False, fields: Optional[Dict[str, Field]] = None) -> None:
         self.group, self.pattern, self.names, self.convert, self.prefix = group, pattern, names, convert, prefix
+        self.lower, self.fields, self.unit = lower, fields or {}, "unit" in pattern.groupindex
         self.regexes = (("pairs.regex", "finditer", pattern),) + (
             (("pairs.names", "fullmatch", names),) if names is not None else ())
 
@@ -323,14 +360,24 @@ class _Pairs:
         errors = 0
         if not text:
             return values, errors
-        names = self.names
+        names, fields = self.names, self.fields
         for found in itertools.islice(self.pattern.finditer(text), MAX_PAIRS):
-            name = self.prefix + found.group("name")
-            if (names is not None and not names.fullmatch(found.group("name"))) or name in RESERVED:
+            printed = found.group("name")
+            if names is not None and not names.fullmatch(printed):
+                continue
+            if self.unit and found.group("unit"):
+                printed = f"{printed} {found.group('unit')}"
+            if len(printed) > MAX_PAIR_NAME:
+                continue
+            key = _NOT_WORD.sub("_", printed.lower() if self.lower else printed).strip("_")
+            spec = fields.get(key)
+            name = self.prefix + (spec.name if spec is not None else key)
+            if not key or name in RESERVED or name in values:
                 continue
             try:
-                values.setdefault(name, self.convert(found.group("value"), ""))
-            except ValueError:
+                values[name] = spec.value(found.group("value")) if spec is not None else \
+                    self.convert(found.group("value"), "")
+            except (ValueError, OverflowError):
                 errors += 1
         return values, errors
 

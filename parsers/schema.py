@@ -118,6 +118,9 @@ class Format:
     rules: Tuple[Rule, ...] = ()
     error_levels: Tuple[str, ...] = ()
     jsonl: bool = False
+    #: The generic step-line reader's kind of format: tried after every other format, only on lines none of them
+    #: recognises, and it never locks a file (a specific format's step line still can). See `SourceParser._generic`.
+    fallback: bool = False
     #: For the engine's hot path, made once: (regex.match, parse_time, prefix) per prefix, (regex.search, rule) per
     #: rule.
     plan: Tuple[Tuple[Tuple[Any, Any, Prefix], ...], Tuple[Tuple[Any, Rule], ...]] = field(

@@ -400,7 +400,8 @@ class Tailer:
                 info.problem = source.follower.problem or (
                     _hint(source.follower.path, parser.counts)
                     if parser.format is None and parser.counts["unmatched_metric_lines"] else None) or (
-                    GUESSED_STEPS if parser.meta.get("steps_per_epoch") == "guessed" else None)
+                    GUESSED_STEPS if parser.meta.get("steps_per_epoch") == "guessed" else None) or (
+                    EPOCH_STEPS if parser.meta.get("x_axis") == "epoch" else None)
                 if part_items:
                     stored = self.store.add(source_id, part_items)
                     batch += stored
@@ -588,6 +589,10 @@ GUESSED_STEPS = ("global steps are estimates: the log prints the step within the
 
 def _holds(source: _Source) -> bool:
     return source.parser.holding
+
+
+#: What a source says whose records are epoch summaries read by the generic reader (`SourceParser._global_step`).
+EPOCH_STEPS = "the x axis counts epochs: the log prints one summary line per epoch, no step counter"
 
 
 def _hint(path: Path, counts: Dict[str, int]) -> str:

@@ -8,6 +8,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from mstail.parsers import SourceParser, format_table, load_formats
 from mstail.parsers.amends import settled
+from mstail.tailer.lines import LineSplitter
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "sample_logs"
@@ -34,9 +35,11 @@ def parse(lines: Sequence[str], fmt: Optional[str] = None) -> Tuple[List[dict], 
 
 
 def parse_file(path: Path) -> Tuple[List[dict], List[dict], SourceParser]:
+    """A whole file's lines as `mstail parse` splits them (`LineSplitter`: a `\r` progress bar keeps its last redraw)."""
     assert path.is_file(), f"{path} is missing"
-    with open(path, encoding="utf-8", errors="replace", newline="") as handle:
-        return parse([line.rstrip("\r\n") for line in handle])
+    lines = LineSplitter().feed(path.read_bytes())
+    assert [line.number for line in lines] == list(range(1, len(lines) + 1))
+    return parse([line.text for line in lines])
 
 
 def metrics(record: Dict[str, Any]) -> Dict[str, Any]:

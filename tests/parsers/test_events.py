@@ -382,11 +382,11 @@ def test_example_format_loads_and_parses_its_own_examples() -> None:
     assert fmt.name == "example" and fmt.description
     text = EXAMPLE.read_text(encoding="utf-8")
     # every schema key appears in the example (set, or shown in a comment: epoch_length needs step_in_epoch logs)
-    for table in ("[[prefix]]", "[[rule]]", "[rule.fields]", "[rule.pairs]"):
+    for table in ("[[prefix]]", "[[rule]]", "[rule.fields]", "[rule.pairs]", "[rule.pairs.fields]"):
         assert table in text, table
     keys = ["name", "description", "priority", "error_levels", "jsonl", "regex", "time_format", "kind",
             "event", "multiline", "record", "same_step_as", "epoch_length", "type", "rename", "unit", "scale", "null",
-            "prefix", "group", "names"]
+            "prefix", "group", "names", "fallback", "lower"]
     for key in keys:
         assert re.search(r"(^|[\s{,#])" + key + r" = ", text, re.M), key
     lines = [line[len("#> "):] for line in text.splitlines() if line.startswith("#> ")]
@@ -395,7 +395,7 @@ def test_example_format_loads_and_parses_its_own_examples() -> None:
     assert [r["step"] for r in records] == [1, 2, 3]
     assert_metrics(records[0], {"loss": 2.5, "step_time_ms": 512.0, "lr": 1e-4, "grad_norm": None, "aux_loss": 0.25,
                                 "tokens_per_s": 1520.0})
-    assert {"eval_loss": 2.25, "eval_acc": 0.5}.items() <= records[1].items()
+    assert {"eval_loss": 2.25, "eval_accuracy": 0.5}.items() <= records[1].items()  # pydict rename acc -> accuracy
     assert math.isnan(records[2]["loss"])
     assert [e["kind"] for e in events] == ["start", "eval", "checkpoint", "checkpoint_saved", "error", "end"]
     assert events[3]["step"] == 2 and events[3]["save_s"] == 1.5

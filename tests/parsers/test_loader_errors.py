@@ -71,9 +71,18 @@ BAD = [
     ("null is not a list",
      "[[rule]]\nname = \"step_line\"\nregex = 'step (?P<step>\\d+) (?P<x>\\S+)'\nfields.x = { null = \"NaN\" }\n",
      "step_line", "null must be a list of strings"),
-    ("pydict with rename",
+    ("pydict with a unit",
      "[[rule]]\nname = \"step_line\"\nregex = 'step (?P<step>\\d+) (?P<x>\\{.*\\})'\n"
-     "fields.x = { type = \"pydict\", rename = \"y\" }\n", "step_line", "unknown key of fields.x (type pydict) 'rename'"),
+     "fields.x = { type = \"pydict\", unit = \"y\" }\n", "step_line", "unknown key of fields.x (type pydict) 'unit'"),
+    ("pydict with a rename that is no table",
+     "[[rule]]\nname = \"step_line\"\nregex = 'step (?P<step>\\d+) (?P<x>\\{.*\\})'\n"
+     "fields.x = { type = \"pydict\", rename = \"y\" }\n", "step_line", "fields.x: rename must be a table of names"),
+    ("pairs field with an unknown type",
+     "[[rule]]\nname = \"step_line\"\nregex = 'step (?P<step>\\d+)(?P<_rest>.*)'\n"
+     "[rule.pairs]\ngroup = \"_rest\"\nregex = ' (?P<name>\\w+)=(?P<value>\\S+)'\nfields.lr = { type = \"number\" }\n",
+     "step_line", "pairs.fields.lr: unknown type 'number'"),
+    ("fallback jsonl",
+     "fallback = true\njsonl = true\n", None, "fallback and jsonl exclude each other"),
     ("pydict prefix not a name",
      "[[rule]]\nname = \"step_line\"\nregex = 'step (?P<step>\\d+) (?P<x>\\{.*\\})'\n"
      "fields.x = { type = \"pydict\", prefix = \"eval-\" }\n", "step_line", "prefix must be letters"),

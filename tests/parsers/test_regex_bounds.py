@@ -30,7 +30,7 @@ import pytest
 
 import mstail.parsers
 from mstail.parsers import builtin_formats, pyliteral
-from mstail.parsers.loader import MAX_PAIRS
+from mstail.parsers.loader import MAX_PAIR_NAME, MAX_PAIRS
 from mstail.tailer.lines import LineSplitter
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,8 +43,12 @@ SCREEN = (4096, 16384, 65536)  # sizes every case is tried at first; over the bu
 AT_CAP = 3  # the slowest cases of a regex at 64 KiB that are tried at the cap, besides those that grew faster than
 #             linearly from 16 to 64 KiB or would reach half the budget at the cap if linear
 MAX_SHOWN = 10  # a regex with this many cases over the budget is not tried further
-#: Module-level patterns that never see a whole line: the longest text their module gives them.
-INPUT_CAPS = {"pyliteral._UNSAFE": pyliteral.MAX_CHARS}  # dict keys of a text parse_pydict takes (64 KiB at most)
+#: Patterns that never see a whole line: the longest text they are given. pyliteral._UNSAFE: dict keys of a text
+#: parse_pydict takes (64 KiB at most); the generic reader's pairs: its step rule's `_pairs` group, `.{0,4096}` (tried
+#: at every word start, that regex costs about 1 s per MiB; tests/parsers/test_generic.py holds the group's bound).
+GENERIC_PAIRS_CHARS = 4096
+INPUT_CAPS = {"pyliteral._UNSAFE": pyliteral.MAX_CHARS, "generic rule step_line pairs.regex": GENERIC_PAIRS_CHARS,
+              "loader._NOT_WORD": MAX_PAIR_NAME}  # a pair's name (with its unit): longer ones are skipped
 
 #: What adversarial lines are made of: what the built-in regexes look for, repeated.
 FILLERS = (
@@ -201,6 +205,8 @@ def slowest(call: Callable[[str], object], all_cases: Sequence[Case], cap: int =
     those that would reach half the budget at the cap even if linear."""
     over, screened = [], []
     sizes = [size for size in SCREEN if size < cap]
+    if len(sizes) < 2:  # a small cap (GENERIC_PAIRS_CHARS): screen at a sixteenth and a quarter of it
+        sizes = [cap // 16, cap // 4]
     for case in all_cases:
         took = {}
         for size in sizes:

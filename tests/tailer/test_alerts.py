@@ -247,6 +247,7 @@ def test_rules_file_overrides_and_errors_name_file_rule_and_key(tmp_path: Path) 
 # -- the sample logs --------------------------------------------------------------------------------------------------
 CLEAN = [
     "sample_logs/mindformers_pynative_r2.0_pp_stage0_info.log",  # `grad_norm: NaN` there is None, not a NaN
+    "sample_logs/mindyolo_train.log",
     *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests" / "real_logs").glob("*.log")),
 ]
 #: sample logs written with a NaN step or a crash on purpose (sample_logs/README.md): exactly these alerts.
@@ -257,6 +258,8 @@ EXPECTED = {
     "sample_logs/mindformers_v1.8_nonsink_worker_0.log": [("nonfinite", 7), ("error", 20)],
     "sample_logs/mindformers_v1.9_eval_worker_0.log": [("error", 9)],
     "sample_logs/mindformers_pynative_worker_0.log": [("nonfinite", 7), ("error", 9)],
+    "sample_logs/megatron_mindspeed_llm.log": [("nonfinite", 7)],  # the NaN iteration's grad norm
+    "sample_logs/hf_trainer_stdout.log": [("nonfinite", 6)],
 }
 
 
