@@ -46,6 +46,9 @@ class SourceInfo:
     metrics: List[str] = field(default_factory=list)
     counters: Dict[str, int] = field(default_factory=dict)
     problem: Optional[str] = None  # what a person should know ("permission denied", "no format matches ...")
+    #: how a silence is judged: "writer" (a process still writing the file is seen: silent and nobody writing is
+    #: ended, never hung), "time bound" (a network filesystem: writers there cannot be seen, the hang bound alone)
+    hang_rule: Optional[str] = None
     unplottable: int = 0  # values (or steps) kept in the history that no chart column can hold: beyond 64 bits
 
     def as_json(self) -> Dict[str, Any]:
@@ -62,6 +65,7 @@ class SourceInfo:
             "metrics": list(self.metrics),
             "counters": {**self.counters, "unplottable": self.unplottable} if self.unplottable else dict(self.counters),
             "problem": self.problem,
+            "hang_rule": self.hang_rule,
         }
 
 

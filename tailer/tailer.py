@@ -402,6 +402,9 @@ class Tailer:
                     if parser.format is None and parser.counts["unmatched_metric_lines"] else None) or (
                     GUESSED_STEPS if parser.meta.get("steps_per_epoch") == "guessed" else None) or (
                     EPOCH_STEPS if parser.meta.get("x_axis") == "epoch" else None)
+                if source.remote is None:  # once per file: is it on a network filesystem, where writers are not seen?
+                    source.remote = network_fs(source.follower.path) is not None
+                info.hang_rule = "time bound" if source.remote else "writer"
                 if part_items:
                     stored = self.store.add(source_id, part_items)
                     batch += stored

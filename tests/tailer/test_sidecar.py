@@ -207,3 +207,22 @@ def test_an_unexpected_error_in_a_pass_is_reported_and_the_loop_goes_on(tmp_path
         "tailing failed (RuntimeError: a bug in delivery); going on in 0.05 s"]
     assert tailer.health()["tailing_failures"] == 1
     assert not tailer.running and tailer.health()["problems"] == ["tailing has stopped"]  # run() has returned
+
+
+def test_a_source_says_which_rule_judges_its_silence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A local file: its writer is seen, so silence with nobody writing is an ended run (`hang_rule` "writer"). On a
+    network filesystem writers on other nodes cannot be seen and the time bound alone applies ("time bound"); no
+    network filesystem can be mounted here, so that answer of `network_fs` is stood in for (issue 15)."""
+    from mstail.tailer import tailer as tailer_module
+
+    local, remote = tmp_path / "local" / "train.log", tmp_path / "remote" / "train.log"
+    for path in (local, remote):
+        path.parent.mkdir()
+        path.write_text("line=1 padding=x\n", encoding="utf-8")
+    real = tailer_module.network_fs
+    monkeypatch.setattr(tailer_module, "network_fs",
+                        lambda path, *rest: "nfs4" if "remote" in str(path) else real(path, *rest))
+    tailer = make_tailer("polling", str(local), str(remote))
+    asyncio.run(tailer.pass_once())
+    rules = {info.path: info.as_json()["hang_rule"] for info in tailer.store.sources.values()}
+    assert rules == {str(local): "writer", str(remote): "time bound"}

@@ -158,6 +158,7 @@ def test_charts_are_grouped_with_a_header_per_rank_and_a_heatmap(dash: Dash, art
     wait_js(page, "s => !!document.querySelector(s)", arg=f"{card} .counters")
     counters = page.text_content(f"{card} .counters")
     assert "lines " in counters and "records 3000" in counters and "rotations 0" in counters
+    assert "hang: judged by its writer" in counters  # a local file: silence with no writer is ended, never hung
     assert "seq " in page.text_content("#summary")
     page.click("#file-details")
     wait_js(page, "s => !document.querySelector(s)", arg=f"{card} .counters")

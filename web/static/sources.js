@@ -131,7 +131,11 @@ function countersText(info) {
   const parts = [["lines", c.lines], ["bytes", c.bytes], ["records", info.records], ["unmatched", c.unmatched_metric_lines],
     ["field errors", c.field_errors], ["cut", c.cut_lines], ["bad utf-8", c.bad_utf8_lines],
     ["truncations", c.truncations], ["rotations", c.rotations], ["failures", c.failures], ["unplottable", c.unplottable]];
-  return parts.filter((p) => p[1] !== undefined).map(([k, v]) => `${k} ${k === "bytes" ? fmtAxis(v) : v}`).join(" · ");
+  const counts = parts.filter((p) => p[1] !== undefined).map(([k, v]) => `${k} ${k === "bytes" ? fmtAxis(v) : v}`);
+  // Which rule judges a silence (tailer/tailer.py): the writer seen on this machine, or the time bound alone.
+  if (info.hang_rule === "writer") counts.push("hang: judged by its writer (silent and not written: ended)");
+  if (info.hang_rule === "time bound") counts.push("hang: time bound only (network filesystem: writers not seen)");
+  return counts.join(" · ");
 }
 
 function el(tag, cls, text) {
