@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 import tempfile
 from pathlib import Path
-from typing import Any, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 HERE = Path(__file__).resolve().parent
 
@@ -28,3 +28,33 @@ def serve_rank_logs(support: Any, prefix: str, ranks: int, args: Sequence[str] =
         (log_dir / f"rank_{rank}" / "info.log").touch()
     server = support.start_mstail([str(log_dir / "rank_*" / "info.log")], work / "mstail", args=tuple(args))
     return server, log_dir, work
+
+
+class SSEReader:
+    """The messages in the lines of an SSE stream (the HTML spec's field rules): `feed(line)` gives (event, data)
+    when a blank line ends a message that has data, else None. `last_id` is the id to resume from with
+    Last-Event-ID; `start()` forgets a message cut off by a dropped connection."""
+
+    def __init__(self) -> None:
+        self.last_id: Optional[str] = None
+        self._event, self._data = "message", []  # type: Tuple[str, List[str]]
+
+    def start(self) -> None:
+        self._event, self._data = "message", []
+
+    def feed(self, line: str) -> Optional[Tuple[str, str]]:
+        if line == "":
+            message = (self._event, "\n".join(self._data)) if self._data else None
+            self.start()
+            return message
+        if line.startswith(":"):
+            return None
+        field, _, value = line.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        if field == "event":
+            self._event = value
+        elif field == "data":
+            self._data.append(value)
+        elif field == "id":
+            self.last_id = value
+        return None

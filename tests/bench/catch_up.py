@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from benchsupport import load_test_support
+from benchsupport import SSEReader, load_test_support
 
 import parse_speed
 from latency import loadavg, percentile, proc_cpu_s, proc_mem_kib
@@ -64,31 +64,21 @@ def stream(url: str, arrivals: Dict[Tuple[str, int], float], stop: threading.Eve
     import httpx
 
     timeout = httpx.Timeout(connect=5.0, read=1.0, write=5.0, pool=5.0)
-    last_id: Optional[str] = None
+    sse = SSEReader()
     with httpx.Client(timeout=timeout, trust_env=False) as client:
         while not stop.is_set():
-            headers = {"Last-Event-ID": last_id} if last_id is not None else {}
+            headers = {"Last-Event-ID": sse.last_id} if sse.last_id is not None else {}
             try:
                 with client.stream("GET", url + "/api/stream", headers=headers) as response:
-                    event, data = "message", []
+                    sse.start()
                     for line in response.iter_lines():
                         if stop.is_set():
                             return
-                        if line == "":
+                        message = sse.feed(line)
+                        if message is not None and message[0] == "records":
                             arrived = time.time()
-                            if event == "records" and data:
-                                for record in json.loads("\n".join(data)):
-                                    arrivals.setdefault((record["source"], record["step"]), arrived)
-                            event, data = "message", []
-                            continue
-                        field, _, value = line.partition(":")
-                        value = value[1:] if value.startswith(" ") else value
-                        if field == "event":
-                            event = value
-                        elif field == "data":
-                            data.append(value)
-                        elif field == "id":
-                            last_id = value
+                            for record in json.loads(message[1]):
+                                arrivals.setdefault((record["source"], record["step"]), arrived)
             except (httpx.ReadTimeout, httpx.RemoteProtocolError, httpx.ReadError, httpx.ConnectError):
                 continue
 

@@ -39,7 +39,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from benchsupport import load_test_support, serve_rank_logs
+from benchsupport import SSEReader, load_test_support, serve_rank_logs
 
 HERE = Path(__file__).resolve().parent
 GOAL_P99_MS = 100.0
@@ -55,38 +55,27 @@ def run_clients(url: str, first: int, count: int, expect: int, deadline: float, 
         receipts: List[Tuple[str, int, int, float]] = []  # source, step, seq, arrival
         seen = set()
         reconnects = 0
-        last_id: Optional[str] = None
+        sse = SSEReader()
         error = ""
         timeout = httpx.Timeout(connect=5.0, read=1.0, write=5.0, pool=5.0)
         with httpx.Client(timeout=timeout, trust_env=False) as client:
             while len(seen) < expect and time.time() < deadline:
-                headers = {"Last-Event-ID": last_id} if last_id is not None else {}
+                headers = {"Last-Event-ID": sse.last_id} if sse.last_id is not None else {}
                 try:
                     with client.stream("GET", url + "/api/stream", headers=headers) as response:
                         response.raise_for_status()
-                        event, data = "message", []
+                        sse.start()
                         for line in response.iter_lines():
-                            if line == "":
-                                arrived = time.time()
-                                if event == "records" and data:
-                                    for record in json.loads("\n".join(data)):
-                                        key = (record["source"], record["step"])
-                                        seen.add(key)
-                                        receipts.append((record["source"], record["step"], record["seq"], arrived))
-                                event, data = "message", []
-                                if len(seen) >= expect or time.time() >= deadline:
-                                    break
+                            message = sse.feed(line)
+                            if line != "":
                                 continue
-                            if line.startswith(":"):
-                                continue
-                            field, _, value = line.partition(":")
-                            value = value[1:] if value.startswith(" ") else value
-                            if field == "event":
-                                event = value
-                            elif field == "data":
-                                data.append(value)
-                            elif field == "id":
-                                last_id = value
+                            arrived = time.time()
+                            if message is not None and message[0] == "records":
+                                for record in json.loads(message[1]):
+                                    seen.add((record["source"], record["step"]))
+                                    receipts.append((record["source"], record["step"], record["seq"], arrived))
+                            if len(seen) >= expect or time.time() >= deadline:
+                                break
                 except (httpx.ReadTimeout, httpx.RemoteProtocolError, httpx.ReadError) as exc:
                     # Quiet stream (writers done) or a dropped connection: resume where we were, if time is left.
                     if len(seen) < expect and time.time() < deadline:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 import httpx
-from benchsupport import load_test_support
+from benchsupport import SSEReader, load_test_support
 
 GOAL_P99_MS = 50.0
 WRITER = r'''
@@ -63,18 +63,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     def client() -> None:
         with httpx.Client(timeout=None, trust_env=False) as http:
             with http.stream("GET", server.url + "/api/stream?after=0") as response:
-                kind = None
+                sse = SSEReader()
                 for line in response.iter_lines():
                     if stop.is_set():
                         return
-                    if line.startswith("event: "):
-                        kind = line[7:]
-                    elif line.startswith("data: ") and kind in ("records", "amend"):
-                        now = time.time()
-                        data = json.loads(line[6:])
-                        for item in data if kind == "records" else [data]:
-                            key = str(item["step"]) if kind == "records" else f"amend{item['step']}"
-                            arrivals.setdefault(key, []).append(now)
+                    message = sse.feed(line)
+                    if message is None or message[0] not in ("records", "amend"):
+                        continue
+                    now, (kind, data) = time.time(), message
+                    for item in json.loads(data) if kind == "records" else [json.loads(data)]:
+                        key = str(item["step"]) if kind == "records" else f"amend{item['step']}"
+                        arrivals.setdefault(key, []).append(now)
 
     reader = threading.Thread(target=client, daemon=True)
     reader.start()
