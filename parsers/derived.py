@@ -273,8 +273,9 @@ class Deriver:
                 item.data.update(self.derived.values(item.data))
                 self._last = dict(item.data)
             elif item.kind == "amend" and item.data.get("step") == self._last.get("step"):
-                merged = {**self._last, **item.data}
-                added = {k: v for k, v in self.derived.values(merged).items() if k not in self._last}
+                last = self._last  # our own copy: the amend's values join it in place (an amend adds new keys only)
+                last.update(item.data)
+                added = self.derived.values(last)  # only what `last` lacks
                 item.data.update(added)
-                self._last = {**merged, **added}
+                last.update(added)
         return items

@@ -44,6 +44,8 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 #: Bounds for a grouped multi-line event (a traceback): enough for any real one, bounded for garbage.
 MAX_EVENT_LINES = 400
 MAX_EVENT_CHARS = 64 * 1024
+#: An int `fits` keeps is in [-_INT64, _INT64); so is every float there (finite, so `fits` keeps it too).
+_INT64 = 1 << 63
 
 
 class _Match(NamedTuple):
@@ -302,7 +304,7 @@ class SourceParser:
         step = self._global_step(groups)
         if step is None:
             return None
-        if not fits(step):  # a step no history can hold: the line is a field error, not a record
+        if not -_INT64 <= step < _INT64:  # a step no history can hold: the line is a field error, not a record
             self.state.counts["field_errors"] += 1
             return None
         record: Record = {"step": step}
@@ -462,7 +464,8 @@ class SourceParser:
                 except (ValueError, KeyError):  # "[1.5]", "None", ...: the full converter knows
                     self._skip_fast(rule, plan, entry)
                 else:
-                    if fits(value, text):
+                    # `fits` inlined for the common case (an int or float within 64 bits): one compare per field
+                    if -_INT64 <= value < _INT64 or fits(value, text):
                         values[name] = value
                     else:  # beyond 64 bits or the float range: a field error, the rest of the record kept
                         self.state.counts["field_errors"] += 1

@@ -23,13 +23,16 @@ from .schema import Format
 MAX_PARTS = 1024
 
 _TAG = re.compile(r"^\[(?:(?P<word>rank|default)(?P<n>\d{1,9})\]|\d{1,9},(?P<mpi>\d{1,9})\]<std(?:out|err)>): ?")
+#: What follows the "[" of a tag: "rank", "default" or a digit.
+_TAG_SECOND = frozenset("rd0123456789")
 #: Text every tagged line holds (`[rank3]:`, `[default3]:`, `[1,3]<stdout>:`): the fast path feeds such lines.
 TAG_TEXTS = (b"]:", b"]<std")
 
 
 def part_of(text: str) -> Optional[re.Match]:
     """The launcher's tag at the start of a line, if any."""
-    return _TAG.match(text) if text[:1] == "[" else None
+    # Most lines start otherwise, or with "[INFO]": two characters rule them out without running the regex.
+    return _TAG.match(text) if text[:1] == "[" and text[1:2] in _TAG_SECOND else None
 
 
 class InterleavedParser:
