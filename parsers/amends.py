@@ -3,22 +3,22 @@
 A parser emits a step's record at its own line, so the sidecar publishes it at once; a line that belongs to that
 step but comes later (MindSpore's TimeMonitor at the epoch end, MindFormers' progress line, eval results) yields an
 amend for the parser's last record. Whoever still holds that record joins the two, so the rest of mstail sees one
-record: the tailer for the items of one read pass (`fold_amends`), `mstail parse` for a whole file (`settled`, or a
-`Settler` per piece of a file split across processes). An
+record: the tailer for the items of one read pass (`fold_amends`), `mstail parse` for a whole file (a `Settler`, one
+per piece of a file split across processes; `settled` for items already in memory). An
 amend whose record already left (published, stored) is applied by the store (`Store.add`) and streamed as an
 `amend` message the page applies. Either way the final history is the same: the record with the amend's values.
 """
 
 from __future__ import annotations
 
-from typing import Dict, Iterable, Iterator, List, Optional
+from typing import Dict, Iterable, List, Optional
 
 from .record import PART_KEY, Item, Record
 
 #: The keys of an amend that say which record it is for, not what it adds.
 TARGET_KEYS = ("step", "segment", PART_KEY)
 
-#: `settled` holds at most this many items waiting for a record to be final; beyond, the oldest record is written
+#: A `Settler` holds at most this many items waiting for a record to be final; beyond, the oldest record is written
 #: as it is (a later amend of it is then dropped). Never reached by a real log: between two step lines of one rank
 #: there are a few lines, and the launcher-tagged ranks of one file interleave line by line.
 MAX_HELD = 100_000
@@ -88,9 +88,7 @@ class Settler:
         return item.kind == "record" and self._open.get(item.data.get(PART_KEY)) is item
 
 
-def settled(items: Iterable[Item]) -> Iterator[Item]:
-    """The items of a whole input with every amend joined to its record, in line order (a `Settler` over them)."""
+def settled(items: Iterable[Item]) -> List[Item]:
+    """The items of a whole input held in memory, every amend joined to its record, in line order."""
     settler = Settler()
-    for item in items:
-        yield from settler.push((item,))
-    yield from settler.finish()
+    return settler.push(items) + settler.finish()

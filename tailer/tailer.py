@@ -390,6 +390,7 @@ class Tailer:
     def _deliver_items(self, results: List[Tuple[_Source, List[Item]]]) -> None:
         now = time.time()
         batch = []
+        self._learn_remote(source for source, _ in results)
         for source, items in results:
             for source_id, parser, part_items in _by_part(source, items):
                 info = self.store.add_source(source_id, str(source.follower.path))
@@ -402,8 +403,6 @@ class Tailer:
                     if parser.format is None and parser.counts["unmatched_metric_lines"] else None) or (
                     GUESSED_STEPS if parser.meta.get("steps_per_epoch") == "guessed" else None) or (
                     EPOCH_STEPS if parser.meta.get("x_axis") == "epoch" else None)
-                if source.remote is None:  # once per file: is it on a network filesystem, where writers are not seen?
-                    source.remote = network_fs(source.follower.path) is not None
                 info.hang_rule = "time bound" if source.remote else "writer"
                 if part_items:
                     stored = self.store.add(source_id, part_items)
@@ -550,19 +549,26 @@ class Tailer:
             self._look_for_writers(now)
         return source.writer_seen[1] if source.writer_seen is not None else None
 
+    @staticmethod
+    def _learn_remote(sources: Iterable[_Source]) -> None:
+        """Whether each source's file is on a network filesystem, where writers on other nodes are not seen: asked
+        once per file, with one read of the mount table for all the files still unknown."""
+        unknown = [s for s in sources if s.remote is None]
+        if not unknown:
+            return
+        try:
+            with open(MOUNTINFO, encoding="utf-8", errors="replace") as handle:
+                mounts = parse_mountinfo(handle.read())
+        except OSError:
+            mounts = []
+        for s in unknown:
+            s.remote = network_fs(s.follower.path, mounts) is not None
+
     def _look_for_writers(self, now: float) -> None:
         """One look at /proc for every followed file whose answer is older than WRITER_CHECK_S."""
         due = [s for s in self._sources.values() if s.follower.current is not None
                and (s.writer_seen is None or now - s.writer_seen[0] >= WRITER_CHECK_S)]
-        if any(s.remote is None for s in due):
-            try:
-                with open(MOUNTINFO, encoding="utf-8", errors="replace") as handle:
-                    mounts = parse_mountinfo(handle.read())
-            except OSError:
-                mounts = []
-            for s in due:
-                if s.remote is None:
-                    s.remote = network_fs(s.follower.path, mounts) is not None
+        self._learn_remote(due)
         local = {s.follower.current.identity for s in due if not s.remote}
         held = writers_of(local) if local else {}
         for s in due:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 from mstail.parsers import Format, Item, SourceParser
-from mstail.parsers.amends import settled
+from mstail.parsers.amends import Settler
 from mstail.parsers.blocks import feed_block
 from mstail.parsers.derived import Derived
 from mstail.parsers.interleave import InterleavedParser
@@ -115,16 +115,14 @@ def parse_chain(
 ) -> Iterator[Item]:
     """Records and events of one chain in order: its lines fed to `parser` (blocks of them through `feed_block`, as
     the sidecar's catch-up feeds them), then everything still held (a finished log has no later line to wait for);
-    each amend joined to its record (`settled`), as the sidecar's history ends up. `now`: the read time lines
+    each amend joined to its record (a `Settler`), as the sidecar's history ends up. `now`: the read time lines
     without a timestamp get (default: the time now)."""
     now = time.time() if now is None else now
-
-    def items() -> Iterator[Item]:
-        for _path, piece in chain_lines(chain, progress, blocks=True):
-            yield from feed(parser, piece, now)
-        yield from parser.flush(now, force=True)
-
-    return settled(items())
+    settler = Settler()
+    for _path, piece in chain_lines(chain, progress, blocks=True):
+        yield from settler.push(feed(parser, piece, now))
+    yield from settler.push(parser.flush(now, force=True))
+    yield from settler.finish()
 
 
 def feed(parser: InterleavedParser, piece: Union[Line, Block], now: float) -> List[Item]:
