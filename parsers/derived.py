@@ -69,10 +69,12 @@ class Derived:
     Attributes:
         perplexity: add `exp(loss)` for `loss` and each `*_loss`; default True.
         series: user-declared series, in the order they are computed.
+        constants: the TOML's `[constants]` the series were compiled with, as (name, value) pairs.
     """
 
     perplexity: bool = True
     series: Tuple[Series, ...] = ()
+    constants: Tuple[Tuple[str, float], ...] = ()
     _plans: Dict[Tuple[str, ...], List[Tuple[str, str, Optional[Series]]]] = field(
         default_factory=dict, compare=False, repr=False)  # key set -> what to compute (`_plan`)
 
@@ -120,6 +122,12 @@ class Derived:
         self._plans[keys] = plan
         return plan
 
+    def describe(self) -> List[str]:
+        """What decides the values this adds, one line each (the state file's fingerprint: another `--derived`
+        file gives another history)."""
+        return ([f"derived perplexity {self.perplexity}"] + [f"derived constant {k} {v!r}" for k, v in self.constants]
+                + [f"derived series {s.name} {s.text}" for s in self.series])
+
     @property
     def empty(self) -> bool:
         return not self.perplexity and not self.series
@@ -161,7 +169,8 @@ def load_derived(path: Optional[str]) -> Derived:
             compiled.append(compile_expression(name, text, {k: float(v) for k, v in constants.items()}))
         except ValueError as exc:
             raise DerivedError(f"{path}: series {name}: {exc}") from None
-    return Derived(perplexity=perplexity, series=tuple(compiled))
+    return Derived(perplexity=perplexity, series=tuple(compiled),
+                   constants=tuple(sorted((k, float(v)) for k, v in constants.items())))
 
 
 _BINARY: Dict[type, Callable[[float, float], float]] = {

@@ -102,6 +102,8 @@ def open_state(config: "Config", formats: Sequence["Format"]) -> "StateDB":
     for fmt in formats:  # a changed rule may parse the same lines differently: such a history is not reused
         parts += [f"{fmt.name} {p.regex.pattern}" for p in fmt.prefixes]
         parts += [f"{fmt.name} {r.name} {r.regex.pattern} {[f.name for f in r.fields]}" for r in fmt.rules]
+    if config.derived is not None:  # derived values are stored in the records
+        parts += config.derived.describe()
     digest = fingerprint(parts)
     label = (config.logs + config.jsonl)[0] if config.logs or config.jsonl else "state"
     return StateDB(state_file(state_dir, label, digest), expected=digest, network=network_fs(state_dir) is not None)

@@ -24,7 +24,8 @@ from mstail.parsers import load_formats
 from mstail.tailer.config import Config
 from mstail.tailer.hub import Hub
 from mstail.tailer.tailer import Tailer
-from mstail.tailer.db import StateDB
+from mstail.parsers.derived import load_derived
+from mstail.tailer.db import StateDB, open_state
 from mstail.tailer.store import Store
 from tests.conftest import finish_writer, start_mstail, wait_until
 from tests.web.sse_client import collect, stream_seqs
@@ -231,6 +232,27 @@ def test_no_state_keeps_nothing(tmp_path: Path) -> None:
     finally:
         assert server.stop() == 0
     assert not (tmp_path / "state").exists()
+
+
+def test_another_derived_file_gets_another_state(tmp_path: Path) -> None:
+    """Derived values are stored in the records: a history kept with one `--derived` file is not reused with
+    another (other constants, other expressions, perplexity off), nor with none."""
+    def state_for(toml: str) -> Path:
+        derived = None
+        if toml:
+            path = tmp_path / f"derived-{len(list(tmp_path.glob('derived-*')))}.toml"
+            path.write_text(toml, encoding="utf-8")
+            derived = load_derived(str(path))
+        config = Config(logs=(str(tmp_path / "info.log"),), state_dir=str(tmp_path / "state"), derived=derived)
+        db = open_state(config, load_formats(user_dir=Path("/nonexistent")))
+        db.close()
+        return db.path
+
+    tokens = '[constants]\nseq_len = {n}\n[series]\ntokens_per_s = "samples_per_s * seq_len"\n'
+    paths = [state_for(""), state_for(tokens.format(n=4096)), state_for(tokens.format(n=8192)),
+             state_for("perplexity = false\n")]
+    assert len(set(paths)) == 4
+    assert state_for(tokens.format(n=4096)) == paths[1]  # the same file content: the same history
 
 
 # -- in-process: the resume point itself ---------------------------------------------------------------------
