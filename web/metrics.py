@@ -13,7 +13,7 @@ Families (all prefixed `mstail_`):
 - `last_step{source}`, `last_step_timestamp_seconds{source}`, `seconds_since_last_step{source}`, `records{source}`
 - per-source counters from the follower and the parser: `lines_read_total`, `bytes_read_total`,
   `records_total`, `events_total`, `unmatched_metric_lines_total` (lines that looked like metrics but no rule
-  matched: dropped), `cut_lines_total`, `bad_utf8_lines_total`, `parse_errors_total`, `rotations_total`,
+  matched: dropped), `cut_lines_total`, `bad_utf8_lines_total`, `parse_errors_total`, `slow_lines_total`, `rotations_total`,
   `truncations_total`, `lost_bytes_total`, `io_errors_total`, `nul_bytes_total`
 - `sources{state}`, `store_items`, `tailer_passes_total`
 - SSE: `sse_clients`, `sse_messages_sent_total`, `sse_items_sent_total`, `sse_catch_ups_total`,
@@ -61,6 +61,7 @@ SOURCE_COUNTERS = (
     ("cut_lines", "cut_lines", "Lines longer than the line limit, cut."),
     ("bad_utf8_lines", "bad_utf8_lines", "Lines with invalid UTF-8 (replaced characters)."),
     ("parse_errors", "field_errors", "Fields that failed to convert (parse errors)."),
+    ("slow_lines", "slow_lines", "Lines a user's regex gave up on after its time limit (skipped for that rule)."),
     ("rotations", "rotations", "Log rotations followed."),
     ("truncations", "truncations", "Truncations of a followed file (it started over)."),
     ("lost_bytes", "lost_bytes", "Bytes known to have existed but never read (a truncation without a copy)."),

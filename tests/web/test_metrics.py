@@ -118,6 +118,19 @@ def test_the_series_cap_keeps_canonical_metrics_and_counts_the_rest() -> None:
     assert not any(metric == "note" for _, metric in pairs)
 
 
+def test_lines_a_user_regex_gave_up_on_are_exported() -> None:
+    """`slow_lines` (a user's regex out of its time limit) reaches /metrics beside the other parser counters."""
+    from tests.parsers.test_regex_bounds import user_parser
+
+    parser = user_parser()
+    for number in (1, 2):
+        parser.feed("a" * 40, number, 0.0)
+    store, hub = Store(), Hub()
+    store.add_source("run1", "/logs/run1.log").counters = dict(parser.counts)  # what a pass's checkpoint carries
+    families = {f.name: f for f in MstailCollector(store, hub, alerts=None, facts=lambda: {}).snapshot().collect()}
+    assert [(s.labels["source"], s.value) for s in families["mstail_slow_lines"].samples] == [("run1", 2)]
+
+
 def test_twenty_thousand_sources_export_a_bounded_scrape() -> None:
     # Before: 20,000 launcher-tagged sources made a 13.9 MB /metrics, built on the event loop (6 s a scrape).
     store, hub = Store(), Hub()

@@ -129,7 +129,7 @@ function factsOf(info, now, maxStep) {
 function countersText(info) {
   const c = info.counters || {};
   const parts = [["lines", c.lines], ["bytes", c.bytes], ["records", info.records], ["unmatched", c.unmatched_metric_lines],
-    ["field errors", c.field_errors], ["cut", c.cut_lines], ["bad utf-8", c.bad_utf8_lines],
+    ["field errors", c.field_errors], ["slow", c.slow_lines], ["cut", c.cut_lines], ["bad utf-8", c.bad_utf8_lines],
     ["truncations", c.truncations], ["rotations", c.rotations], ["failures", c.failures], ["unplottable", c.unplottable]];
   const counts = parts.filter((p) => p[1] !== undefined).map(([k, v]) => `${k} ${k === "bytes" ? fmtAxis(v) : v}`);
   // Which rule judges a silence (tailer/tailer.py): the writer seen on this machine, or the time bound alone.
