@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
+import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any, List, Optional, Sequence, Tuple
@@ -11,7 +14,12 @@ HERE = Path(__file__).resolve().parent
 
 
 def load_test_support() -> Any:
-    """tests/conftest.py (real mstail start-up and the MindFormers writer), loaded as a plain module."""
+    """tests/conftest.py (real mstail start-up and the MindFormers writer), loaded as a plain module. The mstail
+    processes it starts keep their state in a temporary folder removed at exit (as the test session's fixture
+    does), not in the user's ~/.local/state/mstail, unless MSTAIL_STATE_DIR or a bench's --state-dir says where."""
+    if "MSTAIL_STATE_DIR" not in os.environ:
+        os.environ["MSTAIL_STATE_DIR"] = state = tempfile.mkdtemp(prefix="mstail-bench-state-")
+        atexit.register(shutil.rmtree, state, True)
     spec = importlib.util.spec_from_file_location("mstail_test_support", HERE.parent / "conftest.py")
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     spec.loader.exec_module(module)  # type: ignore[union-attr]
