@@ -22,6 +22,7 @@ from mstail.parsers.interleave import InterleavedParser
 from mstail.parsers.record import PART_KEY, dumps_owned, ordered
 
 from ..discovery import ROTATED, SourceNamer, expand, has_glob, rotated_backups
+from ..runs import NOTHING_YET, RunFinder
 from ..lines import Block, Line, LineSplitter
 
 READ_CHUNK = 1 << 20
@@ -59,15 +60,19 @@ def _log_files(pattern: str) -> List[Path]:
     if stat.S_ISREG(mode):
         return [path]
     kind = next((name for test, name in _NOT_FILES if test(mode)), "a special file")
-    hint = f"give the logs in it, e.g. '{path}/*.log'" if stat.S_ISDIR(mode) else "mstail parse reads regular files only"
-    raise InputError(f"{path} is {kind}, not a log file: {hint}")
+    raise InputError(f"{path} is {kind}, not a log file: mstail parse reads regular files and folders of runs only")
 
 
 def chains(inputs: Sequence[str]) -> List[Chain]:
-    """Group the given paths/globs into rotated chains; missing inputs raise FileNotFoundError, a path that is
-    no regular file (FIFO, device, folder) InputError."""
+    """Group the given paths/globs into rotated chains, and the run files below given folders (`runs`) into chains
+    named by run and rank; missing inputs raise FileNotFoundError, a path that is neither a regular file nor a
+    folder (FIFO, device) InputError, a folder with no run file in it InputError."""
     paths: List[Path] = []
+    folders: List[str] = []
     for pattern in inputs:
+        if not has_glob(os.path.expanduser(pattern)) and os.path.isdir(os.path.expanduser(pattern)):
+            folders.append(pattern)
+            continue
         found = _log_files(pattern)
         if not found:
             raise FileNotFoundError(pattern)
@@ -86,6 +91,14 @@ def chains(inputs: Sequence[str]) -> List[Chain]:
         seen.add(key)
         files = rotated_backups(path) + [path] if not rotated else [path]
         out.append(Chain(source=namer.name(path, paths), files=files))
+    for folder in folders:
+        found_below = [f for f in RunFinder([folder]).find() if f.path.absolute() not in seen]
+        if not found_below:
+            raise InputError(f"no run files below {folder} (looked for {NOTHING_YET})")
+        for run_file in found_below:
+            seen.add(run_file.path.absolute())
+            out.append(Chain(source=namer.claim(run_file.path, run_file.names),
+                             files=rotated_backups(run_file.path) + [run_file.path]))
     return out
 
 
