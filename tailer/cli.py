@@ -279,7 +279,6 @@ def _run_server(config: Config, formats: Sequence[Format]) -> int:
     import asyncio  # here, not at the top: `mstail parse` and `formats` start faster without it
 
     from .discovery import expand
-    from .runs import NOTHING_YET, RunFinder
     from .serve import ServeError, bind, serve, url_of
     from .db import StateError, open_state
 
@@ -295,14 +294,10 @@ def _run_server(config: Config, formats: Sequence[Format]) -> int:
         raise UsageError(str(exc)) from None
     patterns = config.logs + config.jsonl
     found = sum(1 for p in patterns for f in expand(p) if f.is_file())
-    below = {folder: RunFinder([folder]).find() for folder in config.logdirs}
-    found += sum(map(len, below.values()))
-    waiting = "" if found else ", waiting for the files to appear"
-    runs = len({(folder, f.run) for folder, files in below.items() for f in files})
-    following = f"following {found} file{'s' if found != 1 else ''}" + (f" of {runs} run{'s' if runs != 1 else ''}"
-                                                                        if config.logdirs else "") + waiting
-    for folder in (folder for folder, files in below.items() if not files):
-        print(f"mstail: no run found below {folder} yet ({NOTHING_YET}); waiting for one to appear", file=sys.stderr)
+    if config.logdirs:  # walked by the tailer's first pass, which says what it finds (or that it waits)
+        following = f"following {found} file{'s' if found != 1 else ''} and the runs below " + ", ".join(config.logdirs)
+    else:
+        following = f"following {found} file{'s' if found != 1 else ''}" + ("" if found else ", waiting for the files to appear")
 
     def announce() -> None:
         if generated:

@@ -146,6 +146,7 @@ class RunFinder:
         self._labels = _root_labels(self.roots)
         self.max_depth, self.max_entries, self.max_files = max_depth, max_entries, max_files
         self._not_callback: Set[Path] = set()  # .jsonl files seen holding other JSON (a data set): never again
+        self._left_out: Set[Path] = set()  # info.log files of runs read through their worker logs
         self._said: Set[Tuple[str, str]] = set()
         #: the folders the last `find()` found no run file below (the page says it waits for them)
         self.empty: List[Path] = []
@@ -157,6 +158,8 @@ class RunFinder:
     def may_name(self, path: str) -> bool:
         """Whether a path a file event names may be a new run file, or a new folder that may hold one."""
         candidate = Path(path)
+        if candidate in self._left_out or candidate in self._not_callback:
+            return False  # written all along, never followed: its events must not make the tailer walk again
         if not any(root == candidate or root in candidate.parents for root in self.roots + self._resolved):
             return False
         return _kind(candidate) is not None or os.path.isdir(path)
@@ -183,6 +186,8 @@ class RunFinder:
                 self.empty.append(root)
         with_workers = {f.run for f in found if _WORKER_LOG.match(f.path.name)}
         kept = [f for f in found if not (f.run in with_workers and f.path.name == "info.log")]
+        if len(self._left_out) < 100_000:
+            self._left_out.update(f.path for f in found if f.run in with_workers and f.path.name == "info.log")
         for run in sorted(with_workers.intersection(f.run for f in found if f.path.name == "info.log")):
             self._say("workers", run, f"{run}: read through its msrun worker_*.log; its rank_*/info.log repeat the same "
                       "steps and are left out (--log PATH follows one too)", logging.INFO)

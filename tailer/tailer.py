@@ -41,7 +41,7 @@ from .lines import Block
 from .netfs import MOUNTINFO, existing_ancestor, network_fs, parse_mountinfo
 from .notices import Notices
 from .planner import Pacer, Plan, Planner
-from .runs import RunFinder
+from .runs import NOTHING_YET, RunFinder
 from .store import Store
 from .watch import Changes, watch_directories
 from .writers import writers_of
@@ -132,6 +132,7 @@ class Tailer:
         self._namer = SourceNamer()
         self._saved: Dict[Path, SourceCheckpoint] = {}  # checkpoints from the state, by path, until rediscovered
         self._runs = RunFinder(config.logdirs)  # the run files below `mstail DIR` folders
+        self._said_empty: Set[Path] = set()  # folders said to have no run below them yet
         wanted = PatternFilter(p for p, _ in self._patterns)
         self._planner: Planner[_Source] = Planner(lambda path: wanted(path) or self._runs.may_name(path))
         self._plan: Optional[Plan] = None  # what the pass in progress reads (None: every source)
@@ -169,15 +170,11 @@ class Tailer:
             key = path.absolute()
             if key not in self._sources:
                 fresh.setdefault(key, (path, forced))  # a file two patterns name: the first one's
-        named = list(zip(fresh.items(), self._namer.names([path for path, _ in fresh.values()], followed),
-                         [None] * len(fresh)))
-        for run_file in self._runs.find() if self.config.logdirs else ():
-            key = run_file.path.absolute()
-            if key not in self._sources and key not in fresh:
-                forced = self._jsonl if run_file.kind == "jsonl" else self._forced if run_file.kind == "text" else None
-                fresh[key] = (run_file.path, forced)
-                named.append(((key, fresh[key]), self._namer.claim(run_file.path, run_file.names), run_file.run))
-        for (key, (path, forced)), source_id, run in named:
+        named: List[Tuple[Path, Path, Optional[Format], str, Optional[str]]] = [
+            (key, path, forced, source_id, None) for (key, (path, forced)), source_id
+            in zip(fresh.items(), self._namer.names([path for path, _ in fresh.values()], followed))]
+        named += self._new_run_files(set(fresh))
+        for key, path, forced, source_id, run in named:
             source = _Source(
                 id=source_id,
                 follower=FileFollower(path, self.config.max_line_bytes),
@@ -193,6 +190,23 @@ class Tailer:
             self._sources[key] = source
             self._planner.add(source, path)
             new.append(source)
+        return new
+
+    def _new_run_files(self, taken: Set[Path]) -> List[Tuple[Path, Path, Optional[Format], str, Optional[str]]]:
+        """(key, path, forced format, id, run) of the files below the folders (`mstail DIR`) not followed yet and not
+        in `taken` (named by a `--log` pattern too: the pattern's); a folder with nothing below it yet is said once."""
+        if not self.config.logdirs:
+            return []
+        new = []
+        for run_file in self._runs.find():
+            key = run_file.path.absolute()
+            if key in self._sources or key in taken:
+                continue
+            forced = self._jsonl if run_file.kind == "jsonl" else self._forced if run_file.kind == "text" else None
+            new.append((key, run_file.path, forced, self._namer.claim(run_file.path, run_file.names), run_file.run))
+        for root in set(self._runs.empty) - self._said_empty:
+            self._said_empty.add(root)
+            log.warning("no run found below %s yet (%s); waiting for one to appear", root, NOTHING_YET)
         return new
 
     def _restore(self, source: _Source, saved: SourceCheckpoint) -> None:

@@ -93,6 +93,22 @@ def test_a_run_with_worker_logs_is_read_through_them(tmp_path: Path, caplog: pyt
                     "out (--log PATH follows one too)"]
 
 
+def test_only_events_that_may_name_a_new_run_file_make_the_tailer_walk_again(tmp_path: Path) -> None:
+    info = touch(tmp_path / "exp1/output/log/rank_0/info.log")
+    touch(tmp_path / "exp1/output/msrun_log/worker_0.log")
+    data = touch(tmp_path / "exp1/data.jsonl", '{"text": "a data set"}\n')
+    (tmp_path / "exp2").mkdir()
+    finder = RunFinder([str(tmp_path)])
+    finder.find()
+    may = {name: finder.may_name(str(tmp_path / name)) for name in (
+        "exp2", "exp2/output/log/rank_0/info.log", "exp1/output/msrun_log/worker_1.log", "exp1/checkpoint/rank_0.ckpt")}
+    assert may == {"exp2": True, "exp2/output/log/rank_0/info.log": True, "exp1/output/msrun_log/worker_1.log": True,
+                   "exp1/checkpoint/rank_0.ckpt": False}
+    # written all the time and never followed: an info.log read through its worker log, a data set's JSONL
+    assert not finder.may_name(str(info)) and not finder.may_name(str(data))
+    assert not finder.may_name("/elsewhere/output/log/rank_0/info.log")
+
+
 def test_names_stay_unique_and_stable(tmp_path: Path) -> None:
     touch(tmp_path / "exp1/output/log/rank_0/info.log")
     namer = SourceNamer()
@@ -204,7 +220,8 @@ def test_a_folder_of_runs_is_followed_and_a_run_added_later_is_found(mstail_serv
     runs = tmp_path / "runs"
     runs.mkdir()
     server = mstail_server(args=[str(runs)])  # nothing below it yet: it waits, and says so
-    assert "no run found below" in server.stderr and "waiting for one to appear" in server.stderr
+    wait_until(lambda: "waiting for one to appear" in server.stderr, 10, message="the notice that it waits")
+    assert f"no run found below {runs} yet" in server.stderr
     assert server.get_json("/healthz")["waiting_for_runs"] == [str(runs)]
     writers = [log_writer([runs / f"exp{e}/output/log/rank_{r}/info.log" for r in range(2)], steps=20, interval_s=0.01,
                           seed=e) for e in (1, 2)]
