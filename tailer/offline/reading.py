@@ -34,6 +34,8 @@ class Chain:
 
     source: str
     files: List[Path]
+    #: a text log (`--format` applies to it); False for a JSONL or event file found below a folder, read as its kind
+    text: bool = True
 
 
 class InputError(Exception):
@@ -98,7 +100,7 @@ def chains(inputs: Sequence[str]) -> List[Chain]:
         for run_file in found_below:
             seen.add(run_file.path.absolute())
             out.append(Chain(source=namer.claim(run_file.path, run_file.names),
-                             files=rotated_backups(run_file.path) + [run_file.path]))
+                             files=rotated_backups(run_file.path) + [run_file.path], text=run_file.kind == "text"))
     return out
 
 
@@ -177,7 +179,10 @@ def add_part(summary: Summary, group: Chain, part: _Part) -> None:
     summary.formats[group.source] = part.format
 
 
-def new_parser(formats: Sequence[Format], forced: Optional[Format], derived: Optional[Derived] = None) -> InterleavedParser:
+def new_parser(formats: Sequence[Format], forced: Optional[Format], derived: Optional[Derived] = None,
+               chain: Optional[Chain] = None) -> InterleavedParser:
+    """A parser for `chain`: `forced` (`--format`) applies to text logs only (default: to any)."""
+    forced = forced if chain is None or chain.text else None
     return InterleavedParser(lambda: SourceParser(formats, forced=forced), derived)
 
 
@@ -188,7 +193,7 @@ def parse_group(
 ) -> _Part:
     """Parse one chain: JSONL lines go to `write`, CSV rows are appended to `rows`; `derived` series are added to
     the records (default none)."""
-    parser = new_parser(formats, forced, derived)
+    parser = new_parser(formats, forced, derived, group)
     part = _Part()
     write_items(parse_chain(group, parser, progress=progress, now=now), group.source, part, to, write, rows, with_events)
     part.format = parser.format.name if parser.format else "none"

@@ -263,6 +263,7 @@ def test_parse_of_a_folder_equals_parsing_each_file(tmp_path: Path) -> None:
     each = parse(*(str(tmp_path / path) for path in walked))  # every file given: named by the file alone
     as_run = {files[path]: path.split("/")[0] + "/" + files[path].split("/")[-1] for path in walked}
     each = [{**row, "source": as_run[row["source"]]} for row in each]
+    assert parse("--format", "mindformers", str(tmp_path)) == whole  # forced on the text logs, not on the JSONL file
     counts = {source: sum(row["source"] == source for row in whole) for source in {row["source"] for row in whole}}
     assert counts == {"exp1/rank_0": 32, "exp1/rank_1": 32, "exp2/worker_0": 32, "exp2/worker_1": 32, "exp2/rank_0": 10}
     assert whole == each  # 30 steps, the start and the end of each log
