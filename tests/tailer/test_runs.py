@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -237,6 +238,14 @@ def test_a_folder_of_runs_is_followed_and_a_run_added_later_is_found(mstail_serv
         ("exp2/rank_1", "exp2", 20), ("exp3/worker_0", "exp3", 10)}
     assert server.get_json("/healthz")["waiting_for_runs"] == []
     assert server.stderr.count("no run found below") == 1
+    # a restart on the same folder continues the same history (the same state file): the same ids, runs and records
+    assert server.stop() == 0
+    again = mstail_server(args=[str(runs)])
+    kept = re.compile(r"history kept in (\S+)")
+    assert kept.search(again.stderr).group(1) == kept.search(server.stderr).group(1)  # type: ignore[union-attr]
+    wait_until(lambda: all(s["run"] for s in again.get_json("/api/sources")), 10, message="the runs after a restart")
+    assert {(s["id"], s["run"], s["records"]) for s in again.get_json("/api/sources")} == {
+        (s["id"], s["run"], s["records"]) for s in sources}
 
 
 # -- mstail parse DIR --------------------------------------------------------------------------------------------
