@@ -294,10 +294,11 @@ def _run_server(config: Config, formats: Sequence[Format]) -> int:
         raise UsageError(str(exc)) from None
     patterns = config.logs + config.jsonl
     found = sum(1 for p in patterns for f in expand(p) if f.is_file())
+    files = f"{found} file{'s' if found != 1 else ''}"
     if config.logdirs:  # walked by the tailer's first pass, which says what it finds (or that it waits)
-        following = f"following {found} file{'s' if found != 1 else ''} and the runs below " + ", ".join(config.logdirs)
+        following = f"following {files + ' and ' if patterns else ''}the runs below {', '.join(config.logdirs)}"
     else:
-        following = f"following {found} file{'s' if found != 1 else ''}" + ("" if found else ", waiting for the files to appear")
+        following = f"following {files}" + ("" if found else ", waiting for the files to appear")
 
     def announce() -> None:
         if generated:
