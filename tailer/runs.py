@@ -21,7 +21,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, List, Optional, Sequence, Set, Tuple
+from typing import Iterator, List, Optional, Sequence, Set, Tuple, Union
 
 log = logging.getLogger("mstail.runs")
 
@@ -52,12 +52,12 @@ _LAYOUT_DIR = re.compile(r"^(?:output|logs?|log_.+|msrun_log(?:_.+)?|metrics|sum
 _WORKER_LOG = re.compile(r"^worker_.+\.log$")
 
 
-def is_event_file(path: Path) -> bool:
+def is_event_file(path: Union[str, Path]) -> bool:
     """TensorBoard and MindSpore summary event files, by name (their `_lineage` twin holds no scalars).
 
     The one place folders tell event files apart: helper G's `is_event_file` (the event-file reader's own test)
     replaces this name check when the two branches meet."""
-    name = path.name
+    name = os.path.basename(path)
     return name.startswith("events.out.tfevents.") or (
         name.startswith("events.out.events.summary.") and not name.endswith("_lineage"))
 
@@ -87,10 +87,11 @@ def check_folder(folder: str) -> Path:
     return path
 
 
-def _kind(path: Path) -> Optional[str]:
-    """The kind of a file by its name and folder (`jsonl` still needs its head looked at), or None."""
-    name = path.name
-    if (name == "info.log" and _RANK_DIR.match(path.parent.name)) or _WORKER_LOG.match(name):
+def _kind(path: str) -> Optional[str]:
+    """The kind of a file by its name and folder (`jsonl` still needs its head looked at), or None. Strings, not
+    Paths: a walk asks this of every file (checkpoints, strategy files), and pathlib would be most of its time."""
+    folder, name = os.path.split(path)
+    if (name == "info.log" and _RANK_DIR.match(os.path.basename(folder))) or _WORKER_LOG.match(name):
         return "text"
     if name.endswith(".jsonl"):
         return "jsonl"
@@ -117,13 +118,36 @@ def _callback_jsonl(path: Path) -> Optional[bool]:
     return isinstance(first, dict) and ("step" in first or "kind" in first)
 
 
+def _entry_name(entry: "os.DirEntry[str]") -> str:
+    return entry.name
+
+
+def _run_file(root: Path, label: str, path: Path, parts: Tuple[str, ...], kind: str) -> RunFile:
+    """Name a file below `root` (its `parts` there) by its run and rank (see the module's docstring)."""
+    folders, name = list(parts[:-1]), parts[-1]
+    if kind == "text" and name == "info.log" or kind == "events" and _RANK_DIR.match(path.parent.name):
+        rank = path.parent.name  # (its folder, or the root itself when the root is the rank's folder)
+        folders = folders[:-1]
+    elif kind == "events":
+        rank = ""  # TensorBoard's own layout: the folder holding event files is the run
+    else:
+        rank = os.path.splitext(name)[0]
+    layout: List[str] = []
+    while folders and _LAYOUT_DIR.match(folders[-1]):
+        layout.insert(0, folders.pop())
+    run = "/".join(folders) or label
+    tail = [rank] if rank else []
+    names = ["/".join([run, *tail]), "/".join([run, *layout, *tail]), "/".join([run, *parts[len(folders):]])]
+    return RunFile(path=path, kind=kind, run=run, names=tuple(dict.fromkeys(names)))
+
+
 def _root_labels(roots: Sequence[Path]) -> List[str]:
-    """The name of each folder given as a run: its own, or the nearest above its layout folders (`exp1/output/log`
-    -> `exp1`); two alike are told apart by the folder as given."""
+    """The name of each folder given as a run: its own, or the nearest above its rank and layout folders
+    (`exp1/output/log` -> `exp1`); two alike are told apart by the folder as given."""
     labels = []
     for root in roots:
         resolved = root.resolve()
-        while _LAYOUT_DIR.match(resolved.name) and resolved.parent != resolved:
+        while (_LAYOUT_DIR.match(resolved.name) or _RANK_DIR.match(resolved.name)) and resolved.parent != resolved:
             resolved = resolved.parent
         labels.append(resolved.name or str(resolved))
     return [label if labels.count(label) == 1 else str(root).rstrip("/") or label
@@ -162,7 +186,7 @@ class RunFinder:
             return False  # written all along, never followed: its events must not make the tailer walk again
         if not any(root == candidate or root in candidate.parents for root in self.roots + self._resolved):
             return False
-        return _kind(candidate) is not None or os.path.isdir(path)
+        return _kind(path) is not None or os.path.isdir(path)
 
     def find(self) -> List[RunFile]:
         """Every run file below the folders now, in a stable order (folder by folder, names sorted). A run with
@@ -174,14 +198,15 @@ class RunFinder:
         self.empty = []
         for root, label in zip(self.roots, self._labels):
             before = len(found)
-            for path, kind in self._walk(root, budget):
+            for parts, kind in self._walk(root, budget):
                 if len(found) >= self.max_files:
                     self._say("files", str(root), f"more than {self.max_files} run files below {root}: the others are "
                               "not followed (give a folder closer to the runs)")
                     break
+                path = root.joinpath(*parts)
                 if kind == "jsonl" and not self._is_callback(path):
                     continue
-                found.append(self._run_file(root, label, path, kind))
+                found.append(_run_file(root, label, path, parts, kind))
             if len(found) == before:
                 self.empty.append(root)
         with_workers = {f.run for f in found if _WORKER_LOG.match(f.path.name)}
@@ -201,23 +226,24 @@ class RunFinder:
             self._not_callback.add(path)
         return bool(verdict)
 
-    def _walk(self, root: Path, budget: List[int]) -> Iterator[Tuple[Path, str]]:
-        """(file, kind) below `root`, depth first in name order; symlinked folders once (by device and inode)."""
+    def _walk(self, root: Path, budget: List[int]) -> Iterator[Tuple[Tuple[str, ...], str]]:
+        """(path below `root` as parts, kind) of the run files, depth first in name order; symlinked folders once (by
+        device and inode)."""
         seen: Set[Tuple[int, int]] = set()
-        stack: List[Tuple[Path, int]] = [(root, 0)]
+        stack: List[Tuple[str, Tuple[str, ...]]] = [(str(root), ())]
         while stack:
-            folder, depth = stack.pop()
+            folder, below = stack.pop()
             try:
-                info = folder.stat()
+                info = os.stat(folder)
                 if (info.st_dev, info.st_ino) in seen:
                     continue  # a link back up (a loop) or a second link to a folder already walked
                 seen.add((info.st_dev, info.st_ino))
                 with os.scandir(folder) as listing:
-                    entries = sorted(listing, key=lambda e: e.name)
+                    entries = sorted(listing, key=_entry_name)
             except FileNotFoundError:
                 continue  # gone since it was listed (a run folder removed)
             except OSError as exc:
-                self._say("unreadable", str(folder), f"cannot look into {folder} ({exc.strerror or exc}); skipped")
+                self._say("unreadable", folder, f"cannot look into {folder} ({exc.strerror or exc}); skipped")
                 continue
             budget[0] -= len(entries)
             if budget[0] < 0:
@@ -234,34 +260,16 @@ class RunFinder:
                 if is_folder:
                     if entry.name.startswith("."):
                         continue
-                    if depth + 1 > self.max_depth:
+                    if len(below) + 1 > self.max_depth:
                         self._say("depth", str(root), f"folders more than {self.max_depth} levels below {root} are not "
                                   "looked into (give a folder closer to the runs)")
                         continue
-                    folders.append(Path(entry.path))
+                    folders.append((entry.path, below + (entry.name,)))
                 elif is_file:
-                    kind = _kind(Path(entry.path))
+                    kind = _kind(entry.path)
                     if kind is not None:
-                        yield Path(entry.path), kind
-            stack.extend((sub, depth + 1) for sub in reversed(folders))
-
-    def _run_file(self, root: Path, label: str, path: Path, kind: str) -> RunFile:
-        """Name a file by its run and rank (see the module's docstring)."""
-        if kind == "text" and path.name == "info.log" or kind == "events" and _RANK_DIR.match(path.parent.name):
-            rank, folder = path.parent.name, path.parent.parent
-        elif kind == "events":
-            rank, folder = "", path.parent  # TensorBoard's own layout: the folder holding event files is the run
-        else:
-            rank, folder = path.stem, path.parent
-        layout: List[str] = []
-        while folder != root and _LAYOUT_DIR.match(folder.name) and root in folder.parents:
-            layout.insert(0, folder.name)
-            folder = folder.parent
-        run = label if folder == root else "/".join(folder.relative_to(root).parts)
-        tail = [rank] if rank else []
-        names = ["/".join([run, *tail]), "/".join([run, *layout, *tail]),
-                 "/".join([run, *path.relative_to(folder).parts])]
-        return RunFile(path=path, kind=kind, run=run, names=tuple(dict.fromkeys(names)))
+                        yield below + (entry.name,), kind
+            stack.extend(reversed(folders))
 
     def _say(self, what: str, where: str, message: str, level: int = logging.WARNING) -> None:
         """Say a bound, an unreadable folder or a choice once (per kind and folder) on stderr."""
