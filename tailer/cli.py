@@ -68,6 +68,10 @@ def _serve(args: argparse.Namespace) -> int:
             check_folder(folder)
     except FolderError as exc:
         raise UsageError(str(exc)) from None
+    for given in _flat(args.log) + _flat(args.jsonl):  # (`--log a.log DIR`: argparse hands DIR to --log)
+        if os.path.isdir(os.path.expanduser(given)):
+            raise UsageError(f"{given} is a folder: follow the runs below it with `mstail {given}` (before any --log) "
+                             f"or --logdir {given}, or give the logs in it, e.g. --log '{given}/*.log'")
     config = _config(args, logs=_flat(args.log), jsonl=_flat(args.jsonl), format=args.format, logdirs=folders)
     if not config.logs and not config.jsonl and not config.logdirs:
         raise UsageError("nothing to follow: give a folder of runs (mstail DIR), or --log PATH (a file or a quoted "

@@ -191,7 +191,7 @@ def mstail(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
                           timeout=timeout, env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 
-@pytest.mark.parametrize("case", ["serve missing", "serve a file", "parse missing", "parse empty"])
+@pytest.mark.parametrize("case", ["serve missing", "serve a file", "a folder as --log", "parse missing", "parse empty"])
 def test_a_missing_folder_a_file_or_an_empty_folder_is_one_line(tmp_path: Path, case: str) -> None:
     touch(tmp_path / "train.log")
     (tmp_path / "empty").mkdir()
@@ -199,6 +199,9 @@ def test_a_missing_folder_a_file_or_an_empty_folder_is_one_line(tmp_path: Path, 
     args, expected = {
         "serve missing": (["--port", "0", given], f"no such folder: {given}"),
         "serve a file": (["--port", "0", given], f"{given} is a file, not a folder: follow it with --log {given}"),
+        "a folder as --log": (["--log", str(tmp_path / "train.log"), given], f"{given} is a folder: follow the runs below "
+                              f"it with `mstail {given}` (before any --log) or --logdir {given}, or give the logs in "
+                              f"it, e.g. --log '{given}/*.log'"),
         "parse missing": (["parse", given], f"no such log file: {given}"),
         "parse empty": (["parse", given], f"no run files below {given} (looked for output/log/rank_N/info.log, "
                         "worker_N.log, mstail.callback's *.jsonl or event files)"),
