@@ -20,7 +20,8 @@ class Config:
         jsonl: paths or globs of JSONL files written by `mstail.callback` (read with the `jsonl` format).
         logdirs: folders of runs (`mstail DIR`, `--logdir DIR`): the run files below each, found again as runs
             appear (`mstail.tailer.runs`); each must exist when mstail starts. Default none.
-        format: a format name to use for every `logs` file (and text log in `logdirs`) instead of auto-detection; None = detect per file.
+        format: a format name to use for every `logs` file (and text log in `logdirs`) instead of auto-detection;
+            None = detect per file.
         format_files: extra format TOML files (`--formats`), tried before the built-ins. The formats they
             make are loaded once by the CLI and handed to `serve` beside the config.
         patterns: ad hoc regexes (`--pattern`) whose named groups become metrics.

@@ -48,7 +48,8 @@ INPUT_KINDS: Tuple[Tuple[str, str], ...] = (
 NOTHING_YET = "output/log/rank_N/info.log, worker_N.log, mstail.callback's *.jsonl or event files"
 
 _RANK_DIR = re.compile(r"^(?:rank|device|worker)[_.-]?\d+$")
-_LAYOUT_DIR = re.compile(r"^(?:output|logs?|log_.+|msrun_log(?:_.+)?|metrics|summary|summaries|tensorboard(?:_.+)?|tb)$")
+_LAYOUT_DIR = re.compile(
+    r"^(?:output|logs?|log_.+|msrun_log(?:_.+)?|metrics|summary|summaries|tensorboard(?:_.+)?|tb)$")
 _WORKER_LOG = re.compile(r"^worker_.+\.log$")
 
 
@@ -214,8 +215,8 @@ class RunFinder:
         if len(self._left_out) < 100_000:
             self._left_out.update(f.path for f in found if f.run in with_workers and f.path.name == "info.log")
         for run in sorted(with_workers.intersection(f.run for f in found if f.path.name == "info.log")):
-            self._say("workers", run, f"{run}: read through its msrun worker_*.log; its rank_*/info.log repeat the same "
-                      "steps and are left out (--log PATH follows one too)", logging.INFO)
+            self._say("workers", run, f"{run}: read through its msrun worker_*.log; its rank_*/info.log repeat the "
+                      "same steps and are left out (--log PATH follows one too)", logging.INFO)
         return kept
 
     def _is_callback(self, path: Path) -> bool:

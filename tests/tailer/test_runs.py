@@ -159,13 +159,15 @@ def test_bounds_are_said_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) 
         few = RunFinder([str(tmp_path / "a")], max_files=0)
         assert few.find() == []
     said = [r.getMessage() for r in caplog.records]
-    assert said == [f"folders more than 4 levels below {tmp_path} are not looked into (give a folder closer to the runs)",
+    assert said == [f"folders more than 4 levels below {tmp_path} are not looked into (give a folder closer to the "
+                    "runs)",
                     f"stopped looking below {tmp_path} after 20 entries: some runs may be missing (give a folder "
                     "closer to the runs)",
                     f"more than 0 run files below {tmp_path / 'a'}: the others are not followed (give a folder closer "
                     "to the runs)"]
 
 
+@pytest.mark.slow  # starts processes
 def test_an_unreadable_folder_is_skipped_with_one_notice(tmp_path: Path) -> None:
     # As root, without the capabilities that let root read every folder whatever its mode.
     touch(tmp_path / "exp1/output/log/rank_0/info.log", INFO_LOG.read_text())
@@ -191,17 +193,19 @@ def mstail(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
                           timeout=timeout, env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 
+@pytest.mark.slow  # starts processes
 @pytest.mark.parametrize("case", ["serve missing", "serve a file", "a folder as --log", "parse missing", "parse empty"])
 def test_a_missing_folder_a_file_or_an_empty_folder_is_one_line(tmp_path: Path, case: str) -> None:
     touch(tmp_path / "train.log")
     (tmp_path / "empty").mkdir()
-    given = str(tmp_path / {"serve missing": "nope", "serve a file": "train.log", "parse missing": "nope"}.get(case, "empty"))
+    given = str(tmp_path / {"serve missing": "nope", "serve a file": "train.log", "a folder as --log": "empty",
+                            "parse missing": "nope", "parse empty": "empty"}[case])
     args, expected = {
         "serve missing": (["--port", "0", given], f"no such folder: {given}"),
         "serve a file": (["--port", "0", given], f"{given} is a file, not a folder: follow it with --log {given}"),
-        "a folder as --log": (["--log", str(tmp_path / "train.log"), given], f"{given} is a folder: follow the runs below "
-                              f"it with `mstail {given}` (before any --log) or --logdir {given}, or give the logs in "
-                              f"it, e.g. --log '{given}/*.log'"),
+        "a folder as --log": (["--log", str(tmp_path / "train.log"), given], f"{given} is a folder: follow the runs "
+                              f"below it with `mstail {given}` (before any --log) or --logdir {given}, or give the logs "
+                              f"in it, e.g. --log '{given}/*.log'"),
         "parse missing": (["parse", given], f"no such log file: {given}"),
         "parse empty": (["parse", given], f"no run files below {given} (looked for output/log/rank_N/info.log, "
                         "worker_N.log, mstail.callback's *.jsonl or event files)"),
@@ -210,6 +214,7 @@ def test_a_missing_folder_a_file_or_an_empty_folder_is_one_line(tmp_path: Path, 
     assert result.returncode == 2 and result.stderr == f"mstail: {expected}\n", result
 
 
+@pytest.mark.slow  # starts processes
 def test_formats_lists_the_input_kinds() -> None:
     result = mstail("formats")
     assert result.returncode == 0, result.stderr
@@ -258,6 +263,7 @@ def parse(*args: str) -> List[dict]:
     return [json.loads(line) for line in result.stdout.splitlines()]
 
 
+@pytest.mark.slow  # starts processes
 @pytest.mark.timeout(90)
 def test_parse_of_a_folder_equals_parsing_each_file(tmp_path: Path) -> None:
     layout = {"exp1/output/log/rank_0/info.log": "rank_0", "exp1/output/log/rank_1/info.log": "rank_1",

@@ -1,6 +1,7 @@
 """Two runs below one folder (`mstail DIR`) on the page, in real headless Chromium: what the page says while the folder
-holds no run, then the runs as they start, the sources grouped by run, the runs compared by default (every run's lines, one colour per run, even beyond the 16 lines where one run's ranks are
-folded into a mean), and a run's heading shows or hides all its sources. Screenshot: tests/artifacts/runs-2-light.png."""
+holds no run, then the runs as they start, the sources grouped by run, the runs compared by default (every run's
+lines, one colour per run, even beyond the 16 lines where one run's ranks are folded into a mean), and a run's heading
+shows or hides all its sources. Screenshot: tests/artifacts/runs-2-light.png."""
 
 from __future__ import annotations
 

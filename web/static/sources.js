@@ -321,7 +321,8 @@ export function renderSources() {
     thead.append(head);
     const body = el("tbody");
     const worstSet = new Set(worst);
-    const rows = groupedByRun(shown.slice(0, TABLE_ROWS_MAX), (e) => tableRow(e.info, e.facts, worstSet.has(e.info.id)));
+    const listed = shown.slice(0, TABLE_ROWS_MAX);
+    const rows = groupedByRun(listed, (e) => tableRow(e.info, e.facts, worstSet.has(e.info.id)));
     body.append(...rows.map((row) => (row.tagName === "TR" ? row : runRow(row))));
     table.append(thead, body);
     const parts = [table];
