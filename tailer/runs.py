@@ -6,7 +6,8 @@ hidden folders skipped) keeps the files of the input kinds mstail reads, each na
     exp1/output/log/rank_3/info.log          -> exp1/rank_3   (MindFormers; rotated info.log.N join it)
     exp2/output/msrun_log/worker_0.log       -> exp2/worker_0 (msrun; scheduler.log holds no steps: left out)
     exp3/output/metrics/rank_0.jsonl         -> exp3/rank_0   (mstail.callback's JSON lines)
-    exp4/tensorboard/rank_0/events.out.tfevents.*  -> exp4/rank_0 (TensorBoard, MindSpore summary files)
+    exp4/tensorboard/rank_0/events.out.tfevents.*  -> exp4/rank_0 (TensorBoard, MindSpore summary files: one source
+                                                               per folder of them, its first file stands for it)
 
 The run is the folder that holds a run's files: the file's folder without its rank folder and without the
 layout folders MindFormers and msrun put between (`output`, `log`, `msrun_log`, `metrics`, `summary`,
@@ -56,8 +57,9 @@ _WORKER_LOG = re.compile(r"^worker_.+\.log$")
 def is_event_file(path: Union[str, Path]) -> bool:
     """TensorBoard and MindSpore summary event files, by name (their `_lineage` twin holds no scalars).
 
-    The one place folders tell event files apart: helper G's `is_event_file` (the event-file reader's own test)
-    replaces this name check when the two branches meet."""
+    The one place folders tell event files apart: helper G's event-file reader (tailer/frames.py) replaces this name
+    check when the two branches meet, by name only (`event_file_kind(name)`, or `is_event_file(path, sniff=False)`):
+    a walk must not open every file it passes to sniff it."""
     name = os.path.basename(path)
     return name.startswith("events.out.tfevents.") or (
         name.startswith("events.out.events.summary.") and not name.endswith("_lineage"))
@@ -126,7 +128,7 @@ def _entry_name(entry: "os.DirEntry[str]") -> str:
 def _run_file(root: Path, label: str, path: Path, parts: Tuple[str, ...], kind: str) -> RunFile:
     """Name a file below `root` (its `parts` there) by its run and rank (see the module's docstring)."""
     folders, name = list(parts[:-1]), parts[-1]
-    if kind == "text" and name == "info.log" or kind == "events" and _RANK_DIR.match(path.parent.name):
+    if _RANK_DIR.match(path.parent.name):
         rank = path.parent.name  # (its folder, or the root itself when the root is the rank's folder)
         folders = folders[:-1]
     elif kind == "events":
@@ -199,14 +201,17 @@ class RunFinder:
         self.empty = []
         for root, label in zip(self.roots, self._labels):
             before = len(found)
+            event_folders: Set[Tuple[str, ...]] = set()
             for parts, kind in self._walk(root, budget):
                 if len(found) >= self.max_files:
                     self._say("files", str(root), f"more than {self.max_files} run files below {root}: the others are "
                               "not followed (give a folder closer to the runs)")
                     break
                 path = root.joinpath(*parts)
-                if kind == "jsonl" and not self._is_callback(path):
-                    continue
+                if kind == "jsonl" and not self._is_callback(path) or kind == "events" and parts[:-1] in event_folders:
+                    continue  # (a folder of event files is one source: each writer's new file continues it)
+                if kind == "events":
+                    event_folders.add(parts[:-1])
                 found.append(_run_file(root, label, path, parts, kind))
             if len(found) == before:
                 self.empty.append(root)

@@ -118,11 +118,12 @@ def test_names_stay_unique_and_stable(tmp_path: Path) -> None:
     # later: a JSONL file and TensorBoard events of the same rank
     touch(tmp_path / "exp1/output/metrics/rank_0.jsonl", CALLBACK_LINE)
     touch(tmp_path / "exp1/tensorboard/rank_0/events.out.tfevents.1.host")
-    touch(tmp_path / "exp1/tensorboard/rank_0/events.out.tfevents.2.host")  # a second writer, after a resume
+    touch(tmp_path / "exp1/tensorboard/rank_0/events.out.tfevents.2.host")  # a second writer, after a resume: one source
+    touch(tmp_path / "exp1/tensorboard/rank_0/metrics.jsonl", CALLBACK_LINE)  # a third file of rank_0
     again = RunFinder([str(tmp_path)]).find()
     ids = [namer.claim(f.path, f.names) for f in again]
     assert ids == ["exp1/rank_0", "exp1/output/metrics/rank_0", "exp1/tensorboard/rank_0",
-                   "exp1/tensorboard/rank_0/events.out.tfevents.2.host"]
+                   "exp1/tensorboard/rank_0/metrics.jsonl"]
     # a restart adopts the ids the state kept, whatever order files turn up in
     restarted = SourceNamer()
     for found, source in zip(again, ids):
