@@ -1,8 +1,9 @@
 """The `mstail` command: a thin layer from argv to `Config` and the functions that do the work.
 
     mstail --log PATH [--log PATH ...]   follow logs and serve the page (same as `mstail serve`)
-    mstail parse LOG... --to jsonl|csv   legacy logs, offline
-    mstail formats                       list the formats and where each came from
+    mstail DIR [DIR ...]                 follow the runs below folders (same as --logdir DIR)
+    mstail parse LOG|DIR... --to jsonl|csv   legacy logs, offline
+    mstail formats                       list the input kinds and the formats, and where each came from
     mstail demo                          a simulated training, followed and served
 """
 
@@ -59,9 +60,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 # -- commands ---------------------------------------------------------------------------------------------
 def _serve(args: argparse.Namespace) -> int:
-    config = _config(args, logs=_flat(args.log), jsonl=_flat(args.jsonl), format=args.format)
-    if not config.logs and not config.jsonl:
-        raise UsageError("nothing to follow: give --log PATH (a file or a quoted glob such as 'output/log/rank_*/info.log')")
+    from .runs import FolderError, check_folder
+
+    folders = tuple(args.folders or ()) + _flat(args.logdir)
+    try:
+        for folder in folders:
+            check_folder(folder)
+    except FolderError as exc:
+        raise UsageError(str(exc)) from None
+    for given in _flat(args.log) + _flat(args.jsonl):  # (`--log a.log DIR`: argparse hands DIR to --log)
+        if os.path.isdir(os.path.expanduser(given)):
+            raise UsageError(f"{given} is a folder: follow the runs below it with `mstail {given}` (before any --log) "
+                             f"or --logdir {given}, or give the logs in it, e.g. --log '{given}/*.log'")
+    config = _config(args, logs=_flat(args.log), jsonl=_flat(args.jsonl), format=args.format, logdirs=folders)
+    if not config.logs and not config.jsonl and not config.logdirs:
+        raise UsageError("nothing to follow: give a folder of runs (mstail DIR), or --log PATH (a file or a quoted "
+                         "glob such as 'output/log/rank_*/info.log')")
     return _run_server(config, _formats(args, config.format))
 
 
@@ -124,8 +138,14 @@ def _parse(args: argparse.Namespace) -> int:
 
 
 def _list_formats(args: argparse.Namespace) -> int:
+    from .runs import INPUT_KINDS
+
+    print("input kinds:")
+    for kind, what in INPUT_KINDS:
+        print(f"  {kind:<22} {what}")
+    print("text formats:")
     for fmt in _formats(args, None):
-        print(f"{fmt.name:<24} {fmt.origin:<12} {fmt.description}")
+        print(f"  {fmt.name:<22} {fmt.origin:<12} {fmt.description}")
     return 0
 
 
@@ -162,7 +182,7 @@ def _formats(args: argparse.Namespace, wanted: Optional[str]) -> List[Format]:
 
 
 def _config(args: argparse.Namespace, logs: Tuple[str, ...], jsonl: Tuple[str, ...] = (),
-            format: Optional[str] = None) -> Config:
+            format: Optional[str] = None, logdirs: Tuple[str, ...] = ()) -> Config:
     """The server options of `serve` and `demo` (their own options come as arguments), checked and resolved:
     alert rules loaded and webhook targets parsed here, once, so a mistake is one line before anything starts."""
     from mstail.web.access import is_loopback_host
@@ -178,6 +198,7 @@ def _config(args: argparse.Namespace, logs: Tuple[str, ...], jsonl: Tuple[str, .
     config = Config(
         logs=logs,
         jsonl=jsonl,
+        logdirs=logdirs,
         format=format,
         format_files=tuple(args.formats or ()),
         patterns=tuple(args.pattern or ()),
@@ -205,7 +226,7 @@ def _auto_poll(config: Config) -> Config:
     read on a timer, as `--poll 1` would (an explicit --poll wins). Says which paths and why on stderr."""
     from .netfs import network_paths
 
-    found = network_paths(config.logs + config.jsonl) if config.poll_s is None else []
+    found = network_paths(config.logs + config.jsonl + config.logdirs) if config.poll_s is None else []
     if not found:
         return config
     for pattern, fstype in found:
@@ -277,8 +298,11 @@ def _run_server(config: Config, formats: Sequence[Format]) -> int:
         raise UsageError(str(exc)) from None
     patterns = config.logs + config.jsonl
     found = sum(1 for p in patterns for f in expand(p) if f.is_file())
-    waiting = "" if found else ", waiting for the files to appear"
-    following = f"following {found} file{'s' if found != 1 else ''}{waiting}"
+    files = f"{found} file{'s' if found != 1 else ''}"
+    if config.logdirs:  # walked by the tailer's first pass, which says what it finds (or that it waits)
+        following = f"following {files + ' and ' if patterns else ''}the runs below {', '.join(config.logdirs)}"
+    else:
+        following = f"following {files}" + ("" if found else ", waiting for the files to appear")
 
     def announce() -> None:
         if generated:
@@ -368,6 +392,9 @@ def _build_parser() -> argparse.ArgumentParser:
 
     serve_p = commands.add_parser("serve", help="follow logs and serve the dashboard (the default command)",
                                   description="Follow training logs from the start (history) and then live; serve the page.")
+    serve_p.add_argument("folders", nargs="*", metavar="DIR", help="folders of runs: the MindFormers, msrun, JSONL "
+                         "and event files below each, runs that appear later included (same as --logdir DIR)")
+    serve_p.add_argument("--logdir", action="append", nargs="+", metavar="DIR", help="a folder of runs (repeatable)")
     serve_p.add_argument("--log", action="append", nargs="+", metavar="PATH", help="log files or quoted globs "
                          "('output/log/rank_*/info.log'); files may appear later; repeatable")
     serve_p.add_argument("--jsonl", action="append", nargs="+", metavar="PATH", help="JSONL files written by "
@@ -378,8 +405,9 @@ def _build_parser() -> argparse.ArgumentParser:
 
     parse_p = commands.add_parser("parse", help="parse finished logs to JSONL or CSV",
                                   description="Parse logs offline. Rotated chains (info.log.5 ... info.log) are read "
-                                  "oldest first as one source. A summary goes to stderr.")
-    parse_p.add_argument("logs", nargs="+", metavar="LOG", help="log files or globs")
+                                  "oldest first as one source; a folder gives the runs below it, each file named by "
+                                  "its run and rank. A summary goes to stderr.")
+    parse_p.add_argument("logs", nargs="+", metavar="LOG", help="log files, globs or folders of runs")
     parse_p.add_argument("--format", metavar="NAME", help="format name (default: detect per file)")
     parse_p.add_argument("--to", choices=("jsonl", "csv"), default="jsonl", help="output format (default: jsonl)")
     parse_p.add_argument("-o", "--output", metavar="OUT", help="output file, replaced only once the parse has "
@@ -391,7 +419,7 @@ def _build_parser() -> argparse.ArgumentParser:
     derived_option(parse_p)
     parse_p.set_defaults(run=_parse)
 
-    formats_p = commands.add_parser("formats", help="list the formats and where each came from")
+    formats_p = commands.add_parser("formats", help="list the input kinds and the formats, and where each came from")
     format_options(formats_p)
     formats_p.set_defaults(run=_list_formats)
 

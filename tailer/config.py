@@ -18,7 +18,10 @@ class Config:
     Attributes:
         logs: paths or quoted globs to follow (`output/log/rank_*/info.log`); they may not exist yet.
         jsonl: paths or globs of JSONL files written by `mstail.callback` (read with the `jsonl` format).
-        format: a format name to use for every `logs` file instead of auto-detection; None = detect per file.
+        logdirs: folders of runs (`mstail DIR`, `--logdir DIR`): the run files below each, found again as runs
+            appear (`mstail.tailer.runs`); each must exist when mstail starts. Default none.
+        format: a format name to use for every `logs` file (and text log in `logdirs`) instead of auto-detection;
+            None = detect per file.
         format_files: extra format TOML files (`--formats`), tried before the built-ins. The formats they
             make are loaded once by the CLI and handed to `serve` beside the config.
         patterns: ad hoc regexes (`--pattern`) whose named groups become metrics.
@@ -64,6 +67,7 @@ class Config:
 
     logs: Tuple[str, ...] = ()
     jsonl: Tuple[str, ...] = ()
+    logdirs: Tuple[str, ...] = ()
     format: Optional[str] = None
     format_files: Tuple[str, ...] = ()
     patterns: Tuple[str, ...] = ()

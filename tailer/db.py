@@ -90,7 +90,8 @@ def open_state(config: "Config", formats: Sequence["Format"]) -> "StateDB":
         return StateDB(None)
     state_dir = Path(config.state_dir).expanduser() if config.state_dir else default_state_dir()
     state_dir = state_dir.absolute()
-    for root, recursive in watch_roots(config.logs + config.jsonl):
+    roots = watch_roots(config.logs + config.jsonl) | {(Path(d).expanduser().resolve(), True) for d in config.logdirs}
+    for root, recursive in roots:
         if state_dir == root or (recursive and root in state_dir.parents):
             raise StateError(
                 f"the state folder {state_dir} is inside the followed log folder {root}: mstail would wake itself "
@@ -99,13 +100,15 @@ def open_state(config: "Config", formats: Sequence["Format"]) -> "StateDB":
     parts = [f"mstail {__version__}", f"schema {SCHEMA_VERSION}", f"format {config.format}"]
     parts += sorted(f"log {os.path.abspath(os.path.expanduser(p))}" for p in config.logs)
     parts += sorted(f"jsonl {os.path.abspath(os.path.expanduser(p))}" for p in config.jsonl)
+    parts += sorted(f"logdir {os.path.abspath(os.path.expanduser(p))}" for p in config.logdirs)
     for fmt in formats:  # a changed rule may parse the same lines differently: such a history is not reused
         parts += [f"{fmt.name} {p.regex.pattern}" for p in fmt.prefixes]
         parts += [f"{fmt.name} {r.name} {r.regex.pattern} {[f.name for f in r.fields]}" for r in fmt.rules]
     if config.derived is not None:  # derived values are stored in the records
         parts += config.derived.describe()
     digest = fingerprint(parts)
-    label = (config.logs + config.jsonl)[0] if config.logs or config.jsonl else "state"
+    given = config.logs + config.jsonl + config.logdirs
+    label = given[0] if given else "state"
     return StateDB(state_file(state_dir, label, digest), expected=digest, network=network_fs(state_dir) is not None)
 
 

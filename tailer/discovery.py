@@ -136,6 +136,18 @@ class SourceNamer:
             by_folder.setdefault(absolute.parent, set()).add(absolute)
         return [self._name(path.absolute(), by_folder) for path in paths]
 
+    def claim(self, path: Path, wanted: Sequence[str]) -> str:
+        """The id of a file found below a folder (`runs.RunFile.names`): its id if it has one, else the first of
+        `wanted` not taken, else the last one numbered (`exp1/rank_0#2`)."""
+        key = path.absolute()
+        if key not in self._by_path:
+            free = [name for name in wanted if name not in self._taken]
+            source = free[0] if free else next(f"{wanted[-1]}#{n}" for n in range(2, len(self._taken) + 3)
+                                               if f"{wanted[-1]}#{n}" not in self._taken)
+            self._by_path[key] = source
+            self._taken.add(source)
+        return self._by_path[key]
+
     def _name(self, key: Path, by_folder: Dict[Path, Set[Path]]) -> str:
         if key in self._by_path:
             return self._by_path[key]

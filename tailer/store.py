@@ -50,6 +50,7 @@ class SourceInfo:
     #: ended, never hung), "time bound" (a network filesystem: writers there cannot be seen, the hang bound alone)
     hang_rule: Optional[str] = None
     unplottable: int = 0  # values (or steps) kept in the history that no chart column can hold: beyond 64 bits
+    run: Optional[str] = None  # the run of a file found below a folder (`mstail DIR`): the page groups by it
 
     def as_json(self) -> Dict[str, Any]:
         return {
@@ -66,6 +67,7 @@ class SourceInfo:
             "counters": {**self.counters, "unplottable": self.unplottable} if self.unplottable else dict(self.counters),
             "problem": self.problem,
             "hang_rule": self.hang_rule,
+            "run": self.run,
         }
 
 

@@ -41,6 +41,7 @@ from .lines import Block
 from .netfs import MOUNTINFO, existing_ancestor, network_fs, parse_mountinfo
 from .notices import Notices
 from .planner import Pacer, Plan, Planner
+from .runs import NOTHING_YET, RunFinder
 from .store import Store
 from .watch import Changes, watch_directories
 from .writers import writers_of
@@ -95,6 +96,7 @@ class _Source:
     writer_seen: Optional[Tuple[float, Optional[bool]]] = None  # (monotonic time, held_for_writing) last asked
     shown_state: Optional[str] = None  # the state its last delivery showed (None: never delivered)
     remote: Optional[bool] = None  # its file is on a network filesystem (asked once: writers there are not seen)
+    run: Optional[str] = None  # the run it belongs to, for a file found below a folder (`mstail DIR`)
 
 
 class Tailer:
@@ -129,7 +131,10 @@ class Tailer:
         self._sources: Dict[Path, _Source] = {}
         self._namer = SourceNamer()
         self._saved: Dict[Path, SourceCheckpoint] = {}  # checkpoints from the state, by path, until rediscovered
-        self._planner: Planner[_Source] = Planner(PatternFilter(p for p, _ in self._patterns))
+        self._runs = RunFinder(config.logdirs)  # the run files below `mstail DIR` folders
+        self._said_empty: Set[Path] = set()  # folders said to have no run below them yet
+        wanted = PatternFilter(p for p, _ in self._patterns)
+        self._planner: Planner[_Source] = Planner(lambda path: wanted(path) or self._runs.may_name(path))
         self._plan: Optional[Plan] = None  # what the pass in progress reads (None: every source)
         self._ticked = float("-inf")  # monotonic time of the alert engine's last tick
         self._pushed: Dict[str, Tuple[float, Any]] = {}  # source id -> (monotonic time, counts) last sent (SSE)
@@ -155,7 +160,8 @@ class Tailer:
                 self._saved[path.absolute()] = checkpoint
 
     def discover(self) -> List[_Source]:
-        """Register files the patterns name now; returns the new ones (runs in the pass thread)."""
+        """Register files the patterns name now, and run files below the folders; returns the new ones (runs in
+        the pass thread)."""
         new = []
         found = [(path, forced) for pattern, forced in self._patterns for path in expand(pattern)]
         followed = [path for path, _ in found]
@@ -164,8 +170,11 @@ class Tailer:
             key = path.absolute()
             if key not in self._sources:
                 fresh.setdefault(key, (path, forced))  # a file two patterns name: the first one's
-        ids = self._namer.names([path for path, _ in fresh.values()], followed)
-        for (key, (path, forced)), source_id in zip(fresh.items(), ids):
+        named: List[Tuple[Path, Path, Optional[Format], str, Optional[str]]] = [
+            (key, path, forced, source_id, None) for (key, (path, forced)), source_id
+            in zip(fresh.items(), self._namer.names([path for path, _ in fresh.values()], followed))]
+        named += self._new_run_files(set(fresh))
+        for key, path, forced, source_id, run in named:
             source = _Source(
                 id=source_id,
                 follower=FileFollower(path, self.config.max_line_bytes),
@@ -174,12 +183,30 @@ class Tailer:
                                          self.config.derived),
             )
             source.said_format = forced.name if forced is not None else None
+            source.run = run
             saved = self._saved.pop(key, None)
             if saved is not None:
                 self._restore(source, saved)
             self._sources[key] = source
             self._planner.add(source, path)
             new.append(source)
+        return new
+
+    def _new_run_files(self, taken: Set[Path]) -> List[Tuple[Path, Path, Optional[Format], str, Optional[str]]]:
+        """(key, path, forced format, id, run) of the files below the folders (`mstail DIR`) not followed yet and not
+        in `taken` (named by a `--log` pattern too: the pattern's); a folder with nothing below it yet is said once."""
+        if not self.config.logdirs:
+            return []
+        new = []
+        for run_file in self._runs.find():
+            key = run_file.path.absolute()
+            if key in self._sources or key in taken:
+                continue
+            forced = self._jsonl if run_file.kind == "jsonl" else self._forced if run_file.kind == "text" else None
+            new.append((key, run_file.path, forced, self._namer.claim(run_file.path, run_file.names), run_file.run))
+        for root in set(self._runs.empty) - self._said_empty:
+            self._said_empty.add(root)
+            log.warning("no run found below %s yet (%s); waiting for one to appear", root, NOTHING_YET)
         return new
 
     def _restore(self, source: _Source, saved: SourceCheckpoint) -> None:
@@ -207,7 +234,7 @@ class Tailer:
             while not stop.is_set():
                 try:
                     if self.config.poll_s is None:
-                        current_roots = watch_roots(p for p, _ in self._patterns)
+                        current_roots = watch_roots(p for p, _ in self._patterns) | self._runs.watch_roots()
                         if current_roots != roots:  # a directory appeared: watch closer to the files
                             if watcher is not None:
                                 watcher_stop.set()
@@ -274,7 +301,7 @@ class Tailer:
         if db.write_error is not None:
             problems.append(f"the history cannot be written ({db.write_error}); {db.unsaved} items kept in memory")
         return {"passes": self.passes, "tailing_failures": self.failures, "last_tailing_failure": self.last_failure,
-                "unsaved": db.unsaved, "problems": problems}
+                "unsaved": db.unsaved, "problems": problems, "waiting_for_runs": [str(f) for f in self._runs.empty]}
 
     async def _sleep(self, stop: asyncio.Event, wake: asyncio.Event, timeout: float) -> None:
         if self._planner.holding:
@@ -404,6 +431,7 @@ class Tailer:
                     GUESSED_STEPS if parser.meta.get("steps_per_epoch") == "guessed" else None) or (
                     EPOCH_STEPS if parser.meta.get("x_axis") == "epoch" else None)
                 info.hang_rule = "time bound" if source.remote else "writer"
+                info.run = source.run
                 if part_items:
                     stored = self.store.add(source_id, part_items)
                     batch += stored

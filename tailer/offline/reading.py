@@ -22,6 +22,7 @@ from mstail.parsers.interleave import InterleavedParser
 from mstail.parsers.record import PART_KEY, dumps_owned, ordered
 
 from ..discovery import ROTATED, SourceNamer, expand, has_glob, rotated_backups
+from ..runs import NOTHING_YET, RunFinder
 from ..lines import Block, Line, LineSplitter
 
 READ_CHUNK = 1 << 20
@@ -33,6 +34,8 @@ class Chain:
 
     source: str
     files: List[Path]
+    #: a text log (`--format` applies to it); False for a JSONL or event file found below a folder, read as its kind
+    text: bool = True
 
 
 class InputError(Exception):
@@ -59,15 +62,19 @@ def _log_files(pattern: str) -> List[Path]:
     if stat.S_ISREG(mode):
         return [path]
     kind = next((name for test, name in _NOT_FILES if test(mode)), "a special file")
-    hint = f"give the logs in it, e.g. '{path}/*.log'" if stat.S_ISDIR(mode) else "mstail parse reads regular files only"
-    raise InputError(f"{path} is {kind}, not a log file: {hint}")
+    raise InputError(f"{path} is {kind}, not a log file: mstail parse reads regular files and folders of runs only")
 
 
 def chains(inputs: Sequence[str]) -> List[Chain]:
-    """Group the given paths/globs into rotated chains; missing inputs raise FileNotFoundError, a path that is
-    no regular file (FIFO, device, folder) InputError."""
+    """Group the given paths/globs into rotated chains, and the run files below given folders (`runs`) into chains
+    named by run and rank; missing inputs raise FileNotFoundError, a path that is neither a regular file nor a
+    folder (FIFO, device) InputError, a folder with no run file in it InputError."""
     paths: List[Path] = []
+    folders: List[str] = []
     for pattern in inputs:
+        if not has_glob(os.path.expanduser(pattern)) and os.path.isdir(os.path.expanduser(pattern)):
+            folders.append(pattern)
+            continue
         found = _log_files(pattern)
         if not found:
             raise FileNotFoundError(pattern)
@@ -86,6 +93,14 @@ def chains(inputs: Sequence[str]) -> List[Chain]:
         seen.add(key)
         files = rotated_backups(path) + [path] if not rotated else [path]
         out.append(Chain(source=namer.name(path, paths), files=files))
+    for folder in folders:
+        found_below = [f for f in RunFinder([folder]).find() if f.path.absolute() not in seen]
+        if not found_below:
+            raise InputError(f"no run files below {folder} (looked for {NOTHING_YET})")
+        for run_file in found_below:
+            seen.add(run_file.path.absolute())
+            out.append(Chain(source=namer.claim(run_file.path, run_file.names),
+                             files=rotated_backups(run_file.path) + [run_file.path], text=run_file.kind == "text"))
     return out
 
 
@@ -164,7 +179,10 @@ def add_part(summary: Summary, group: Chain, part: _Part) -> None:
     summary.formats[group.source] = part.format
 
 
-def new_parser(formats: Sequence[Format], forced: Optional[Format], derived: Optional[Derived] = None) -> InterleavedParser:
+def new_parser(formats: Sequence[Format], forced: Optional[Format], derived: Optional[Derived] = None,
+               chain: Optional[Chain] = None) -> InterleavedParser:
+    """A parser for `chain`: `forced` (`--format`) applies to text logs only (default: to any)."""
+    forced = forced if chain is None or chain.text else None
     return InterleavedParser(lambda: SourceParser(formats, forced=forced), derived)
 
 
@@ -175,7 +193,7 @@ def parse_group(
 ) -> _Part:
     """Parse one chain: JSONL lines go to `write`, CSV rows are appended to `rows`; `derived` series are added to
     the records (default none)."""
-    parser = new_parser(formats, forced, derived)
+    parser = new_parser(formats, forced, derived, group)
     part = _Part()
     write_items(parse_chain(group, parser, progress=progress, now=now), group.source, part, to, write, rows, with_events)
     part.format = parser.format.name if parser.format else "none"

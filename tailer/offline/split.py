@@ -145,7 +145,7 @@ def parse_piece(
 ) -> PieceResult:
     """Parse one piece (see the module docstring); the next piece's places are read from, and this piece's written
     to, files in `folder`."""
-    parser = new_parser(formats, forced, derived)
+    parser = new_parser(formats, forced, derived, piece.chain)
     # Amends joined to their records as in one process. At a seam both pieces' settlers hold the same open record
     # (their parsers agree on the last record), so this piece drops what it holds there and the next one writes it.
     settler = Settler()

@@ -368,6 +368,7 @@ async function checkHealth() {
     const response = await fetch("/healthz", { cache: "no-store" });
     const facts = await response.json();
     const problems = facts.problems || [];
+    state.waitingForRuns = facts.waiting_for_runs || [];
     banner.textContent = problems.length ? `mstail: ${problems.join("; ")}` : "";
     banner.hidden = !problems.length;
   } catch (err) {

@@ -10,7 +10,7 @@
 // Everything from log text or paths is set with textContent: never HTML.
 
 import { fmt, fmtAxis, fmtDuration, getJSON, median, natural, num } from "./util.js";
-import { MANY_LINES, colorOf, state, view, writeURL } from "./state.js";
+import { MANY_LINES, colorOf, comparingRuns, state, view, writeURL } from "./state.js";
 import { drawHeatmap } from "./heatmap.js";
 
 const STEP_TIMES_KEPT = 50;       // the header's step time is the median of this many latest steps
@@ -46,6 +46,42 @@ export function setHidden(source, hidden) {
   if (hidden) view.hidden.add(source); else view.hidden.delete(source);
   redrawAll();
   if (state.heatmapAnswer) drawHeatmap(state.heatmapAnswer);
+}
+
+// A run's heading shows or hides all of its sources at once (all shown unless every one is hidden now).
+function setRunHidden(run) {
+  const ids = [...state.sources.values()].filter((i) => i.run === run).map((i) => i.id);
+  const hide = !ids.every((id) => view.hidden.has(id));
+  for (const id of ids) if (hide) view.hidden.add(id); else view.hidden.delete(id);
+  redrawAll();
+  if (state.heatmapAnswer) drawHeatmap(state.heatmapAnswer);
+}
+
+function runHeading(run, infos) {
+  const head = el("button", "run-heading");
+  head.type = "button";
+  head.dataset.run = run;
+  head.title = "click: show or hide every source of this run";
+  const shown = infos.filter((i) => !view.hidden.has(i.id)).length;
+  head.setAttribute("aria-pressed", String(shown > 0));
+  const swatch = el("span", "swatch");
+  swatch.style.background = colorOf(infos[0].id);
+  head.append(swatch, el("span", "id", run), el("span", "muted", ` ${shown} of ${infos.length} shown`));
+  head.addEventListener("click", () => setRunHidden(run));
+  return head;
+}
+
+// With several runs, each run's entries follow its heading (in the order given, a name sort keeps runs together).
+function groupedByRun(entries, render) {
+  if (!comparingRuns()) return entries.flatMap(render);
+  const runs = new Map();
+  for (const e of entries) {
+    const run = e.info.run || "";
+    if (!runs.has(run)) runs.set(run, []);
+    runs.get(run).push(e);
+  }
+  return [...runs].flatMap(([run, group]) => [
+    ...(run ? [runHeading(run, group.map((e) => e.info))] : []), ...group.flatMap(render)]);
 }
 
 function setPicked(source, picked) {
@@ -224,6 +260,15 @@ function tableRow(info, facts, worst) {
   return rows;
 }
 
+function runRow(heading) {
+  const row = el("tr", "run-row");
+  const cell = el("td");
+  cell.colSpan = TABLE_COLUMNS.length;
+  cell.append(heading);
+  row.append(cell);
+  return row;
+}
+
 const SORTS = {
   name: (a, b) => natural(a.info.id, b.info.id),
   lag: (a, b) => (b.facts.lag ?? -1) - (a.facts.lag ?? -1) || natural(a.info.id, b.info.id),
@@ -265,7 +310,7 @@ export function renderSources() {
   document.getElementById("source-filter").hidden = !many;
   document.getElementById("source-sort-label").hidden = !many;
   if (!many) {
-    strip.replaceChildren(...entries.sort(SORTS.name).map((e) => card(e.info, e.facts)));
+    strip.replaceChildren(...groupedByRun(entries.sort(SORTS.name), (e) => [card(e.info, e.facts)]));
   } else {
     const needle = view.sourceFilter.trim().toLowerCase();
     const shown = entries.filter((e) => !needle || e.info.id.toLowerCase().includes(needle)).sort(SORTS[view.sourceSort] || SORTS.name);
@@ -276,7 +321,9 @@ export function renderSources() {
     thead.append(head);
     const body = el("tbody");
     const worstSet = new Set(worst);
-    for (const e of shown.slice(0, TABLE_ROWS_MAX)) body.append(...tableRow(e.info, e.facts, worstSet.has(e.info.id)));
+    const listed = shown.slice(0, TABLE_ROWS_MAX);
+    const rows = groupedByRun(listed, (e) => tableRow(e.info, e.facts, worstSet.has(e.info.id)));
+    body.append(...rows.map((row) => (row.tagName === "TR" ? row : runRow(row))));
     table.append(thead, body);
     const parts = [table];
     const more = shown.length - Math.min(shown.length, TABLE_ROWS_MAX);
@@ -294,7 +341,8 @@ export function renderSources() {
   renderEmpty(infos);
   renderBaselineChoices();
   const shown = infos.filter((i) => !view.hidden.has(i.id)).length;
-  document.querySelector("#ranks option[value='auto']").textContent = `auto (${shown > MANY_LINES ? "mean + band" : "overlay"})`;
+  const auto = comparingRuns() ? "compare runs" : shown > MANY_LINES ? "mean + band" : "overlay";
+  document.querySelector("#ranks option[value='auto']").textContent = `auto (${auto})`;
 }
 
 // No chart yet: say which files mstail has found (or that it has found none), what each is doing, and what to try.
@@ -303,7 +351,10 @@ function renderEmpty(infos) {
   if (state.charts.size) { empty.hidden = true; return; }
   empty.hidden = false;
   const lines = [];
-  if (!infos.length) {
+  if (!infos.length && state.waitingForRuns.length) {
+    lines.push(`No run found yet below ${state.waitingForRuns.join(", ")}: mstail follows each run as soon as its `
+      + "output/log/rank_N/info.log, msrun worker_N.log, mstail.callback *.jsonl or event files appear.");
+  } else if (!infos.length) {
     lines.push("No log file found yet. mstail shows curves as soon as a file matching --log (or --jsonl) appears and "
       + "logs step lines.");
   } else {
@@ -361,8 +412,12 @@ export function noteSource(fresh) {
     if (known.last_step !== null && !(fresh.last_step >= known.last_step)) fresh.last_step = known.last_step;
     if (typeof known.last_time === "number" && !(fresh.last_time >= known.last_time)) fresh.last_time = known.last_time;
   }
-  colorOf(fresh.id);
   state.sources.set(fresh.id, fresh);
+  if (fresh.run && !state.runs.has(fresh.run)) {
+    state.runs.add(fresh.run);
+    if (state.runs.size === 2) for (const chart of state.charts.values()) chart.dirty = true;  // colours by run now
+  }
+  colorOf(fresh.id);
 }
 
 // Every source's entry again: after the stream reconnects (the `source` messages sent meanwhile are not replayed)

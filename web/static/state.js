@@ -25,6 +25,8 @@ export const view = {
 export const state = {
   charts: new Map(),    // metric -> ChartView
   sources: new Map(),   // id -> /api/sources entry (kept up to date by the stream)
+  runs: new Set(),      // the runs of sources found below a folder (`mstail DIR`): several are compared by default
+  waitingForRuns: [],   // folders no run has been found below yet (/healthz), said while nothing is shown
   colors: new Map(),
   events: [],           // /api/events + stream `event`s (not alerts)
   alerts: new Map(),    // alert id -> alert
@@ -60,10 +62,18 @@ export async function tracked(promise) {
   }
 }
 
+// Several runs are compared: one colour per run (its ranks share it), each run's lines drawn (overlay, not one mean).
+export function comparingRuns() {
+  return state.runs.size > 1;
+}
+
 export function colorOf(source) {
-  // First come, first served (boot hands the sources over in natural order): a colour never changes while open.
-  if (!state.colors.has(source)) state.colors.set(source, colorAt(state.colors.size));
-  return state.colors.get(source);
+  // First come, first served (boot hands the sources over in natural order): a colour never changes while open,
+  // except that a second run turning up colours every source by its run from then on.
+  const run = comparingRuns() ? (state.sources.get(source) || {}).run : null;
+  const key = run ? `run ${run}` : source;
+  if (!state.colors.has(key)) state.colors.set(key, colorAt(state.colors.size));
+  return state.colors.get(key);
 }
 
 export const MANY_LINES = 16;  // beyond this many shown sources, "auto" draws the mean + band, the worst on top
@@ -77,7 +87,7 @@ export function shownSourcesOf(metric) {
 
 export function meanMode(shownSources) {
   if (view.baseline) return false;
-  return view.ranks === "mean" || (view.ranks === "auto" && shownSources > MANY_LINES);
+  return view.ranks === "mean" || (view.ranks === "auto" && shownSources > MANY_LINES && !comparingRuns());
 }
 
 export function isDark() {

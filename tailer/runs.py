@@ -1,0 +1,286 @@
+"""Folders as runs: `mstail DIR`, `--logdir DIR`, `mstail parse DIR` find the runs' files below a folder.
+
+A walk below each folder (bounded in depth and entries; symlinked folders followed once, so a link loop ends;
+hidden folders skipped) keeps the files of the input kinds mstail reads, each named by its run and rank:
+
+    exp1/output/log/rank_3/info.log          -> exp1/rank_3   (MindFormers; rotated info.log.N join it)
+    exp2/output/msrun_log/worker_0.log       -> exp2/worker_0 (msrun; scheduler.log holds no steps: left out)
+    exp3/output/metrics/rank_0.jsonl         -> exp3/rank_0   (mstail.callback's JSON lines)
+    exp4/tensorboard/rank_0/events.out.tfevents.*  -> exp4/rank_0 (TensorBoard, MindSpore summary files: one source
+                                                               per folder of them, its first file stands for it)
+
+The run is the folder that holds a run's files: the file's folder without its rank folder and without the
+layout folders MindFormers and msrun put between (`output`, `log`, `msrun_log`, `metrics`, `summary`,
+`tensorboard`, ...), named by its path below DIR, or by DIR's own name when DIR is the run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, List, Optional, Sequence, Set, Tuple, Union
+
+log = logging.getLogger("mstail.runs")
+
+#: folders deeper than this below DIR are not looked into (MindFormers' deepest layout is
+#: `DIR/<group>/<run>/output/log/rank_N/info.log`: 6 levels).
+MAX_DEPTH = 8
+#: directory entries looked at per walk at most, so a walk stays bounded however big DIR is: 13,000 entries (50
+#: runs x 8 ranks with checkpoints) take 0.2-0.3 s on a loaded 2-core machine (tests/bench/folder_walk.py).
+MAX_ENTRIES = 100_000
+#: files kept per walk at most (each becomes a source).
+MAX_FILES = 4096
+#: bytes of a `.jsonl` file read to tell mstail.callback's records from other JSON lines (a data set).
+JSONL_HEAD_BYTES = 64 << 10
+
+#: one line per input kind, for `mstail formats` (the README lists the same).
+INPUT_KINDS: Tuple[Tuple[str, str], ...] = (
+    ("text", "log lines in one of the text formats listed below (info.log, worker_N.log, stdout): --log PATH"),
+    ("jsonl", "JSON lines written by mstail.callback: --jsonl PATH, or *.jsonl below a folder"),
+    ("tensorboard", "TensorBoard event files (events.out.tfevents.*), as tensorboardX writes them for MindFormers"),
+    ("summary", "MindSpore summary files (events.out.events.summary.*) of SummaryRecord / SummaryCollector"),
+    ("folder", "a folder of runs: mstail DIR, --logdir DIR, mstail parse DIR find the kinds above below it"),
+)
+
+#: what a folder is looked through for, said while none is found yet
+NOTHING_YET = "output/log/rank_N/info.log, worker_N.log, mstail.callback's *.jsonl or event files"
+
+_RANK_DIR = re.compile(r"^(?:rank|device|worker)[_.-]?\d+$")
+_LAYOUT_DIR = re.compile(
+    r"^(?:output|logs?|log_.+|msrun_log(?:_.+)?|metrics|summary|summaries|tensorboard(?:_.+)?|tb)$")
+_WORKER_LOG = re.compile(r"^worker_.+\.log$")
+
+
+def is_event_file(path: Union[str, Path]) -> bool:
+    """TensorBoard and MindSpore summary event files, by name (their `_lineage` twin holds no scalars).
+
+    The one place folders tell event files apart: helper G's event-file reader (tailer/frames.py) replaces this name
+    check when the two branches meet, by name only (`event_file_kind(name)`, or `is_event_file(path, sniff=False)`):
+    a walk must not open every file it passes to sniff it."""
+    name = os.path.basename(path)
+    return name.startswith("events.out.tfevents.") or (
+        name.startswith("events.out.events.summary.") and not name.endswith("_lineage"))
+
+
+@dataclass(frozen=True)
+class RunFile:
+    """A file found below a folder: its kind (`text`, `jsonl`, `events`), its run's name, and the names it may
+    take as a source, best first (`exp1/rank_3`, then with its layout folders, then its whole path in the run)."""
+
+    path: Path
+    kind: str
+    run: str
+    names: Tuple[str, ...]
+
+
+class FolderError(Exception):
+    """A folder given to follow or parse that is missing or is no folder: one line for the user."""
+
+
+def check_folder(folder: str) -> Path:
+    """`folder` as a Path when it is a folder; FolderError (a one-line reason) when it is missing or a file."""
+    path = Path(os.path.expanduser(folder))
+    if not path.exists():
+        raise FolderError(f"no such folder: {folder}")
+    if not path.is_dir():
+        raise FolderError(f"{folder} is a file, not a folder: follow it with --log {folder}")
+    return path
+
+
+def _kind(path: str) -> Optional[str]:
+    """The kind of a file by its name and folder (`jsonl` still needs its head looked at), or None. Strings, not
+    Paths: a walk asks this of every file (checkpoints, strategy files), and pathlib would be most of its time."""
+    folder, name = os.path.split(path)
+    if (name == "info.log" and _RANK_DIR.match(os.path.basename(folder))) or _WORKER_LOG.match(name):
+        return "text"
+    if name.endswith(".jsonl"):
+        return "jsonl"
+    if is_event_file(path):
+        return "events"
+    return None
+
+
+def _callback_jsonl(path: Path) -> Optional[bool]:
+    """Whether a `.jsonl` file holds mstail.callback records: its first line is a JSON object with a `step` or a
+    `kind`. None while it has no whole first line yet (a run just started: asked again at the next walk)."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(JSONL_HEAD_BYTES)
+    except OSError:
+        return None
+    end = head.find(b"\n")
+    if end < 0:
+        return None if len(head) < JSONL_HEAD_BYTES else False
+    try:
+        first = json.loads(head[:end])
+    except ValueError:
+        return False
+    return isinstance(first, dict) and ("step" in first or "kind" in first)
+
+
+def _entry_name(entry: "os.DirEntry[str]") -> str:
+    return entry.name
+
+
+def _run_file(root: Path, label: str, path: Path, parts: Tuple[str, ...], kind: str) -> RunFile:
+    """Name a file below `root` (its `parts` there) by its run and rank (see the module's docstring)."""
+    folders, name = list(parts[:-1]), parts[-1]
+    if _RANK_DIR.match(path.parent.name):
+        rank = path.parent.name  # (its folder, or the root itself when the root is the rank's folder)
+        folders = folders[:-1]
+    elif kind == "events":
+        rank = ""  # TensorBoard's own layout: the folder holding event files is the run
+    else:
+        rank = os.path.splitext(name)[0]
+    layout: List[str] = []
+    while folders and _LAYOUT_DIR.match(folders[-1]):
+        layout.insert(0, folders.pop())
+    run = "/".join(folders) or label
+    tail = [rank] if rank else []
+    names = ["/".join([run, *tail]), "/".join([run, *layout, *tail]), "/".join([run, *parts[len(folders):]])]
+    return RunFile(path=path, kind=kind, run=run, names=tuple(dict.fromkeys(names)))
+
+
+def _root_labels(roots: Sequence[Path]) -> List[str]:
+    """The name of each folder given as a run: its own, or the nearest above its rank and layout folders
+    (`exp1/output/log` -> `exp1`); two alike are told apart by the folder as given."""
+    labels = []
+    for root in roots:
+        resolved = root.resolve()
+        while (_LAYOUT_DIR.match(resolved.name) or _RANK_DIR.match(resolved.name)) and resolved.parent != resolved:
+            resolved = resolved.parent
+        labels.append(resolved.name or str(resolved))
+    return [label if labels.count(label) == 1 else str(root).rstrip("/") or label
+            for label, root in zip(labels, roots)]
+
+
+class RunFinder:
+    """The run files below some folders, found again on every `find()` (new runs and ranks appear while training).
+
+    Args:
+        folders: the folders given (`mstail DIR`, `--logdir`); each must exist (`check_folder`) when the CLI starts.
+        max_depth, max_entries, max_files: the walk's bounds (MAX_DEPTH, MAX_ENTRIES, MAX_FILES); a walk a bound
+            cut is said once on stderr.
+    """
+
+    def __init__(self, folders: Sequence[str], max_depth: int = MAX_DEPTH, max_entries: int = MAX_ENTRIES,
+                 max_files: int = MAX_FILES) -> None:
+        self.roots = [Path(os.path.abspath(os.path.expanduser(f))) for f in folders]
+        self._resolved = [root.resolve() for root in self.roots]  # file events name paths below either form
+        self._labels = _root_labels(self.roots)
+        self.max_depth, self.max_entries, self.max_files = max_depth, max_entries, max_files
+        self._not_callback: Set[Path] = set()  # .jsonl files seen holding other JSON (a data set): never again
+        self._left_out: Set[Path] = set()  # info.log files of runs read through their worker logs
+        self._said: Set[Tuple[str, str]] = set()
+        #: the folders the last `find()` found no run file below (the page says it waits for them)
+        self.empty: List[Path] = []
+
+    def watch_roots(self) -> Set[Tuple[Path, bool]]:
+        """(folder, recursive) pairs for the file watcher: every given folder, recursively."""
+        return {(root.resolve(), True) for root in self.roots if root.is_dir()}
+
+    def may_name(self, path: str) -> bool:
+        """Whether a path a file event names may be a new run file, or a new folder that may hold one."""
+        candidate = Path(path)
+        if candidate in self._left_out or candidate in self._not_callback:
+            return False  # written all along, never followed: its events must not make the tailer walk again
+        if not any(root == candidate or root in candidate.parents for root in self.roots + self._resolved):
+            return False
+        return _kind(path) is not None or os.path.isdir(path)
+
+    def find(self) -> List[RunFile]:
+        """Every run file below the folders now, in a stable order (folder by folder, names sorted). A run with
+        msrun worker logs is read through them, not through its MindFormers `rank_*/info.log`: the worker log
+        holds the same step lines (stdout) plus what only stdout and stderr get (tracebacks since MindFormers 1.6,
+        LossMonitor prints, C++ errors), and msrun creates it before the training creates info.log."""
+        found: List[RunFile] = []
+        budget = [self.max_entries]
+        self.empty = []
+        for root, label in zip(self.roots, self._labels):
+            before = len(found)
+            event_folders: Set[Tuple[str, ...]] = set()
+            for parts, kind in self._walk(root, budget):
+                if len(found) >= self.max_files:
+                    self._say("files", str(root), f"more than {self.max_files} run files below {root}: the others are "
+                              "not followed (give a folder closer to the runs)")
+                    break
+                path = root.joinpath(*parts)
+                if kind == "jsonl" and not self._is_callback(path) or kind == "events" and parts[:-1] in event_folders:
+                    continue  # (a folder of event files is one source: each writer's new file continues it)
+                if kind == "events":
+                    event_folders.add(parts[:-1])
+                found.append(_run_file(root, label, path, parts, kind))
+            if len(found) == before:
+                self.empty.append(root)
+        with_workers = {f.run for f in found if _WORKER_LOG.match(f.path.name)}
+        kept = [f for f in found if not (f.run in with_workers and f.path.name == "info.log")]
+        if len(self._left_out) < 100_000:
+            self._left_out.update(f.path for f in found if f.run in with_workers and f.path.name == "info.log")
+        for run in sorted(with_workers.intersection(f.run for f in found if f.path.name == "info.log")):
+            self._say("workers", run, f"{run}: read through its msrun worker_*.log; its rank_*/info.log repeat the "
+                      "same steps and are left out (--log PATH follows one too)", logging.INFO)
+        return kept
+
+    def _is_callback(self, path: Path) -> bool:
+        if path in self._not_callback:
+            return False
+        verdict = _callback_jsonl(path)
+        if verdict is False and len(self._not_callback) < 100_000:
+            self._not_callback.add(path)
+        return bool(verdict)
+
+    def _walk(self, root: Path, budget: List[int]) -> Iterator[Tuple[Tuple[str, ...], str]]:
+        """(path below `root` as parts, kind) of the run files, depth first in name order; symlinked folders once (by
+        device and inode)."""
+        seen: Set[Tuple[int, int]] = set()
+        stack: List[Tuple[str, Tuple[str, ...]]] = [(str(root), ())]
+        while stack:
+            folder, below = stack.pop()
+            try:
+                info = os.stat(folder)
+                if (info.st_dev, info.st_ino) in seen:
+                    continue  # a link back up (a loop) or a second link to a folder already walked
+                seen.add((info.st_dev, info.st_ino))
+                with os.scandir(folder) as listing:
+                    entries = sorted(listing, key=_entry_name)
+            except FileNotFoundError:
+                continue  # gone since it was listed (a run folder removed)
+            except OSError as exc:
+                self._say("unreadable", folder, f"cannot look into {folder} ({exc.strerror or exc}); skipped")
+                continue
+            budget[0] -= len(entries)
+            if budget[0] < 0:
+                self._say("entries", str(root), f"stopped looking below {root} after {self.max_entries} entries: "
+                          "some runs may be missing (give a folder closer to the runs)")
+                return
+            folders = []
+            for entry in entries:
+                try:
+                    is_folder = entry.is_dir()  # through a symlink: a linked run folder is walked (once)
+                    is_file = not is_folder and entry.is_file()
+                except OSError:
+                    continue
+                if is_folder:
+                    if entry.name.startswith("."):
+                        continue
+                    if len(below) + 1 > self.max_depth:
+                        self._say("depth", str(root), f"folders more than {self.max_depth} levels below {root} are not "
+                                  "looked into (give a folder closer to the runs)")
+                        continue
+                    folders.append((entry.path, below + (entry.name,)))
+                elif is_file:
+                    kind = _kind(entry.path)
+                    if kind is not None:
+                        yield below + (entry.name,), kind
+            stack.extend(reversed(folders))
+
+    def _say(self, what: str, where: str, message: str, level: int = logging.WARNING) -> None:
+        """Say a bound, an unreadable folder or a choice once (per kind and folder) on stderr."""
+        if (what, where) not in self._said and len(self._said) < 10_000:
+            self._said.add((what, where))
+            log.log(level, "%s", message)
+

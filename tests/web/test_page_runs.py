@@ -1,0 +1,60 @@
+"""Two runs below one folder (`mstail DIR`) on the page, in real headless Chromium: what the page says while the folder
+holds no run, then the runs as they start, the sources grouped by run, the runs compared by default (every run's
+lines, one colour per run, even beyond the 16 lines where one run's ranks are folded into a mean), and a run's heading
+shows or hides all its sources. Screenshot: tests/artifacts/runs-2-light.png."""
+
+from __future__ import annotations
+
+import pytest
+
+from .browser import show_chart, wait_js
+
+pytestmark = pytest.mark.browser
+
+RANKS = 9  # 2 x 9 = 18 sources: more than MANY_LINES (16), where a single run's ranks are drawn as their mean
+
+
+@pytest.mark.timeout(90)
+def test_two_runs_are_grouped_and_compared(watched, mstail_server, log_writer, tmp_path, artifacts_dir):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    server = mstail_server(args=[str(runs)])  # nothing below it yet
+    page = watched.page
+    page.goto(server.url + "/#t=light", wait_until="load")
+    watched.wait_live()
+    # the page says what it waits for, then shows the runs as they start
+    wait_js(page, "f => document.getElementById('empty').textContent.includes(`No run found yet below ${f}`)",
+            arg=str(runs))
+    logs = [runs / f"exp{e}/output/log/rank_{r}/info.log" for e in (1, 2) for r in range(RANKS)]
+    log_writer.finish(log_writer(logs, steps=20, interval_s=0))
+    sources = server.wait_records(20 * len(logs))
+    assert sorted((s["run"], s["id"]) for s in sources) == sorted(
+        (f"exp{e}", f"exp{e}/rank_{r}") for e in (1, 2) for r in range(RANKS))
+    wait_js(page, "() => document.querySelectorAll('#sources tr.source').length === 18")
+    # grouped: each run's heading, then its rows
+    order = page.eval_on_selector_all(
+        "#sources tbody tr", "rows => rows.map(r => r.classList.contains('run-row') ? "
+        "'run ' + r.querySelector('.run-heading').dataset.run : r.dataset.source).filter(Boolean)")
+    assert order == ["run exp1", *(f"exp1/rank_{r}" for r in range(RANKS)),
+                     "run exp2", *(f"exp2/rank_{r}" for r in range(RANKS))]
+    assert page.text_content("#ranks option[value='auto']") == "auto (compare runs)"
+
+    # compared: 18 lines (not one mean), the ranks of one run in one colour, the two runs in two
+    show_chart(page, "loss")
+    wait_js(page, "() => window.mstail.option('loss').series.filter(s => s.id.endsWith('|raw')).length === 18")
+    colors = {s["name"]: s["color"] for s in page.evaluate("() => window.mstail.option('loss').series")
+              if s["id"].endswith("|raw")}
+    assert len({colors[f"exp1/rank_{r}"] for r in range(RANKS)}) == 1
+    assert len({colors[f"exp2/rank_{r}"] for r in range(RANKS)}) == 1
+    assert colors["exp1/rank_0"] != colors["exp2/rank_0"]
+    page.evaluate("() => window.scrollTo(0, 0)")
+    page.screenshot(path=str(artifacts_dir / "runs-2-light.png"))
+
+    # a run's heading hides and shows its sources at once
+    page.click(".run-heading[data-run='exp1']")
+    wait_js(page, "() => window.mstail.view.hidden.size === 9")
+    assert sorted(page.evaluate("() => [...window.mstail.view.hidden]")) == [f"exp1/rank_{r}" for r in range(RANKS)]
+    assert page.get_attribute(".run-heading[data-run='exp1']", "aria-pressed") == "false"
+    page.click(".run-heading[data-run='exp1']")
+    wait_js(page, "() => window.mstail.view.hidden.size === 0")
+    watched.assert_clean()
