@@ -683,7 +683,13 @@ def _match_format(fmt: Format, text: str, timeouts: List[Tuple[Format, str]]) ->
             message = parts["message"]
             break
     rule, groups = None, {}
-    for search, candidate in rules:
+    for search, candidate, literals in rules:
+        if literals is not None:  # a built-in rule matches only messages holding one of its literals: cheaper to ask
+            for literal in literals:
+                if literal in message:
+                    break
+            else:
+                continue
         try:
             found = search(message)
         except TimeoutError:
