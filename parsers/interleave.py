@@ -78,6 +78,11 @@ class InterleavedParser:
             out += _marked(self._derive(name, parser.flush(now, force)), name)
         return out
 
+    def derive_main(self, items: List[Item]) -> List[Item]:
+        """The main parser's items (in order, as its `feed` gave them) with the derived series added, as `feed` adds
+        them: for `parsers.blocks`, which feeds untagged lines to the main parser itself."""
+        return self._derive(None, items)
+
     def _derive(self, name: Optional[str], items: List[Item]) -> List[Item]:
         if self._derived is None or not items:
             return items
