@@ -79,13 +79,25 @@ def feed_block(
     # series (`InterleavedParser.derive_main`) in one call before anything else joins `out`: the same items as
     # `parser.feed` line by line gives, with fewer calls per line.
     main_feed = main.feed
-    derive = parser.derive_main if isinstance(parser, InterleavedParser) else None
+    interleaved = isinstance(parser, InterleavedParser)
     pending: List[Item] = []
+    pending_line = line_no  # the last line whose items are in `pending`
+
+    def settle() -> None:
+        """`pending`, with its derived series, onto `out` (a failure is the last such line's, as `feed` would say)."""
+        nonlocal pending
+        items, pending = pending, []
+        try:
+            out.extend(parser.derive_main(items) if interleaved else items)  # type: ignore[union-attr]
+        except Exception as exc:  # noqa: BLE001 - as in `feed_next`
+            if on_error is None:
+                raise
+            on_error(pending_line, exc)
+
     for start in finder.starts(block, pos):
         if main.collecting and pos < start:  # an open multi-line event takes whatever line comes next
             if pending:
-                out += derive(pending) if derive is not None else pending
-                pending = []
+                settle()
             while main.collecting and pos < start:
                 feed_next()
             if pos > start:
@@ -98,20 +110,24 @@ def feed_block(
             pos, line_no = start, line_no + skipped
         end = find(b"\n", pos)
         text = decode(block[pos:end], offset + pos)
+        if interleaved and part_of(text) is not None:  # a launcher-tagged line: its part's parser, in line order
+            if pending:
+                settle()
+            feed_next()
+            continue
         try:
-            if derive is None or part_of(text) is None:
-                pending += main_feed(text, line_no, now)
-            else:  # a launcher-tagged line: its part's parser, after what came before
-                out += derive(pending)
-                pending = []
-                out += feed(text, line_no, now)
-        except Exception as exc:  # noqa: BLE001 - the caller decides what a line the parser fails on costs
+            found = main_feed(text, line_no, now)
+        except Exception as exc:  # noqa: BLE001 - as in `feed_next`
             if on_error is None:
                 raise
             on_error(line_no, exc)
+        else:
+            if found:
+                pending += found
+                pending_line = line_no
         pos, line_no = end + 1, line_no + 1
     if pending:
-        out += derive(pending) if derive is not None else pending
+        settle()
     while main.collecting and pos < size:
         feed_next()
     if pos < size:  # the lines after the last that may matter: counted
