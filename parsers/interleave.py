@@ -25,8 +25,9 @@ MAX_PARTS = 1024
 _TAG = re.compile(r"^\[(?:(?P<word>rank|default)(?P<n>\d{1,9})\]|\d{1,9},(?P<mpi>\d{1,9})\]<std(?:out|err)>): ?")
 #: What follows the "[" of a tag: "rank", "default" or a digit.
 _TAG_SECOND = frozenset("rd0123456789")
-#: Text every tagged line holds (`[rank3]:`, `[default3]:`, `[1,3]<stdout>:`): the fast path feeds such lines.
-TAG_TEXTS = (b"]:", b"]<std")
+#: Text every tagged line holds (`[rank3]:`, `[default3]:`, `[1,3]<stdout>:`): the fast path feeds such lines. Not the
+#: shorter "]:": a two-byte needle of common bytes is searched at a third of the speed.
+TAG_TEXTS = (b"[rank", b"[default", b"]<std")
 
 
 def part_of(text: str) -> Optional[re.Match]:
