@@ -14,7 +14,7 @@ import weakref
 from typing import Callable, Dict, List, Optional, Union
 
 from .engine import METRIC_HINT, SourceParser
-from .interleave import InterleavedParser
+from .interleave import InterleavedParser, part_of
 from .prefilter import LineFinder, line_finder
 from .record import Item
 from .schema import Format
@@ -71,19 +71,65 @@ def feed_block(
     while pos < size and main.format is None:  # every line, until a line locks the format
         feed_next()
     finder = finder_for(main.format) if main.format is not None else None
-    starts = finder.starts(block, pos) if finder is not None else []
-    for start in starts + [size] if finder is not None else ():
-        while main.collecting and pos < start:  # an open multi-line event takes whatever line comes next
+    if finder is None:
+        while pos < size:  # a format whose lines cannot be told apart (or none locked): every line
             feed_next()
+        return out
+    # An untagged line goes to the main parser straight away; its items join `pending`, which gets the derived
+    # series (`InterleavedParser.derive_main`) in one call before anything else joins `out`: the same items as
+    # `parser.feed` line by line gives, with fewer calls per line.
+    main_feed = main.feed
+    interleaved = isinstance(parser, InterleavedParser)
+    pending: List[Item] = []
+    pending_line = line_no  # the last line whose items are in `pending`
+
+    def settle() -> None:
+        """`pending`, with its derived series, onto `out` (a failure is the last such line's, as `feed` would say)."""
+        nonlocal pending
+        items, pending = pending, []
+        try:
+            out.extend(parser.derive_main(items) if interleaved else items)  # type: ignore[union-attr]
+        except Exception as exc:  # noqa: BLE001 - as in `feed_next`
+            if on_error is None:
+                raise
+            on_error(pending_line, exc)
+
+    for start in finder.starts(block, pos):
+        if main.collecting and pos < start:  # an open multi-line event takes whatever line comes next
+            if pending:
+                settle()
+            while main.collecting and pos < start:
+                feed_next()
+            if pos > start:
+                continue  # the event took this line too
         if start > pos:
-            # The lines before the next that may matter are only counted, as `feed` counts a line no rule matches,
-            # with the `flush(now)` it ends with (once: with the same `now` it emits nothing the second time).
+            # The lines before the next that may matter are only counted, as `feed` counts a line no rule matches.
+            # (The `flush(now)` such a line ends with emits nothing: no multi-line event is open here.)
             skipped = block.count(b"\n", pos, start)
             main.counts["lines"] += skipped
-            out += main.flush(now)
             pos, line_no = start, line_no + skipped
-        if start == pos < size:
+        end = find(b"\n", pos)
+        text = decode(block[pos:end], offset + pos)
+        if interleaved and part_of(text) is not None:  # a launcher-tagged line: its part's parser, in line order
+            if pending:
+                settle()
             feed_next()
-    while pos < size:  # a format whose lines cannot be told apart (or none locked): every line
+            continue
+        try:
+            found = main_feed(text, line_no, now)
+        except Exception as exc:  # noqa: BLE001 - as in `feed_next`
+            if on_error is None:
+                raise
+            on_error(line_no, exc)
+        else:
+            if found:
+                pending += found
+                pending_line = line_no
+        pos, line_no = end + 1, line_no + 1
+    if pending:
+        settle()
+    while main.collecting and pos < size:
         feed_next()
+    if pos < size:  # the lines after the last that may matter: counted
+        main.counts["lines"] += block.count(b"\n", pos, size)
     return out

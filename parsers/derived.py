@@ -36,7 +36,7 @@ import operator
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Tuple
 
 from .record import RESERVED, Item
 
@@ -77,6 +77,10 @@ class Derived:
     constants: Tuple[Tuple[str, float], ...] = ()
     _plans: Dict[Tuple[str, ...], List[Tuple[str, str, Optional[Series]]]] = field(
         default_factory=dict, compare=False, repr=False)  # key set -> what to compute (`_plan`)
+    _inputs: FrozenSet[str] = field(default=frozenset(), init=False, compare=False, repr=False)  # what series read
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_inputs", frozenset(name for s in self.series for name in s.names))
 
     def values(self, record: Mapping[str, Any]) -> Dict[str, float]:
         """The derived values computable from `record`'s metrics that it does not have yet, in order."""
@@ -127,6 +131,14 @@ class Derived:
         file gives another history)."""
         return ([f"derived perplexity {self.perplexity}"] + [f"derived constant {k} {v!r}" for k, v in self.constants]
                 + [f"derived series {s.name} {s.text}" for s in self.series])
+
+    def reads_any(self, keys: Iterable[str]) -> bool:
+        """Whether a series reads one of these metrics (a loss, for perplexity): values a record gains can make
+        a series computable only then."""
+        for key in keys:
+            if (self.perplexity and (key == "loss" or key.endswith("_loss"))) or key in self._inputs:
+                return True
+        return False
 
     @property
     def empty(self) -> bool:
@@ -284,7 +296,8 @@ class Deriver:
             elif item.kind == "amend" and item.data.get("step") == self._last.get("step"):
                 last = self._last  # our own copy: the amend's values join it in place (an amend adds new keys only)
                 last.update(item.data)
-                added = self.derived.values(last)  # only what `last` lacks
-                item.data.update(added)
-                last.update(added)
+                if self.derived.reads_any(item.data):  # else nothing `last` lacked became computable
+                    added = self.derived.values(last)  # only what `last` lacks
+                    item.data.update(added)
+                    last.update(added)
         return items

@@ -70,6 +70,9 @@ class _Match(NamedTuple):
         return now
 
 
+_new_tuple = tuple.__new__
+
+
 class _NotPlain(Exception):
     """A value `_plain_copy` leaves to the json module."""
 
@@ -683,7 +686,13 @@ def _match_format(fmt: Format, text: str, timeouts: List[Tuple[Format, str]]) ->
             message = parts["message"]
             break
     rule, groups = None, {}
-    for search, candidate in rules:
+    for search, candidate, literals in rules:
+        if literals is not None:  # a built-in rule matches only messages holding one of its literals: cheaper to ask
+            for literal in literals:
+                if literal in message:
+                    break
+            else:
+                continue
         try:
             found = search(message)
         except TimeoutError:
@@ -694,7 +703,8 @@ def _match_format(fmt: Format, text: str, timeouts: List[Tuple[Format, str]]) ->
             break
     if parts is None:
         return _Match(fmt, rule, groups, None, False, message)
-    return _Match(fmt, rule, groups, parts.get("level"), True, message, None, parts.get("time"), clock)
+    # `_Match(...)` without its generated `__new__` (a Python frame per line)
+    return _new_tuple(_Match, (fmt, rule, groups, parts.get("level"), True, message, None, parts.get("time"), clock))
 
 
 def _match_jsonl(fmt: Format, text: str) -> Optional[_Match]:

@@ -25,8 +25,9 @@ MAX_PARTS = 1024
 _TAG = re.compile(r"^\[(?:(?P<word>rank|default)(?P<n>\d{1,9})\]|\d{1,9},(?P<mpi>\d{1,9})\]<std(?:out|err)>): ?")
 #: What follows the "[" of a tag: "rank", "default" or a digit.
 _TAG_SECOND = frozenset("rd0123456789")
-#: Text every tagged line holds (`[rank3]:`, `[default3]:`, `[1,3]<stdout>:`): the fast path feeds such lines.
-TAG_TEXTS = (b"]:", b"]<std")
+#: Text every tagged line holds (`[rank3]:`, `[default3]:`, `[1,3]<stdout>:`): the fast path feeds such lines. Not the
+#: shorter "]:": a two-byte needle of common bytes is searched at a third of the speed.
+TAG_TEXTS = (b"[rank", b"[default", b"]<std")
 
 
 def part_of(text: str) -> Optional[re.Match]:
@@ -77,6 +78,11 @@ class InterleavedParser:
         for name, parser in self.parts.items():
             out += _marked(self._derive(name, parser.flush(now, force)), name)
         return out
+
+    def derive_main(self, items: List[Item]) -> List[Item]:
+        """The main parser's items (in order, as its `feed` gave them) with the derived series added, as `feed` adds
+        them: for `parsers.blocks`, which feeds untagged lines to the main parser itself."""
+        return self._derive(None, items)
 
     def _derive(self, name: Optional[str], items: List[Item]) -> List[Item]:
         if self._derived is None or not items:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
@@ -121,16 +122,20 @@ class Format:
     #: The generic step-line reader's kind of format: tried after every other format, only on lines none of them
     #: recognises, and it never locks a file (a specific format's step line still can). See `SourceParser._generic`.
     fallback: bool = False
-    #: For the engine's hot path, made once: (regex.match, parse_time, prefix) per prefix, (regex.search, rule) per
-    #: rule.
-    plan: Tuple[Tuple[Tuple[Any, Any, Prefix], ...], Tuple[Tuple[Any, Rule], ...]] = field(
+    #: For the engine's hot path, made once: (regex.match, parse_time, prefix) per prefix, (regex.search, rule,
+    #: literals) per rule. `literals`: the rule's declared `literal` texts when its regex is a built-in's `re` pattern
+    #: (trusted as the prefilter trusts them; tests/parsers/test_prefilter.py checks each is in every message the rule
+    #: matches), so a message holding none of them skips the search; None (always searched) for a rule without them
+    #: and for a user's regex.
+    plan: Tuple[Tuple[Tuple[Any, Any, Prefix], ...], Tuple[Tuple[Any, Rule, Optional[Tuple[str, ...]]], ...]] = field(
         default=((), ()), init=False, repr=False, compare=False
     )
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "plan", (
             tuple((prefix.regex.match, prefix.parse_time, prefix) for prefix in self.prefixes),
-            tuple((rule.regex.search, rule) for rule in self.rules),
+            tuple((rule.regex.search, rule, rule.literal if rule.literal and isinstance(rule.regex, re.Pattern) else None)
+                  for rule in self.rules),
         ))
 
     def regexes(self) -> Iterator[Tuple[str, str, Regex]]:

@@ -14,7 +14,7 @@ import os
 import stat
 import sys
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Sequence, TextIO, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, TextIO, Tuple
 
 from mstail.parsers.record import NON_FINITE, finite_or_name
 
@@ -48,18 +48,20 @@ def write_csv(rows: List[dict], out: TextIO) -> None:
 
 
 def copy_jsonl(path: str, out: TextIO) -> None:
-    """A worker's JSONL (UTF-8, "\\n" line ends) onto `out`, as the serial run would have written it: bytes as they
-    are onto an `output` stream (UTF-8, no newline translation), else as text."""
-    if isinstance(out, _Output):
-        import shutil
+    """A worker's JSONL (UTF-8, "\\n" line ends) onto `out`, as the serial run would have written it (`byte_writer`)."""
+    write = byte_writer(out)
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(READ_CHUNK) + handle.readline(), b""):  # whole lines: whole characters
+            write(chunk)
 
+
+def byte_writer(out: TextIO) -> Callable[[bytes], object]:
+    """Writes UTF-8 bytes onto `out`: as they are onto the buffer of an `output` stream (UTF-8, no newline
+    translation), else decoded onto the text stream."""
+    if isinstance(out, _Output):
         out.flush()
-        with open(path, "rb") as handle:
-            shutil.copyfileobj(handle, out.buffer, READ_CHUNK)
-        return
-    with open(path, encoding="utf-8", newline="") as handle:
-        for chunk in iter(lambda: handle.read(READ_CHUNK), ""):
-            out.write(chunk)
+        return out.buffer.write
+    return lambda data: out.write(data.decode("utf-8"))
 
 
 class _Output(io.TextIOWrapper):

@@ -30,6 +30,7 @@ from mstail.parsers.derived import Derived
 from mstail.parsers.interleave import InterleavedParser
 
 from ..lines import LineSplitter
+from .output import byte_writer
 from .reading import READ_CHUNK, Chain, _Part, feed, new_parser, write_items
 
 #: A file smaller than this is parsed by one process: a piece must be big enough to pay for its seam.
@@ -288,16 +289,24 @@ def joined_part(results: Sequence[PieceResult]) -> _Part:
 
 
 def copy_piece(path: str, skip: int, segment: int, out: Any) -> None:
-    """A piece's JSONL (UTF-8) onto `out` (a text stream), its first `skip` lines left out, `segment` added to every
-    record's run segment (the key `"segment":` cannot occur elsewhere in a row: inside a JSON string a quote is
-    escaped)."""
+    """A piece's JSONL (UTF-8) onto `out` (as `copy_jsonl` writes: bytes onto `mstail parse`'s own output stream, else
+    text), its first `skip` lines left out, `segment` added to every record's run segment (the key `"segment":`
+    cannot occur elsewhere in a row: inside a JSON string a quote is escaped)."""
+    write = byte_writer(out)
+    renumbered: Dict[bytes, bytes] = {}  # b'"segment":N' -> its shifted form (a piece has few segments)
+
+    def shifted(found: "re.Match[bytes]") -> bytes:
+        text = found[0]
+        new = renumbered.get(text)
+        if new is None:
+            new = renumbered[text] = b'"segment":%d' % (int(found[1]) + segment)
+        return new
+
     with open(path, "rb") as handle:
         for _ in range(skip):
             handle.readline()
         for chunk in iter(lambda: handle.read(READ_CHUNK) + handle.readline(), b""):
-            if segment:
-                chunk = _SEGMENT.sub(lambda m: b'"segment":%d' % (int(m[1]) + segment), chunk)
-            out.write(chunk.decode("utf-8"))
+            write(_SEGMENT.sub(shifted, chunk) if segment else chunk)
 
 
 def shift_rows(rows: List[dict], skip: int, segment: int) -> List[dict]:

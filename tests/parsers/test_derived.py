@@ -113,6 +113,35 @@ def test_an_amend_gets_what_its_values_make_computable() -> None:
     assert late.data == {"step": 6, "segment": 0, "step_time_ms": 1.0}
 
 
+@pytest.mark.parametrize("seed", range(20))
+def test_an_amend_that_brings_no_input_is_not_derived_again(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`Deriver` computes an amend's derived values only when the amend brings a metric some series reads
+    (`Derived.reads_any`): the items are those of computing them after every amend."""
+    import random
+
+    rng = random.Random(seed)
+    derived = Derived(series=(compile_expression("a2", "a * 2", {}), compile_expression("ab", "a2 + b", {}),
+                              compile_expression("tc", "train_loss * c", {})))
+    names = ["a", "b", "c", "loss", "train_loss", "lr", "samples_per_s"]
+
+    def stream() -> list:
+        items = []
+        for step in range(1, 30):
+            record = {"step": step, "segment": 0, **{n: rng.random() for n in rng.sample(names, rng.randint(0, 3))}}
+            items.append(Item("record", record))
+            for _ in range(rng.randint(0, 3)):
+                new = [n for n in rng.sample(names, rng.randint(1, 3)) if n not in record]
+                items.append(Item("amend", {"step": step, "segment": 0, **{n: rng.random() for n in new}}))
+                record = {**record, **items[-1].data}
+        return items
+
+    items = stream()
+    fast = [repr(i) for i in Deriver(derived).apply([Item(k, dict(d)) for k, d in items])]
+    monkeypatch.setattr(Derived, "reads_any", lambda self, keys: True)
+    assert fast == [repr(i) for i in Deriver(derived).apply([Item(k, dict(d)) for k, d in items])]
+    assert any("tc" in i or "ab" in i for i in fast if i.startswith("Item(kind='amend'"))  # amends do derive
+
+
 def test_interleaved_parser_derives_for_each_launcher_tagged_rank() -> None:
     parser = InterleavedParser(lambda: SourceParser(builtin_formats()), Derived())
     items = []

@@ -9,10 +9,12 @@ from pathlib import Path
 from typing import Dict, Iterator
 
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from mstail.parsers import FormatError, load_format_file
 from mstail.parsers.blocks import finder_for
-from mstail.parsers.interleave import TAG_TEXTS, part_of
+from mstail.parsers.interleave import _TAG, TAG_TEXTS, part_of
 from mstail.parsers.prefilter import LineFinder
 
 from tests.parsers.support import FORMATS, ROOT, SAMPLES
@@ -84,4 +86,11 @@ def test_the_finder_finds_every_line_holding_a_text_in_any_case_where_asked() ->
 def test_every_launcher_tag_holds_a_tag_text(line: str) -> None:
     """Tagged lines go to another part's parser, so the fast path must feed them: it finds them by `TAG_TEXTS`."""
     assert part_of(line) is not None
+    assert any(text.decode() in line for text in TAG_TEXTS)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.from_regex(_TAG, fullmatch=False))
+def test_every_line_a_tag_matches_holds_a_tag_text(line: str) -> None:
+    assume(part_of(line) is not None)
     assert any(text.decode() in line for text in TAG_TEXTS)

@@ -10,6 +10,7 @@ from typing import List, Tuple
 import pytest
 
 from mstail.parsers.amends import settled
+from mstail.parsers.derived import Derived, compile_expression
 from mstail.parsers import SourceParser
 from mstail.parsers.interleave import InterleavedParser
 from mstail.tailer.lines import LineSplitter
@@ -126,22 +127,34 @@ def line_by_line(path: Path, parser) -> Tuple[List[str], dict]:  # type: ignore[
     return [repr(item) for item in settled(found + parser.flush(READ_TIME, force=True))], parser.counts
 
 
+#: Derived series the fast path must add as `InterleavedParser.feed` does: none; the built-in perplexity; and a
+#: user's series reading a value only an amend brings (the progress line's samples/s), one reading another.
+DERIVED = {
+    "none": None,
+    "perplexity": Derived(),
+    "series": Derived(series=(compile_expression("tokens_per_s", "samples_per_s * 4096", {}),
+                              compile_expression("tokens_per_loss", "tokens_per_s / loss", {}))),
+}
+
+
+@pytest.mark.parametrize("derived", list(DERIVED))
 @pytest.mark.parametrize("chunk", [7, 100, 4096, 65536, 1 << 20])
 @pytest.mark.parametrize("name", [p.name for p in LOGS] + ["mixed.log", "tagged.log"])
-def test_the_block_fast_path_gives_what_feeding_every_line_gives(name: str, chunk: int, tmp_path: Path,
+def test_the_block_fast_path_gives_what_feeding_every_line_gives(name: str, chunk: int, derived: str, tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch, fixed_clock: None) -> None:
     """`mstail parse` (and the sidecar's catch-up) feed blocks of whole lines through `parsers.blocks.feed_block`,
     which feeds only the lines that may matter: the items and every count are those of feeding each line, whatever
     the block boundaries (a record waiting for its progress line, an open traceback, a skipped run at a boundary,
-    a launcher-tagged rank's lines amid the file's own)."""
+    a launcher-tagged rank's lines amid the file's own), with derived series or none (the fast path adds them to
+    the main parser's items a block at a time)."""
     path = next((p for p in LOGS if p.name == name), tmp_path / name)
     if name == "mixed.log":
         path.write_text("\n".join(mixed_log()) + "\n", encoding="utf-8")
     elif name == "tagged.log":
         lines = [f"[rank1]: {line}" if n % 3 == 1 else line for n, line in enumerate(mixed_log())]
         path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    expected, counts = line_by_line(path, InterleavedParser(lambda: SourceParser(FORMATS)))
+    expected, counts = line_by_line(path, InterleavedParser(lambda: SourceParser(FORMATS), DERIVED[derived]))
     monkeypatch.setattr(reading, "READ_CHUNK", chunk)
-    parser = InterleavedParser(lambda: SourceParser(FORMATS))
+    parser = InterleavedParser(lambda: SourceParser(FORMATS), DERIVED[derived])
     assert [repr(item) for item in parse_chain(Chain("s", [path]), parser)] == expected
     assert parser.counts == counts

@@ -12,7 +12,7 @@ from typing import List, Sequence, Tuple
 import pytest
 
 from mstail.parsers import Format, load_formats
-from mstail.tailer.offline import Summary, parallel, reading, run_parse, split
+from mstail.tailer.offline import Summary, output, parallel, reading, run_parse, split
 
 from tests.parsers.support import FORMATS, READ_TIME, ROOT
 from tests.tailer.test_offline_chains import mixed_log
@@ -73,6 +73,19 @@ def test_pieces_write_what_one_process_writes(big_log: Path, to: str, events: bo
     assert all(join["segment"] for join in joined[0][1:])  # a piece after relaunches: its segments renumbered
     assert pieces == serial
     assert summary == serial_summary
+
+
+def test_pieces_joined_into_an_output_file_are_the_bytes_one_process_writes(big_log: Path, tmp_path: Path) -> None:
+    """`-o OUT`: the pieces' JSONL goes onto the output file as bytes (segments renumbered), the same bytes as one
+    process writes."""
+    files = {}
+    for jobs in (1, 2, 3):
+        files[jobs] = tmp_path / f"out-{jobs}.jsonl"
+        with output(str(files[jobs]), [big_log]) as out:
+            run_parse([str(big_log)], FORMATS, None, "jsonl", out, with_events=True, jobs=jobs)
+    serial = files[1].read_bytes()
+    assert b'"segment":149' in serial
+    assert files[2].read_bytes() == serial and files[3].read_bytes() == serial
 
 
 def test_every_cut_gives_the_same_output(big_log: Path, monkeypatch: pytest.MonkeyPatch) -> None:
