@@ -566,7 +566,15 @@ class Tailer:
         (a network filesystem written from other nodes, another user's processes)."""
         source = next((s for s in self._sources.values()
                        if s.id == source_id or source_id.startswith(s.id + "/")), None)
-        return None if source is None else self._source_writing(source)
+        if source is None:
+            return None
+        last = source.follower.last_data_time
+        if self.alerts is not None and last is not None and source.writer_seen is not None:
+            # The hang rule asks once the silence passed its bound: an answer from before that moment may be a
+            # writer killed since then (a hang alert for a run that is over), so it looks again, once per silence.
+            if source.writer_seen[0] < last + self.alerts.hang_bound(source_id) <= time.monotonic():
+                source.writer_seen = None
+        return self._source_writing(source)
 
     def _source_writing(self, source: _Source) -> Optional[bool]:
         """`_writing` of a source in hand (no search: `_state` asks for every silent source on every pass)."""
