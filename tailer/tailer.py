@@ -28,6 +28,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set,
 from mstail.parsers import Format, Item, SourceParser, format_table
 from mstail.parsers.amends import fold_amends
 from mstail.parsers.blocks import feed_block
+from mstail.parsers.eventfile import EventFileParser
 from mstail.parsers.interleave import MAX_PARTS, InterleavedParser
 from mstail.parsers.record import PART_KEY
 
@@ -35,6 +36,7 @@ from .alerts import AlertEngine
 from .checkpoint import SourceCheckpoint
 from .config import Config
 from .discovery import PatternFilter, SourceNamer, expand, glob_free_prefix, watch_roots
+from .eventfollow import EventFilesFollower, event_source
 from .follower import FileFollower
 from .hub import Hub, ItemsMessage, SourceMessage
 from .lines import Block
@@ -128,6 +130,8 @@ class Tailer:
         self._patterns += [(p, self._jsonl) for p in config.jsonl]
         self._sources: Dict[Path, _Source] = {}
         self._namer = SourceNamer()
+        self._event_kinds: Dict[Path, str] = {}  # event-file sources: key -> the kind their names say ("": by content)
+        self._event_files: Set[Path] = set()  # event files whose file events wake their folder's source
         self._saved: Dict[Path, SourceCheckpoint] = {}  # checkpoints from the state, by path, until rediscovered
         self._planner: Planner[_Source] = Planner(PatternFilter(p for p, _ in self._patterns))
         self._plan: Optional[Plan] = None  # what the pass in progress reads (None: every source)
@@ -158,6 +162,7 @@ class Tailer:
         """Register files the patterns name now; returns the new ones (runs in the pass thread)."""
         new = []
         found = [(path, forced) for pattern, forced in self._patterns for path in expand(pattern)]
+        found, event_files = self._event_sources(found)
         followed = [path for path, _ in found]
         fresh: Dict[Path, Tuple[Path, Optional[Format]]] = {}
         for path, forced in found:
@@ -166,12 +171,15 @@ class Tailer:
                 fresh.setdefault(key, (path, forced))  # a file two patterns name: the first one's
         ids = self._namer.names([path for path, _ in fresh.values()], followed)
         for (key, (path, forced)), source_id in zip(fresh.items(), ids):
+            kind = self._event_kinds.get(key)
             source = _Source(
                 id=source_id,
-                follower=FileFollower(path, self.config.max_line_bytes),
+                follower=FileFollower(path, self.config.max_line_bytes) if kind is None else
+                EventFilesFollower(path, self.config.max_line_bytes, folder=bool(kind)),
                 parser=InterleavedParser(partial(SourceParser, self.formats, forced=forced, grace_s=self.config.grace_s,
                                                  source=source_id),  # named in a slow user regex's warning
-                                         self.config.derived),
+                                         self.config.derived) if kind is None else
+                EventFileParser(kind or None),  # type: ignore[arg-type]
             )
             source.said_format = forced.name if forced is not None else None
             saved = self._saved.pop(key, None)
@@ -180,7 +188,27 @@ class Tailer:
             self._sources[key] = source
             self._planner.add(source, path)
             new.append(source)
+        for file, key in event_files:  # file events name a folder's event files, new ones too: they wake its source
+            if file not in self._event_files and key in self._sources:
+                self._event_files.add(file)
+                self._planner.add(self._sources[key], file)
         return new
+
+    def _event_sources(self, found: List[Tuple[Path, Optional[Format]]]):  # type: ignore[no-untyped-def]
+        """`found` with each event file named as such replaced by its folder (one source per folder of event files,
+        `eventfollow`), and the (event file, folder key) pairs; the kinds learnt go to `_event_kinds` (key -> kind
+        its names say, "" for a file known by its content)."""
+        out, files = [], []
+        for path, forced in found:
+            key = path.absolute()
+            if key not in self._sources or key in self._event_kinds:
+                stands_for, kind = event_source(path)
+                if kind is not None:
+                    self._event_kinds.setdefault(stands_for.absolute(), kind)
+                    files.append((key, stands_for.absolute()))
+                    path = stands_for
+            out.append((path, forced))
+        return out, files
 
     def _restore(self, source: _Source, saved: SourceCheckpoint) -> None:
         """Resume a source at its checkpoint. Items emitted after the checkpoint were stored already: the parser

@@ -18,10 +18,13 @@ from mstail.parsers import Format, Item, SourceParser
 from mstail.parsers.amends import Settler
 from mstail.parsers.blocks import feed_block
 from mstail.parsers.derived import Derived
+from mstail.parsers.eventfile import EventFileParser
 from mstail.parsers.interleave import InterleavedParser
 from mstail.parsers.record import PART_KEY, dumps_owned, ordered
 
 from ..discovery import ROTATED, SourceNamer, expand, has_glob, rotated_backups
+from ..eventfollow import event_source
+from ..frames import FrameSplitter, event_files_in
 from ..lines import Block, Line, LineSplitter
 
 READ_CHUNK = 1 << 20
@@ -33,6 +36,8 @@ class Chain:
 
     source: str
     files: List[Path]
+    #: event files (`frames.is_event_file`), read frame by frame: the kind their names say ("": by content)
+    events: Optional[str] = None
 
 
 class InputError(Exception):
@@ -77,6 +82,13 @@ def chains(inputs: Sequence[str]) -> List[Chain]:
     out: List[Chain] = []
     seen: set = set()
     for path in paths:
+        stands_for, kind = event_source(path)
+        if kind is not None:  # a folder's event files are one source, read oldest first, as when following
+            if stands_for.absolute() not in seen:
+                seen.add(stands_for.absolute())
+                files = event_files_in(stands_for) if kind else [path]
+                out.append(Chain(source=namer.name(stands_for, paths), files=files, events=kind))
+            continue
         rotated = ROTATED.match(path.name)
         if rotated and (path.parent / rotated.group("base")).absolute() in given:
             continue  # a backup of a live file that was given too: read as part of that chain
@@ -95,7 +107,7 @@ def chain_lines(
     """The lines of one chain in order, split exactly as when following; `progress(n_bytes)` as bytes are read.
     With `blocks` (default False), runs of whole lines come as `Block`s (`LineSplitter.feed`)."""
     for path in chain.files:
-        splitter = LineSplitter()
+        splitter = LineSplitter() if chain.events is None else FrameSplitter()
         with open(path, "rb") as handle:
             while True:
                 data = handle.read(READ_CHUNK)
@@ -105,7 +117,7 @@ def chain_lines(
                     progress(len(data))
                 for line in splitter.feed(data, blocks):
                     yield path, line
-            if splitter.pending_bytes:  # a finished log may end without a newline
+            if splitter.pending_bytes and chain.events is None:  # a finished log may end without a newline
                 for line in splitter.feed(b"\n"):
                     yield path, line
 
@@ -175,7 +187,7 @@ def parse_group(
 ) -> _Part:
     """Parse one chain: JSONL lines go to `write`, CSV rows are appended to `rows`; `derived` series are added to
     the records (default none)."""
-    parser = new_parser(formats, forced, derived)
+    parser = new_parser(formats, forced, derived) if group.events is None else EventFileParser(group.events or None)
     part = _Part()
     write_items(parse_chain(group, parser, progress=progress, now=now), group.source, part, to, write, rows, with_events)
     part.format = parser.format.name if parser.format else "none"

@@ -1,0 +1,204 @@
+"""The frames of event files -> records: one record per step, MindFormers' TensorBoard tags by their canonical names.
+
+`EventFileParser` is the event-file twin of `InterleavedParser` (feed, flush, holding, emitted, counts, format, meta,
+parts, snapshot, restore), fed one frame's payload at a time by the tailer and by `mstail parse`. Each file's first
+event names its writer (`brain.Event:2`: TensorBoard/tensorboardX; `MindSpore.Event:1`: SummaryRecord), which picks
+the schema (`eventschema`) for the events after it.
+
+When is a step's record complete? MindSpore's `SummaryRecord.record(step)` writes a step's scalars in one event;
+TensorBoard writers write one event per scalar, so a step's values arrive one by one. The record is built while the
+frames of its step arrive and goes out when another step begins, or at the end of what is readable now (`flush`,
+called at the end of every read pass): a step's record is never held across passes (the page sees it at once). A
+value of that step that arrives later (the writer had not flushed it yet) becomes an `amend` of it, which the store
+applies, so live and offline (`mstail parse` flushes only at the end) give the same history. A tag already in its
+step's record (a writer logging the same tag twice for one step) keeps its first value; the second is counted in
+`repeated_values`.
+
+MindFormers' `MFLossMonitor` writes each scalar twice: at the step (`loss`) and at the samples consumed (`loss vs
+samples`, whose event step is step x global batch size). The twin's step becomes the record's `consumed_samples`;
+its value, the same as the plain tag's, is not kept twice.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple
+
+from google.protobuf.message import DecodeError
+
+from .engine import ParserState
+from .eventschema import MINDSPORE_VERSION, TENSORBOARD_VERSION, decode
+from .record import RESERVED, Item, Record
+
+#: The kinds of event files, as `ParserState.format` and `/api/sources` name them.
+TENSORBOARD = "tensorboard"
+MINDSPORE = "mindspore-summary"
+KINDS = (TENSORBOARD, MINDSPORE)
+
+#: MindFormers' tags (mindformers/core/callback/callback.py, MFLossMonitor) -> the names its text log's format gives
+#: the same numbers (formats/mindformers.toml, megatron.toml). `iteration-time` is the step time in ms (the callback's
+#: `per_step_seconds` is milliseconds, printed as "per_step_time: %dms"); `throughput` is samples/s per device (the
+#: progress line's "samples/s/p"); `model-flops-throughput-per-npu` is TFLOP/s per device.
+TAG_NAMES = {
+    "learning-rate": "lr",
+    "grad-norm": "grad_norm",
+    "loss-scale": "loss_scale",
+    "iteration-time": "step_time_ms",
+    "throughput": "samples_per_s",
+    "batch-size": "global_batch_size",
+    "model-flops-throughput-per-npu": "throughput_tflops",
+    "B-samples-per-day": "b_samples_per_day",
+    "lm-loss": "lm_loss",
+    "mtp-loss": "mtp_loss",
+    "load-balancing-loss": "load_balancing_loss",
+}
+#: The samples twin of a tag (`loss vs samples`; tensorboardX writes spaces in tags as `_`): its event step is the
+#: samples consumed.
+_TWIN = re.compile(r"^(?P<tag>.+)[ _]vs[ _]samples$")
+#: ScalarSummary operators in a MindSpore network name their values `NAME[:Scalar]`.
+_MS_SUFFIX = "[:Scalar]"
+SAMPLES = "consumed_samples"
+
+
+class EventKind(NamedTuple):
+    """What `format` is for an event file's source: the name `/api/sources` and `mstail parse` show."""
+
+    name: str
+
+
+def metric_name(tag: str) -> str:
+    """The record key of a scalar's tag: MindFormers' names mapped (`TAG_NAMES`), MindSpore's `[:Scalar]` suffix
+    dropped, a reserved key (`step`, `time`, ...) prefixed with `tag_` so it cannot overwrite the record's own."""
+    if tag.endswith(_MS_SUFFIX):
+        tag = tag[: -len(_MS_SUFFIX)]
+    name = TAG_NAMES.get(tag, tag)
+    return f"tag_{name}" if name in RESERVED or name == "_part" else name
+
+
+class EventFileParser:
+    """Frames of one source's event files (in order) -> records, resume events and amends.
+
+    Args:
+        kind: the kind the file name says (`TENSORBOARD`, `MINDSPORE`); None (default) when only the content said
+            it. A file's version event decides anyway.
+    """
+
+    def __init__(self, kind: Optional[str] = None) -> None:
+        self.state = ParserState(format=kind)
+        self.state.counts.update(repeated_values=0, undecodable_frames=0)
+        self._open: Optional[Record] = None  # the record of the step whose frames are arriving (held within a pass)
+        self.parts: Dict[str, Any] = {}  # no launcher-tagged parts in an event file
+        self.overflow_lines = 0
+
+    @property
+    def main(self) -> "EventFileParser":
+        return self
+
+    @property
+    def format(self) -> Optional[EventKind]:
+        return EventKind(self.state.format) if self.state.format else None
+
+    # -- feeding -----------------------------------------------------------------------------------------------
+    def feed(self, payload: bytes, number: int, now: float) -> List[Item]:
+        """The items one frame completes (`number`: the frame's number in its file, kept as the record's `line`)."""
+        counts = self.state.counts
+        counts["lines"] += 1
+        try:
+            event = decode(payload, self.state.format == MINDSPORE)
+        except DecodeError:
+            counts["undecodable_frames"] += 1
+            return []
+        out: List[Item] = []
+        if event.version:
+            self.state.format = MINDSPORE if event.version.startswith(MINDSPORE_VERSION) else (
+                TENSORBOARD if event.version.startswith(TENSORBOARD_VERSION) else self.state.format)
+            return out
+        if self.state.format is None:
+            self.state.format = TENSORBOARD  # a file read from its middle: TensorBoard's schema is the common one
+        for tag, value in event.values:
+            twin = _TWIN.match(tag)
+            if twin is not None:
+                self._add(SAMPLES, event.step, None, out)  # the value is its plain tag's: kept once
+            else:
+                self._add(metric_name(tag), value, (event.step, event.wall_time, number), out)
+        return out
+
+    def _add(self, key: str, value: Any, at: Optional[Tuple[int, float, int]], out: List[Item]) -> None:
+        """One value: into the open record of its step, a new record (another step began), or an amend of the last
+        record (its step's record went out already). `at` = (step, wall time, frame number); None for a value of
+        whatever step is current (a samples twin)."""
+        record = self._open
+        if at is not None and (record is None or record["step"] != at[0]):
+            if record is not None:
+                self._emit(record, out)  # another step began: the open one is complete
+            last = self.state.last
+            if record is None and last is not None and last["step"] == at[0]:
+                record = None  # its step's record went out at the end of a pass: this value amends it
+            else:
+                record = self._open = {"step": at[0], "time": at[1], "line": at[2]}
+        if record is not None:
+            if key in record:
+                self.state.counts["repeated_values"] += 1
+            else:
+                record[key] = value
+            return
+        last = self.state.last
+        if last is None:
+            return  # a samples twin before any step: nothing to join
+        if key in last:
+            self.state.counts["repeated_values"] += 1
+            return
+        last[key] = value
+        self.state.counts["amends"] += 1
+        out.append(Item("amend", {"step": last["step"], "segment": last["segment"], key: value}))
+
+    def _emit(self, record: Record, out: List[Item]) -> None:
+        self._open = None
+        last = self.state.last
+        if last is not None and record["step"] < last["step"]:
+            self.state.segment += 1  # a relaunch writing from an earlier step: a new run segment, with its marker
+            self.state.counts["events"] += 1
+            out.append(Item("event", {"kind": "resume", "time": record["time"], "line": record["line"],
+                                      "step": record["step"], "from_step": last["step"],
+                                      "message": f"resumed at step {record['step']} (the step before was {last['step']})"}))
+        record["segment"] = self.state.segment
+        self.state.last = dict(record)
+        self.state.counts["records"] += 1
+        out.append(Item("record", record))
+
+    def flush(self, now: float, force: bool = False) -> List[Item]:
+        """The open step's record (the end of what is readable now): its later values will amend it."""
+        out: List[Item] = []
+        if self._open is not None:
+            self._emit(self._open, out)
+        return out
+
+    # -- the InterleavedParser look-alike -----------------------------------------------------------------------
+    @property
+    def holding(self) -> bool:
+        return self._open is not None
+
+    @property
+    def emitted(self) -> int:
+        counts = self.state.counts
+        return counts["records"] + counts["events"] + counts["amends"]
+
+    @property
+    def counts(self) -> Dict[str, int]:
+        return self.state.counts
+
+    @property
+    def meta(self) -> Dict[str, Any]:
+        return self.state.meta
+
+    def snapshot(self) -> ParserState:
+        """The state to resume from (taken after `flush`, when no record is open)."""
+        return ParserState.from_json(self.state.to_json())
+
+    def restore(self, state: ParserState) -> bool:
+        """Continue from a `snapshot()`; False when it is a line parser's state (not an event file's kind)."""
+        if state.format is not None and state.format not in KINDS:
+            return False
+        self.state = ParserState.from_json(state.to_json())
+        self._open = None
+        return True
