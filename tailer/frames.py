@@ -6,12 +6,13 @@ the bytes of one file as they grow and hands out each complete frame whose check
 follower, its rotation handling and the checkpoint (the offset of the next frame) work unchanged.
 
 - A torn tail (a frame whose bytes have not all arrived) waits, without an error, for more bytes.
-- A frame whose length checksum holds but whose data checksum does not is skipped whole (the length is trusted:
-  its own checksum vouches for it), counted in `bad_frames`: one lost frame, the next one read as usual.
-- A length whose checksum fails cannot be trusted: the reader looks for the next offset where a frame's length
-  *and* data checksums both hold (a chance match of two CRC-32Cs is one in 2^64), counting the bytes passed over
-  in `skipped_bytes`. A run of NUL bytes (a crash's zero-filled tail) is passed at C speed: an all-zero header
-  is never valid.
+- A checksum that fails (the length's or the data's) is counted in `bad_frames`, and the reader looks for the
+  first offset after the frame's first byte where a whole frame's length *and* data checksums both hold (a chance
+  match of two CRC-32Cs is one in 2^64), counting the bytes passed over in `skipped_bytes`. Why not skip the bad
+  frame by its length when the length's own checksum holds: the usual bad frame is a torn one (a writer killed
+  mid-write) followed by what a relaunch appended, and its length then reaches into the good frames after it; the
+  search finds them all, and costs a few microseconds per byte only where the file is damaged. A run of NUL bytes
+  (a crash's zero-filled tail) is passed at C speed: an all-zero header is never valid.
 - A frame longer than `max_frame_bytes` (an image, a histogram: never a scalar) is passed over without being read
   into memory, counted in `big_frames`; memory stays bounded by that limit.
 
@@ -116,7 +117,9 @@ class FrameSplitter:
             length, length_crc = _HEADER.unpack_from(buffer, pos)
             if _masked_crc(bytes(buffer[pos:pos + 8])) != length_crc:
                 self.bad_frames += 1
+                self.skipped_bytes += 1
                 self._lost = True
+                pos += 1
                 continue
             end = pos + HEADER_BYTES + length + FOOTER_BYTES
             if length > limit:
@@ -132,11 +135,14 @@ class FrameSplitter:
                 break  # a torn tail: the frame's bytes are still coming
             payload = bytes(buffer[pos + HEADER_BYTES:end - FOOTER_BYTES])
             if _masked_crc(payload) != _FOOTER.unpack_from(buffer, end - FOOTER_BYTES)[0]:
-                self.bad_frames += 1  # the length is vouched for: only this frame is lost
-            else:
-                start = self._buffer_start + pos
-                frames.append(Frame(payload, start, start + end - pos, self.next_number))
-                self.next_number += 1
+                self.bad_frames += 1
+                self.skipped_bytes += 1
+                self._lost = True  # the next valid frame may start anywhere after this one's first byte
+                pos += 1
+                continue
+            start = self._buffer_start + pos
+            frames.append(Frame(payload, start, start + end - pos, self.next_number))
+            self.next_number += 1
             pos = end
         if pos:
             consumed = min(pos, len(buffer))

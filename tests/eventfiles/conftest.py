@@ -1,0 +1,33 @@
+"""Event files written by real writers (tensorboardX in a separate process, tests/eventfiles/tbwrite.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import List
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def write_tensorboard(folder: Path, first: int, last: int, *options: str) -> List[Path]:
+    """Run the tensorboardX writer to its end; the folder's files, oldest first."""
+    subprocess.run([sys.executable, "-m", "tests.eventfiles.tbwrite", str(folder), str(first), str(last), *options],
+                   cwd=ROOT, check=True, timeout=60)
+    return sorted(folder.iterdir())
+
+
+@pytest.fixture(scope="session")
+def event_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real tensorboardX file of 12 steps (4 scalars each, with their samples twins: 97 frames)."""
+    (path,) = write_tensorboard(tmp_path_factory.mktemp("tb"), 1, 12)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tensor_event_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same 12 steps with `loss` as a rank-0 tensor of the `scalars` plugin."""
+    (path,) = write_tensorboard(tmp_path_factory.mktemp("tbt"), 1, 12, "--tensor")
+    return path
