@@ -55,8 +55,9 @@ TAG_NAMES = {
 #: The samples twin of a tag (`loss vs samples`; tensorboardX writes spaces in tags as `_`): its event step is the
 #: samples consumed.
 _TWIN = re.compile(r"^(?P<tag>.+)[ _]vs[ _]samples$")
-#: ScalarSummary operators in a MindSpore network name their values `NAME[:Scalar]`.
-_MS_SUFFIX = "[:Scalar]"
+#: What MindSpore adds to a scalar's name: ScalarSummary operators in a network write `NAME[:Scalar]`,
+#: SummaryCollector its loss as `loss/auto`.
+_MS_SUFFIXES = ("[:Scalar]", "/auto")
 SAMPLES = "consumed_samples"
 
 
@@ -67,10 +68,13 @@ class EventKind(NamedTuple):
 
 
 def metric_name(tag: str) -> str:
-    """The record key of a scalar's tag: MindFormers' names mapped (`TAG_NAMES`), MindSpore's `[:Scalar]` suffix
-    dropped, a reserved key (`step`, `time`, ...) prefixed with `tag_` so it cannot overwrite the record's own."""
-    if tag.endswith(_MS_SUFFIX):
-        tag = tag[: -len(_MS_SUFFIX)]
+    """The record key of a scalar's tag: MindFormers' names mapped (`TAG_NAMES`), MindSpore's suffixes dropped
+    (`_MS_SUFFIXES`), a reserved key (`step`, `time`, ...) prefixed with `tag_` so it cannot overwrite the record's
+    own."""
+    for suffix in _MS_SUFFIXES:
+        if tag.endswith(suffix):
+            tag = tag[: -len(suffix)]
+            break
     name = TAG_NAMES.get(tag, tag)
     return f"tag_{name}" if name in RESERVED or name == "_part" else name
 
@@ -117,8 +121,8 @@ class EventFileParser:
             self.state.format = TENSORBOARD  # a file read from its middle: TensorBoard's schema is the common one
         for tag, value in event.values:
             twin = _TWIN.match(tag)
-            if twin is not None:
-                self._add(SAMPLES, event.step, None, out)  # the value is its plain tag's: kept once
+            if twin is not None:  # its value is its plain tag's; every twin of a step says the same samples
+                self._add(SAMPLES, event.step, None, out)
             else:
                 self._add(metric_name(tag), value, (event.step, event.wall_time, number), out)
         return out
@@ -136,18 +140,17 @@ class EventFileParser:
                 record = None  # its step's record went out at the end of a pass: this value amends it
             else:
                 record = self._open = {"step": at[0], "time": at[1], "line": at[2]}
-        if record is not None:
-            if key in record:
-                self.state.counts["repeated_values"] += 1
-            else:
-                record[key] = value
-            return
-        last = self.state.last
-        if last is None:
+        target = record if record is not None else self.state.last
+        if target is None:
             return  # a samples twin before any step: nothing to join
-        if key in last:
-            self.state.counts["repeated_values"] += 1
+        if key in target:
+            if at is not None:  # a second value of one tag for one step (twins all repeat the samples: not counted)
+                self.state.counts["repeated_values"] += 1
             return
+        if record is not None:
+            record[key] = value
+            return
+        last = target
         last[key] = value
         self.state.counts["amends"] += 1
         out.append(Item("amend", {"step": last["step"], "segment": last["segment"], key: value}))

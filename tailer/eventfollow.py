@@ -56,6 +56,11 @@ class EventFilesFollower(FileFollower):
     def path(self, value: Path) -> None:
         self._file = value
 
+    @property
+    def source_path(self) -> Path:
+        """The folder (or the one file) the source stands for, whichever of its files is read now."""
+        return self.folder if self.folder is not None else self._file
+
     def _backups(self) -> List[Path]:
         return event_files_in(self.folder)[:-1] if self.folder is not None else []
 

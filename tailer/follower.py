@@ -207,6 +207,11 @@ class FileFollower:
                         break  # it has more: the newer ones wait, so every line comes out in order
         return lines
 
+    @property
+    def source_path(self) -> Path:
+        """The path the source stands for (its history's, its checkpoint's): the followed path."""
+        return self.path
+
     def may_have_news(self) -> bool:
         """False only when one `stat` shows nothing a read would find: the path still names the open file, whose
         size is what has been read, and no older file is being drained. Only where attributes are current (a

@@ -421,7 +421,7 @@ class Tailer:
         self._learn_remote(source for source, _ in results)
         for source, items in results:
             for source_id, parser, part_items in _by_part(source, items):
-                info = self.store.add_source(source_id, str(source.follower.path))
+                info = self.store.add_source(source_id, str(source.follower.source_path))
                 old_state = info.state
                 info.format = parser.format.name if parser.format else None
                 info.total_steps = parser.meta.get("total_steps", info.total_steps)
@@ -488,7 +488,7 @@ class Tailer:
             if source.snapshot is not None:
                 checkpoint = dataclasses.replace(source.snapshot, emitted=source.parser.emitted)
                 if checkpoint != source.committed:  # an idle source costs no write
-                    out[source.id] = (str(source.follower.path), checkpoint)
+                    out[source.id] = (str(source.follower.source_path), checkpoint)
                     source.committed = checkpoint
         return out
 

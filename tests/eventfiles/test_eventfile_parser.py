@@ -76,8 +76,9 @@ def test_a_relaunch_from_an_earlier_step_opens_a_segment(event_file: Path) -> No
 
 def test_tag_names() -> None:
     assert [metric_name(t) for t in ("learning-rate", "grad-norm", "loss-scale", "iteration-time", "throughput",
-                                     "loss[:Scalar]", "Loss/train", "step", "time")] == [
-        "lr", "grad_norm", "loss_scale", "step_time_ms", "samples_per_s", "loss", "Loss/train", "tag_step", "tag_time"]
+                                     "loss[:Scalar]", "loss/auto", "Loss/train", "step", "time")] == [
+        "lr", "grad_norm", "loss_scale", "step_time_ms", "samples_per_s", "loss", "loss", "Loss/train", "tag_step",
+        "tag_time"]
 
 
 def test_a_frame_that_is_no_event_is_counted_not_raised() -> None:
