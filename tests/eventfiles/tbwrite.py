@@ -1,12 +1,13 @@
 """A real tensorboardX writer as MindFormers' MFLossMonitor uses it, run as a separate process by the live tests, and
 its values as the tests expect them.
 
-    python -m tests.eventfiles.tbwrite FOLDER FIRST LAST [--pause S] [--new-file-at STEP] [--tensor]
+    python -m tests.eventfiles.tbwrite FOLDER FIRST LAST [--pause S] [--new-file-at STEP] [--tensor] [--times FILE]
 
 Writes steps FIRST..LAST (MFLossMonitor's tags, each with its "vs samples" twin), flushing after every step and
 sleeping `--pause` seconds between steps; `--new-file-at STEP` closes the writer before STEP and opens another in the
 same folder (a relaunch: a second file); `--tensor` writes `loss` as a rank-0 float tensor with the `scalars`
-plugin (TensorFlow 2's and newer writers' way) instead of `simple_value`.
+plugin (TensorFlow 2's and newer writers' way) instead of `simple_value`; `--times FILE` appends "STEP TIME" right
+after each step's flush (the live latency bench).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ def main() -> None:
     parser.add_argument("--pause", type=float, default=0.0)
     parser.add_argument("--new-file-at", type=int, default=None)
     parser.add_argument("--tensor", action="store_true")
+    parser.add_argument("--times", default=None)
     args = parser.parse_args()
     writer = SummaryWriter(args.folder, flush_secs=3600)
     for step in range(args.first, args.last + 1):
@@ -70,6 +72,9 @@ def main() -> None:
         writer.add_scalar("grad-norm", v["grad_norm"], step)
         writer.add_scalar("grad-norm vs samples", v["grad_norm"], samples)
         writer.flush()
+        if args.times:
+            with open(args.times, "a", encoding="ascii") as times:
+                times.write(f"{step} {time.time()!r}\n")
         if args.pause:
             time.sleep(args.pause)
     writer.close()

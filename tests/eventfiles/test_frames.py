@@ -22,6 +22,11 @@ def test_whole_file_and_byte_by_byte_give_the_same_frames(event_file: Path) -> N
     assert dribbled == whole and splitter.bad_frames == 0 and splitter.pending_bytes == 0
 
 
+def test_frame_writes_the_bytes_tensorboardx_writes(event_file: Path) -> None:
+    data = event_file.read_bytes()
+    assert b"".join(frame(f.payload) for f in FrameSplitter().feed(data)) == data
+
+
 def test_a_bad_data_checksum_costs_that_frame_only(event_file: Path) -> None:
     data = bytearray(event_file.read_bytes())
     whole = FrameSplitter().feed(bytes(data))
