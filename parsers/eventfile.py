@@ -59,6 +59,8 @@ _TWIN = re.compile(r"^(?P<tag>.+)[ _]vs[ _]samples$")
 #: SummaryCollector its loss as `loss/auto`.
 _MS_SUFFIXES = ("[:Scalar]", "/auto")
 SAMPLES = "consumed_samples"
+#: tags whose metric names a parser keeps at hand (a run has tens)
+MAX_TAGS = 4096
 
 
 class EventKind(NamedTuple):
@@ -91,6 +93,7 @@ class EventFileParser:
         self.state = ParserState(format=kind)
         self.state.counts.update(repeated_values=0, undecodable_frames=0)
         self._open: Optional[Record] = None  # the record of the step whose frames are arriving (held within a pass)
+        self._names: Dict[str, Optional[str]] = {}  # tag -> its metric name (None: a samples twin)
         self.parts: Dict[str, Any] = {}  # no launcher-tagged parts in an event file
         self.overflow_lines = 0
 
@@ -119,12 +122,17 @@ class EventFileParser:
             return out
         if self.state.format is None:
             self.state.format = TENSORBOARD  # a file read from its middle: TensorBoard's schema is the common one
+        names = self._names
         for tag, value in event.values:
-            twin = _TWIN.match(tag)
-            if twin is not None:  # its value is its plain tag's; every twin of a step says the same samples
+            name = names.get(tag, "")
+            if name == "":
+                name = names[tag] = None if _TWIN.match(tag) else metric_name(tag)
+                if len(names) > MAX_TAGS:
+                    names.clear()  # a writer inventing tags: the cache stays bounded, names are computed again
+            if name is None:  # a samples twin: its value is its plain tag's, its step the samples consumed
                 self._add(SAMPLES, event.step, None, out)
             else:
-                self._add(metric_name(tag), value, (event.step, event.wall_time, number), out)
+                self._add(name, value, (event.step, event.wall_time, number), out)
         return out
 
     def _add(self, key: str, value: Any, at: Optional[Tuple[int, float, int]], out: List[Item]) -> None:

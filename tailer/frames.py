@@ -108,14 +108,15 @@ class FrameSplitter:
             data = data[taken:]
         self._buffer += data
         frames: List[Frame] = []
-        buffer, pos, limit = self._buffer, 0, self.max_line_bytes
+        # One immutable copy per feed: each slice of it is then a single copy (a bytearray slice would be two).
+        buffer, pos, limit = bytes(self._buffer), 0, self.max_line_bytes
         while len(buffer) - pos >= HEADER_BYTES:
             if self._lost:
                 pos = self._resync(pos)
                 if self._lost:
                     break  # no valid frame starts in what there is: wait for more bytes
             length, length_crc = _HEADER.unpack_from(buffer, pos)
-            if _masked_crc(bytes(buffer[pos:pos + 8])) != length_crc:
+            if _masked_crc(buffer[pos:pos + 8]) != length_crc:
                 self.bad_frames += 1
                 self.skipped_bytes += 1
                 self._lost = True
@@ -133,7 +134,7 @@ class FrameSplitter:
                 continue
             if end > len(buffer):
                 break  # a torn tail: the frame's bytes are still coming
-            payload = bytes(buffer[pos + HEADER_BYTES:end - FOOTER_BYTES])
+            payload = buffer[pos + HEADER_BYTES:end - FOOTER_BYTES]
             if _masked_crc(payload) != _FOOTER.unpack_from(buffer, end - FOOTER_BYTES)[0]:
                 self.bad_frames += 1
                 self.skipped_bytes += 1
@@ -146,7 +147,7 @@ class FrameSplitter:
             pos = end
         if pos:
             consumed = min(pos, len(buffer))
-            del buffer[:consumed]
+            del self._buffer[:consumed]
             if not self._skip:
                 self._buffer_start += consumed
         return frames
@@ -154,18 +155,18 @@ class FrameSplitter:
     def _resync(self, pos: int) -> int:
         """The first offset from `pos` where a whole frame's two checksums hold (clears `_lost`), else where the
         search stopped for want of bytes; the bytes passed over are counted in `skipped_bytes`."""
-        buffer, start = self._buffer, pos
+        buffer, start = bytes(self._buffer), pos
         while len(buffer) - pos >= HEADER_BYTES:
             if not buffer[pos]:  # passing a run of NULs at C speed (an all-zero header never holds)
                 rest = len(buffer) - pos
                 pos += rest - len(buffer[pos:].lstrip(b"\x00"))
                 continue
             length, length_crc = _HEADER.unpack_from(buffer, pos)
-            if length <= self.max_line_bytes and _masked_crc(bytes(buffer[pos:pos + 8])) == length_crc:
+            if length <= self.max_line_bytes and _masked_crc(buffer[pos:pos + 8]) == length_crc:
                 end = pos + HEADER_BYTES + length + FOOTER_BYTES
                 if end > len(buffer):
                     break  # a candidate whose bytes are still coming: decided when they are here
-                payload = bytes(buffer[pos + HEADER_BYTES:end - FOOTER_BYTES])
+                payload = buffer[pos + HEADER_BYTES:end - FOOTER_BYTES]
                 if _masked_crc(payload) == _FOOTER.unpack_from(buffer, end - FOOTER_BYTES)[0]:
                     self._lost = False
                     break
