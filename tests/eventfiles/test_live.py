@@ -20,7 +20,7 @@ from .mswrite import values as ms_values
 from .tbwrite import GLOBAL_BATCH, values
 
 pytestmark = pytest.mark.timeout(90)
-STEPS = 30
+STEPS = 20
 
 
 def served(server: Any, count: int) -> List[Dict[str, Any]]:
@@ -104,9 +104,9 @@ def test_mindspore_summary_record_and_summary_collector_while_they_write(tmp_pat
                                                                           wait_until) -> None:  # type: ignore[no-untyped-def]
     record_folder, collector_folder = tmp_path / "summary" / "record", tmp_path / "summary" / "collector"
     server = mstail_server(tmp_path / "summary" / "*" / "events.out.events.summary.*_MS", args=["--no-alerts"])
-    steps = 20
+    steps = 10
     writer = subprocess.Popen([sys.executable, "-m", "tests.eventfiles.mswrite", str(record_folder),
-                               str(collector_folder), str(steps), "0.1"], cwd=ROOT, stdout=subprocess.PIPE,
+                               str(collector_folder), str(steps), "0.15"], cwd=ROOT, stdout=subprocess.PIPE,
                               stderr=subprocess.DEVNULL)
     try:
         wait_until(lambda: writer.poll() is None and 0 < len(served(server, 100)) < steps, timeout=40, interval=0.02,
