@@ -155,13 +155,10 @@ class EventFileParser:
             if at is not None:  # a second value of one tag for one step (twins all repeat the samples: not counted)
                 self.state.counts["repeated_values"] += 1
             return
-        if record is not None:
-            record[key] = value
-            return
-        last = target
-        last[key] = value
-        self.state.counts["amends"] += 1
-        out.append(Item("amend", {"step": last["step"], "segment": last["segment"], key: value}))
+        target[key] = value
+        if record is None:  # the last record, already out: the value goes after it as an amend
+            self.state.counts["amends"] += 1
+            out.append(Item("amend", {"step": target["step"], "segment": target["segment"], key: value}))
 
     def _emit(self, record: Record, out: List[Item]) -> None:
         self._open = None
