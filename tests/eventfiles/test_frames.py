@@ -5,6 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import List
 
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from mstail.tailer.frames import (HEADER_BYTES, Frame, FrameSplitter, event_file_kind, event_files_in, frame,
                                   is_event_file)
 
@@ -110,3 +113,20 @@ def test_a_torn_frame_right_before_a_relaunch_s_frames_loses_none_of_them(event_
     got = splitter.feed(damaged)
     assert [f.payload for f in got] == [f.payload for f in whole] * 2
     assert splitter.bad_frames == 1 and splitter.skipped_bytes == torn.end - 5 - torn.start
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cuts=st.lists(st.integers(min_value=0, max_value=5000), max_size=30), where=st.integers(min_value=0),
+       flip=st.integers(min_value=1, max_value=255))
+def test_any_cuts_and_any_damaged_byte_lose_only_the_frame_it_is_in(event_file: Path, cuts: List[int], where: int,
+                                                                    flip: int) -> None:
+    data = bytearray(event_file.read_bytes())
+    whole = FrameSplitter().feed(bytes(data))
+    where %= len(data)
+    data[where] ^= flip
+    splitter, got, last = FrameSplitter(), [], 0
+    for cut in sorted({c % len(data) for c in cuts}) + [len(data)]:
+        got += splitter.feed(bytes(data[last:cut]))
+        last = cut
+    assert [f.payload for f in got] == [f.payload for f in whole if not f.start <= where < f.end]
+    assert splitter.bad_frames == 1
