@@ -24,16 +24,16 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
-from google.protobuf.message import DecodeError
-
 from .engine import ParserState
-from .eventschema import MINDSPORE_VERSION, TENSORBOARD_VERSION, decode
 from .record import RESERVED, Item, Record
 
 #: The kinds of event files, as `ParserState.format` and `/api/sources` name them.
 TENSORBOARD = "tensorboard"
 MINDSPORE = "mindspore-summary"
 KINDS = (TENSORBOARD, MINDSPORE)
+#: The version each writer puts in a file's first event: TensorBoard's `file_version`, MindSpore's `version`.
+TENSORBOARD_VERSION = "brain.Event:"
+MINDSPORE_VERSION = "MindSpore.Event:"
 
 #: MindFormers' tags (mindformers/core/callback/callback.py, MFLossMonitor) -> the names its text log's format gives
 #: the same numbers (formats/mindformers.toml, megatron.toml). `iteration-time` is the step time in ms (the callback's
@@ -90,6 +90,9 @@ class EventFileParser:
     """
 
     def __init__(self, kind: Optional[str] = None) -> None:
+        from . import eventschema  # protobuf and the schemas: only once an event file is read
+
+        self._decode, self._decode_error = eventschema.decode, eventschema.DecodeError
         self.state = ParserState(format=kind)
         self.state.counts.update(repeated_values=0, undecodable_frames=0)
         self._open: Optional[Record] = None  # the record of the step whose frames are arriving (held within a pass)
@@ -111,8 +114,8 @@ class EventFileParser:
         counts = self.state.counts
         counts["lines"] += 1
         try:
-            event = decode(payload, self.state.format == MINDSPORE)
-        except DecodeError:
+            event = self._decode(payload, self.state.format == MINDSPORE)
+        except self._decode_error:
             counts["undecodable_frames"] += 1
             return []
         out: List[Item] = []
