@@ -57,6 +57,12 @@ def test_tensorboardx_writing_two_files_is_one_live_source_every_scalar_once(tmp
     [source] = server.get_json("/api/sources")
     assert source["id"] == "rank_0" and source["format"] == "tensorboard" and source["records"] == STEPS
     assert {"loss", "lr", "grad_norm", "global_batch_size", "consumed_samples"} <= set(source["metrics"])
+    # `mstail parse` of the finished folder gives the records the sidecar stored, value for value.
+    done = subprocess.run([sys.executable, "-m", "mstail", "parse", str(folder / "events.out.tfevents.*")], cwd=ROOT,
+                          capture_output=True, timeout=60, check=True)
+    offline = [json.loads(line) for line in done.stdout.decode().splitlines()]
+    assert [{k: v for k, v in row.items() if k != "line"} for row in offline] == [
+        {k: v for k, v in record.items() if k != "seq"} for record in records]
 
 
 def test_torn_tails_a_corrupted_frame_and_a_restart_mid_file(tmp_path: Path, event_file: Path, mstail_server,
