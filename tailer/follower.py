@@ -150,7 +150,7 @@ class FileFollower:
     def __init__(self, path: Path, max_line_bytes: int = 1 << 20, with_backups: bool = True, rotate_wait_s: float = 5.0,
                  splitter: type = LineSplitter) -> None:
         self.path = path
-        self.splitter = splitter
+        self.splitter_class = splitter
         self.max_line_bytes = max_line_bytes
         self.with_backups = with_backups
         self.rotate_wait_s = rotate_wait_s
@@ -257,7 +257,7 @@ class FileFollower:
         opened: List[Tuple[Path, _OpenFile, bool]] = []  # (path, handle, resumed where the checkpoint says)
         for path in candidates:
             try:
-                handle = _OpenFile(path, self.max_line_bytes, self.splitter)
+                handle = _OpenFile(path, self.max_line_bytes, self.splitter_class)
             except OSError:
                 continue
             entry = pending.pop(handle.identity, None)
@@ -301,7 +301,7 @@ class FileFollower:
 
     def _open(self, now: float) -> bool:
         try:
-            current = _OpenFile(self.path, self.max_line_bytes, self.splitter)
+            current = _OpenFile(self.path, self.max_line_bytes, self.splitter_class)
         except OSError as exc:
             if isinstance(exc, NotARegularFile) or exc.errno in (errno.EACCES, errno.EPERM):
                 self.problem = exc.strerror if isinstance(exc, NotARegularFile) else "permission denied"
@@ -332,7 +332,7 @@ class FileFollower:
         opened = []
         for backup in self._backups():
             try:
-                handle = _OpenFile(backup, self.max_line_bytes, self.splitter)
+                handle = _OpenFile(backup, self.max_line_bytes, self.splitter_class)
             except OSError:
                 continue
             if handle.identity == exclude or self._already_read(handle):
@@ -443,7 +443,7 @@ class FileFollower:
         """The newest backup that is a copy of `handle` (same first bytes, another inode), opened at `start`."""
         for backup in reversed(self._backups()):
             try:
-                copy = _OpenFile(backup, self.max_line_bytes, self.splitter)
+                copy = _OpenFile(backup, self.max_line_bytes, self.splitter_class)
                 size = os.fstat(copy.fd).st_size
                 same = copy.identity != handle.identity and os.pread(copy.fd, len(handle.head), 0) == handle.head
             except OSError:
