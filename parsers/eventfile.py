@@ -61,6 +61,9 @@ _MS_SUFFIXES = ("[:Scalar]", "/auto")
 SAMPLES = "consumed_samples"
 #: tags whose metric names a parser keeps at hand (a run has tens)
 MAX_TAGS = 4096
+#: keys one record may hold before its segment: a writer logging thousands of tags a step (one per parameter) fills the first ones;
+#: the rest are counted in `dropped_values`, so no step can grow a record without bound
+MAX_KEYS = 1024
 
 
 class EventKind(NamedTuple):
@@ -94,7 +97,7 @@ class EventFileParser:
 
         self._decode, self._decode_error = eventschema.decode, eventschema.DecodeError
         self.state = ParserState(format=kind)
-        self.state.counts.update(repeated_values=0, undecodable_frames=0)
+        self.state.counts.update(repeated_values=0, undecodable_frames=0, dropped_values=0)
         self._open: Optional[Record] = None  # the record of the step whose frames are arriving (held within a pass)
         self._names: Dict[str, Optional[str]] = {}  # tag -> its metric name (None: a samples twin)
         self.parts: Dict[str, Any] = {}  # no launcher-tagged parts in an event file
@@ -157,6 +160,9 @@ class EventFileParser:
         if key in target:
             if at is not None:  # a second value of one tag for one step (twins all repeat the samples: not counted)
                 self.state.counts["repeated_values"] += 1
+            return
+        if len(target) >= MAX_KEYS:
+            self.state.counts["dropped_values"] += 1
             return
         target[key] = value
         if record is None:  # the last record, already out: the value goes after it as an amend

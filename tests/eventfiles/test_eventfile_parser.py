@@ -84,3 +84,17 @@ def test_tag_names() -> None:
 def test_a_frame_that_is_no_event_is_counted_not_raised() -> None:
     parser = EventFileParser()
     assert parser.feed(b"\xff\xff\xff", 1, 0.0) == [] and parser.counts["undecodable_frames"] == 1
+
+
+def test_a_step_with_thousands_of_tags_keeps_a_bounded_record() -> None:
+    from mstail.parsers.eventfile import MAX_KEYS
+    from mstail.tailer.frames import frame
+    from tensorboardX.proto.event_pb2 import Event
+    from tensorboardX.proto.summary_pb2 import Summary
+
+    summary = Summary(value=[Summary.Value(tag=f"local_norm/p{i}", simple_value=float(i)) for i in range(3000)])
+    payload = Event(wall_time=1.0, step=5, summary=summary).SerializeToString()
+    assert FrameSplitter().feed(frame(payload))[0].payload == payload
+    parser = EventFileParser()
+    [(kind, record)] = parser.feed(payload, 1, 0.0) + parser.flush(0.0)
+    assert kind == "record" and len(record) == MAX_KEYS + 1 and parser.counts["dropped_values"] == 3000 - (MAX_KEYS - 3)
