@@ -133,3 +133,15 @@ def test_mindspore_summary_record_and_summary_collector_while_they_write(tmp_pat
         {"step": step, **ms_values(step)} for step in range(1, steps + 1)]
     assert [{"step": r["step"], "loss": r["loss"]} for r in by_source["collector"]] == losses
     assert {s["format"] for s in server.get_json("/api/sources")} == {"mindspore-summary"}
+
+
+def test_an_event_file_known_by_its_content_only(tmp_path: Path, event_file: Path, mstail_server,
+                                                 wait_until) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "run" / "metrics.bin"
+    path.parent.mkdir()
+    path.write_bytes(event_file.read_bytes())
+    server = mstail_server(path, args=["--no-alerts"])
+    wait_until(lambda: len(served(server, 12)) == 12, timeout=15, message="the 12 steps")
+    assert [r["loss"] for r in served(server, 12)] == [values(step)["loss"] for step in range(1, 13)]
+    [source] = server.get_json("/api/sources")
+    assert source["format"] == "tensorboard" and source["path"] == str(path)
