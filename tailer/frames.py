@@ -11,8 +11,8 @@ follower, its rotation handling and the checkpoint (the offset of the next frame
   match of two CRC-32Cs is one in 2^64), counting the bytes passed over in `skipped_bytes`. Why not skip the bad
   frame by its length when the length's own checksum holds: the usual bad frame is a torn one (a writer killed
   mid-write) followed by what a relaunch appended, and its length then reaches into the good frames after it; the
-  search finds them all, and costs a few microseconds per byte only where the file is damaged. A run of NUL bytes
-  (a crash's zero-filled tail) is passed at C speed: an all-zero header is never valid.
+  search finds them all. It runs at C speed (`_resync`): megabytes of garbage or of NUL bytes (a crash's
+  zero-filled tail) are passed in milliseconds.
 - A frame longer than `max_frame_bytes` (an image, a histogram: never a scalar) is passed over without being read
   into memory, counted in `big_frames`; memory stays bounded by that limit.
 
@@ -37,6 +37,7 @@ _HEADER = struct.Struct("<QI")
 _FOOTER = struct.Struct("<I")
 HEADER_BYTES = _HEADER.size
 FOOTER_BYTES = _FOOTER.size
+_NO_HEADER = bytes(HEADER_BYTES)  # twelve zero bytes: the masked CRC of a zero length is not zero
 
 #: TensorBoard's and tensorboardX's file names; MindSpore's SummaryRecord writes `..._MS` beside `..._lineage`
 #: (lineage records, no scalars) and `..._explain`.
@@ -154,13 +155,26 @@ class FrameSplitter:
 
     def _resync(self, pos: int) -> int:
         """The first offset from `pos` where a whole frame's two checksums hold (clears `_lost`), else where the
-        search stopped for want of bytes; the bytes passed over are counted in `skipped_bytes`."""
+        search stopped for want of bytes; the bytes passed over are counted in `skipped_bytes`. The search runs at
+        C speed (`bytes.find`, `lstrip`) over what cannot be a header: a frame we take has a length of at most
+        `max_line_bytes`, so its length's high bytes are zero, and twelve zero bytes (a crash's zero-filled tail)
+        are never a header; the checksums are computed only where such zeros are."""
         buffer, start = bytes(self._buffer), pos
+        high = 8 - (self.max_line_bytes.bit_length() + 7) // 8  # the length's bytes that are zero in any frame taken
+        zeros = b"\x00" * high
         while len(buffer) - pos >= HEADER_BYTES:
-            if not buffer[pos]:  # passing a run of NULs at C speed (an all-zero header never holds)
-                rest = len(buffer) - pos
-                pos += rest - len(buffer[pos:].lstrip(b"\x00"))
+            if buffer[pos:pos + HEADER_BYTES] == _NO_HEADER:
+                first = len(buffer) - len(buffer[pos:].lstrip(b"\x00"))  # the first non-zero byte
+                pos = max(pos + 1, first - HEADER_BYTES + 1)  # a header may begin with zeros before it
                 continue
+            if high:
+                found = buffer.find(zeros, pos + 8 - high)
+                if found < 0:  # no candidate whose length is all here: the next one ends past what there is
+                    pos = max(pos, len(buffer) - 7)
+                    break
+                pos = found - (8 - high)
+                if len(buffer) - pos < HEADER_BYTES:
+                    break
             length, length_crc = _HEADER.unpack_from(buffer, pos)
             if length <= self.max_line_bytes and _masked_crc(buffer[pos:pos + 8]) == length_crc:
                 end = pos + HEADER_BYTES + length + FOOTER_BYTES

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 from typing import List
 
@@ -130,3 +131,16 @@ def test_any_cuts_and_any_damaged_byte_lose_only_the_frame_it_is_in(event_file: 
         last = cut
     assert [f.payload for f in got] == [f.payload for f in whole if not f.start <= where < f.end]
     assert splitter.bad_frames == 1
+
+
+def test_megabytes_of_random_bytes_between_frames_are_passed_over(event_file: Path) -> None:
+    data = event_file.read_bytes()
+    whole = FrameSplitter().feed(data)
+    garbage = random.Random(7).randbytes(3 << 20)
+    stream = data + garbage + bytes(5000) + data[40:] + bytes(3)  # garbage, zeros, frames, a zero tail
+    splitter, got = FrameSplitter(), []
+    for index in range(0, len(stream), 64 << 10):
+        got += splitter.feed(stream[index:index + (64 << 10)])
+    assert [f.payload for f in got] == [f.payload for f in whole] + [f.payload for f in whole[1:]]
+    assert splitter.bad_frames == 1 and splitter.skipped_bytes == len(garbage) + 5000
+    assert splitter.offset == len(stream) - 3 and splitter.pending_bytes == 3  # a tail that may become a frame
