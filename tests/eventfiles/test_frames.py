@@ -144,3 +144,10 @@ def test_megabytes_of_random_bytes_between_frames_are_passed_over(event_file: Pa
     assert [f.payload for f in got] == [f.payload for f in whole] + [f.payload for f in whole[1:]]
     assert splitter.bad_frames == 1 and splitter.skipped_bytes == len(garbage) + 5000
     assert splitter.offset == len(stream) - 3 and splitter.pending_bytes == 3  # a tail that may become a frame
+
+
+def test_a_frame_whose_header_begins_with_zero_bytes_after_a_run_of_zeros() -> None:
+    payload = bytes(range(256))  # a length of 256: the header's first byte is 0
+    splitter = FrameSplitter()
+    got = splitter.feed(bytes(100) + frame(payload))
+    assert [f.payload for f in got] == [payload] and got[0].start == 100 and splitter.skipped_bytes == 100
