@@ -12,6 +12,17 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
+#: This folder's fixtures that start a writer process: their tests are `slow` (tests/conftest.py), as those of
+#: the shared process fixtures are.
+_WRITER_FIXTURES = {"event_file", "tensor_event_file"}
+
+
+def pytest_collection_modifyitems(items: List[pytest.Item]) -> None:
+    for item in items:
+        if _WRITER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
 def write_tensorboard(folder: Path, first: int, last: int, *options: str) -> List[Path]:
     """Run the tensorboardX writer to its end; the folder's files, oldest first."""
     subprocess.run([sys.executable, "-m", "tests.eventfiles.tbwrite", str(folder), str(first), str(last), *options],

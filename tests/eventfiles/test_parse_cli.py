@@ -9,8 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from .conftest import ROOT, write_tensorboard
 from .tbwrite import GLOBAL_BATCH, values
+
+pytestmark = pytest.mark.slow  # writer and mstail processes
 
 
 def test_parse_a_folder_of_two_event_files_and_a_summary_file(tmp_path: Path) -> None:
