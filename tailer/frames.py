@@ -82,9 +82,9 @@ class FrameSplitter:
         self._buffer = bytearray()
         self._buffer_start = start  # file offset of _buffer[0]
         self._skip = 0  # bytes of a big frame still to pass over, not buffered
-        self._lost = False  # looking for the next valid frame after a length that failed its checksum
+        self._lost = False  # looking for the next valid frame after a checksum failed
         self.next_number = first_number
-        self.bad_frames = 0  # frames whose data failed its checksum, and places where a length failed its own
+        self.bad_frames = 0  # checksums that failed (each a place where the search for the next valid frame began)
         self.skipped_bytes = 0  # bytes passed over while looking for the next valid frame
         self.big_frames = 0
         # LineSplitter's counters, which the follower adds up for every file: nothing in a frame is cut or decoded.
