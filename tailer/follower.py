@@ -56,7 +56,7 @@ def kind_of(mode: int) -> str:
 class _OpenFile:
     """One open file (inode) and how far it has been read."""
 
-    def __init__(self, path: Path, max_line_bytes: int) -> None:
+    def __init__(self, path: Path, max_line_bytes: int, splitter: type = LineSplitter) -> None:
         self.path = path
         # O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused just below, as is any other
         # non-regular file. On a regular file the flag changes nothing.
@@ -66,7 +66,7 @@ class _OpenFile:
             os.close(self.fd)
             raise NotARegularFile(errno.EINVAL, f"{kind_of(st.st_mode)}, not a regular file", str(path))
         self.identity = (st.st_dev, st.st_ino)
-        self.splitter = LineSplitter(0, max_line_bytes)
+        self.splitter = splitter(0, max_line_bytes)  # a LineSplitter, or an event file's FrameSplitter (same shape)
         self.pos = 0  # bytes handed to the splitter
         self.head = b""
         self.idle_since: Optional[float] = None
@@ -112,7 +112,7 @@ class _OpenFile:
         return False
 
     def restart(self) -> None:
-        self.splitter = LineSplitter(0, self.splitter.max_line_bytes)
+        self.splitter = type(self.splitter)(0, self.splitter.max_line_bytes)
         self.pos = 0
         self.head = b""
 
@@ -123,7 +123,7 @@ class _OpenFile:
 
     def resume(self, offset: int, number: int) -> None:
         """Continue after a checkpoint: the next line starts at `offset` and is line `number`."""
-        self.splitter = LineSplitter(offset, self.splitter.max_line_bytes, first_number=number)
+        self.splitter = type(self.splitter)(offset, self.splitter.max_line_bytes, first_number=number)
         self.pos = offset
         self.head = os.pread(self.fd, HEAD_BYTES, 0)
 
@@ -144,10 +144,13 @@ class FileFollower:
         with_backups: on first open also read rotated backups `PATH.N ... PATH.1` (oldest first) so the history
             from before mstail started is complete; default True.
         rotate_wait_s: how long a renamed-away file is still read after it stopped growing; default 5 s.
+        splitter: what splits a file's bytes: `LineSplitter` (default), or an event file's `FrameSplitter`.
     """
 
-    def __init__(self, path: Path, max_line_bytes: int = 1 << 20, with_backups: bool = True, rotate_wait_s: float = 5.0) -> None:
+    def __init__(self, path: Path, max_line_bytes: int = 1 << 20, with_backups: bool = True, rotate_wait_s: float = 5.0,
+                 splitter: type = LineSplitter) -> None:
         self.path = path
+        self.splitter_class = splitter
         self.max_line_bytes = max_line_bytes
         self.with_backups = with_backups
         self.rotate_wait_s = rotate_wait_s
@@ -204,6 +207,11 @@ class FileFollower:
                         break  # it has more: the newer ones wait, so every line comes out in order
         return lines
 
+    @property
+    def source_path(self) -> Path:
+        """The path the source stands for (its history's, its checkpoint's): the followed path."""
+        return self.path
+
     def may_have_news(self) -> bool:
         """False only when one `stat` shows nothing a read would find: the path still names the open file, whose
         size is what has been read, and no older file is being drained. Only where attributes are current (a
@@ -245,11 +253,11 @@ class FileFollower:
         self.counters.update(checkpoint.counters)
         self._seen = {(dev, ino): (length, digest) for dev, ino, length, digest in checkpoint.seen}
         pending = {entry.id: entry for entry in checkpoint.files}
-        candidates = ([*rotated_backups(self.path)] if self.with_backups or pending else []) + [self.path]
+        candidates = ([*self._backups()] if self.with_backups or pending else []) + [self.path]
         opened: List[Tuple[Path, _OpenFile, bool]] = []  # (path, handle, resumed where the checkpoint says)
         for path in candidates:
             try:
-                handle = _OpenFile(path, self.max_line_bytes)
+                handle = _OpenFile(path, self.max_line_bytes, self.splitter_class)
             except OSError:
                 continue
             entry = pending.pop(handle.identity, None)
@@ -287,9 +295,13 @@ class FileFollower:
             self.state = "following"
         return not pending
 
+    def _backups(self) -> List[Path]:
+        """The files read before the path's own, oldest first: its rotated backups (`info.log.5` ... `info.log.1`)."""
+        return rotated_backups(self.path)
+
     def _open(self, now: float) -> bool:
         try:
-            current = _OpenFile(self.path, self.max_line_bytes)
+            current = _OpenFile(self.path, self.max_line_bytes, self.splitter_class)
         except OSError as exc:
             if isinstance(exc, NotARegularFile) or exc.errno in (errno.EACCES, errno.EPERM):
                 self.problem = exc.strerror if isinstance(exc, NotARegularFile) else "permission denied"
@@ -318,9 +330,9 @@ class FileFollower:
 
     def _unseen_backups(self, exclude: Tuple[int, int]) -> List[_OpenFile]:
         opened = []
-        for backup in rotated_backups(self.path):
+        for backup in self._backups():
             try:
-                handle = _OpenFile(backup, self.max_line_bytes)
+                handle = _OpenFile(backup, self.max_line_bytes, self.splitter_class)
             except OSError:
                 continue
             if handle.identity == exclude or self._already_read(handle):
@@ -429,9 +441,9 @@ class FileFollower:
 
     def _copy_of(self, handle: _OpenFile, start: int) -> Optional[_OpenFile]:
         """The newest backup that is a copy of `handle` (same first bytes, another inode), opened at `start`."""
-        for backup in reversed(rotated_backups(self.path)):
+        for backup in reversed(self._backups()):
             try:
-                copy = _OpenFile(backup, self.max_line_bytes)
+                copy = _OpenFile(backup, self.max_line_bytes, self.splitter_class)
                 size = os.fstat(copy.fd).st_size
                 same = copy.identity != handle.identity and os.pread(copy.fd, len(handle.head), 0) == handle.head
             except OSError:

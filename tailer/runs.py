@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, List, Optional, Sequence, Set, Tuple, Union
 
+from .frames import event_file_kind
+
 log = logging.getLogger("mstail.runs")
 
 #: folders deeper than this below DIR are not looked into (MindFormers' deepest layout is
@@ -53,17 +55,6 @@ _RANK_DIR = re.compile(r"^(?:rank|device|worker)[_.-]?\d+$")
 _LAYOUT_DIR = re.compile(
     r"^(?:output|logs?|log_.+|msrun_log(?:_.+)?|metrics|summary|summaries|tensorboard(?:_.+)?|tb)$")
 _WORKER_LOG = re.compile(r"^worker_.+\.log$")
-
-
-def is_event_file(path: Union[str, Path]) -> bool:
-    """TensorBoard and MindSpore summary event files, by name (their `_lineage` twin holds no scalars).
-
-    The one place folders tell event files apart: helper G's event-file reader (tailer/frames.py) replaces this name
-    check when the two branches meet, by name only (`event_file_kind(name)`, or `is_event_file(path, sniff=False)`):
-    a walk must not open every file it passes to sniff it."""
-    name = os.path.basename(path)
-    return name.startswith("events.out.tfevents.") or (
-        name.startswith("events.out.events.summary.") and not name.endswith("_lineage"))
 
 
 @dataclass(frozen=True)
@@ -99,7 +90,7 @@ def _kind(path: str) -> Optional[str]:
         return "text"
     if name.endswith(".jsonl"):
         return "jsonl"
-    if is_event_file(path):
+    if event_file_kind(name) is not None:  # by name only: a walk does not open every file it passes
         return "events"
     return None
 

@@ -28,6 +28,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set,
 from mstail.parsers import Format, Item, SourceParser, format_table
 from mstail.parsers.amends import fold_amends
 from mstail.parsers.blocks import feed_block
+from mstail.parsers.eventfile import EventFileParser
 from mstail.parsers.interleave import MAX_PARTS, InterleavedParser
 from mstail.parsers.record import PART_KEY
 
@@ -35,6 +36,7 @@ from .alerts import AlertEngine
 from .checkpoint import SourceCheckpoint
 from .config import Config
 from .discovery import PatternFilter, SourceNamer, expand, glob_free_prefix, watch_roots
+from .eventfollow import EventFilesFollower, event_source
 from .follower import FileFollower
 from .hub import Hub, ItemsMessage, SourceMessage
 from .lines import Block
@@ -130,6 +132,8 @@ class Tailer:
         self._patterns += [(p, self._jsonl) for p in config.jsonl]
         self._sources: Dict[Path, _Source] = {}
         self._namer = SourceNamer()
+        self._event_kinds: Dict[Path, str] = {}  # event-file sources: key -> the kind their names say ("": by content)
+        self._event_files: Set[Path] = set()  # event files whose file events wake their folder's source
         self._saved: Dict[Path, SourceCheckpoint] = {}  # checkpoints from the state, by path, until rediscovered
         self._runs = RunFinder(config.logdirs)  # the run files below `mstail DIR` folders
         self._said_empty: Set[Path] = set()  # folders said to have no run below them yet
@@ -164,6 +168,7 @@ class Tailer:
         the pass thread)."""
         new = []
         found = [(path, forced) for pattern, forced in self._patterns for path in expand(pattern)]
+        found, event_files = self._event_sources(found)
         followed = [path for path, _ in found]
         fresh: Dict[Path, Tuple[Path, Optional[Format]]] = {}
         for path, forced in found:
@@ -173,14 +178,17 @@ class Tailer:
         named: List[Tuple[Path, Path, Optional[Format], str, Optional[str]]] = [
             (key, path, forced, source_id, None) for (key, (path, forced)), source_id
             in zip(fresh.items(), self._namer.names([path for path, _ in fresh.values()], followed))]
-        named += self._new_run_files(set(fresh))
+        named += self._new_run_files(set(fresh), event_files)
         for key, path, forced, source_id, run in named:
+            kind = self._event_kinds.get(key)
             source = _Source(
                 id=source_id,
-                follower=FileFollower(path, self.config.max_line_bytes),
+                follower=FileFollower(path, self.config.max_line_bytes) if kind is None else
+                EventFilesFollower(path, self.config.max_line_bytes, folder=bool(kind)),
                 parser=InterleavedParser(partial(SourceParser, self.formats, forced=forced, grace_s=self.config.grace_s,
                                                  source=source_id),  # named in a slow user regex's warning
-                                         self.config.derived),
+                                         self.config.derived) if kind is None else
+                EventFileParser(kind or None),  # type: ignore[arg-type]
             )
             source.said_format = forced.name if forced is not None else None
             source.run = run
@@ -190,24 +198,53 @@ class Tailer:
             self._sources[key] = source
             self._planner.add(source, path)
             new.append(source)
+        for file, key in event_files:  # file events name a folder's event files, new ones too: they wake its source
+            if file not in self._event_files and key in self._sources:
+                self._event_files.add(file)
+                self._planner.add(self._sources[key], file)
         return new
 
-    def _new_run_files(self, taken: Set[Path]) -> List[Tuple[Path, Path, Optional[Format], str, Optional[str]]]:
+    def _new_run_files(self, taken: Set[Path], event_files: List[Tuple[Path, Path]],
+                       ) -> List[Tuple[Path, Path, Optional[Format], str, Optional[str]]]:
         """(key, path, forced format, id, run) of the files below the folders (`mstail DIR`) not followed yet and not
-        in `taken` (named by a `--log` pattern too: the pattern's); a folder with nothing below it yet is said once."""
+        in `taken` (named by a `--log` pattern too: the pattern's); a folder of event files is one source (its
+        folder, as `_event_sources` makes it, with its (file, folder) pair added to `event_files`); a folder with
+        nothing below it yet is said once."""
         if not self.config.logdirs:
             return []
         new = []
         for run_file in self._runs.find():
-            key = run_file.path.absolute()
+            path = run_file.path
+            if run_file.kind == "events":
+                path, kind = event_source(path)
+                self._event_kinds.setdefault(path.absolute(), kind or "")
+                event_files.append((run_file.path.absolute(), path.absolute()))
+            key = path.absolute()
             if key in self._sources or key in taken:
                 continue
+            taken.add(key)
             forced = self._jsonl if run_file.kind == "jsonl" else self._forced if run_file.kind == "text" else None
-            new.append((key, run_file.path, forced, self._namer.claim(run_file.path, run_file.names), run_file.run))
+            new.append((key, path, forced, self._namer.claim(run_file.path, run_file.names), run_file.run))
         for root in set(self._runs.empty) - self._said_empty:
             self._said_empty.add(root)
             log.warning("no run found below %s yet (%s); waiting for one to appear", root, NOTHING_YET)
         return new
+
+    def _event_sources(self, found: List[Tuple[Path, Optional[Format]]]):  # type: ignore[no-untyped-def]
+        """`found` with each event file named as such replaced by its folder (one source per folder of event files,
+        `eventfollow`), and the (event file, folder key) pairs; the kinds learnt go to `_event_kinds` (key -> kind
+        its names say, "" for a file known by its content)."""
+        out, files = [], []
+        for path, forced in found:
+            key = path.absolute()
+            if key not in self._sources or key in self._event_kinds:
+                stands_for, kind = event_source(path)
+                if kind is not None:
+                    self._event_kinds.setdefault(stands_for.absolute(), kind)
+                    files.append((key, stands_for.absolute()))
+                    path = stands_for
+            out.append((path, forced))
+        return out, files
 
     def _restore(self, source: _Source, saved: SourceCheckpoint) -> None:
         """Resume a source at its checkpoint. Items emitted after the checkpoint were stored already: the parser
@@ -420,7 +457,7 @@ class Tailer:
         self._learn_remote(source for source, _ in results)
         for source, items in results:
             for source_id, parser, part_items in _by_part(source, items):
-                info = self.store.add_source(source_id, str(source.follower.path))
+                info = self.store.add_source(source_id, str(source.follower.source_path))
                 old_state = info.state
                 info.format = parser.format.name if parser.format else None
                 info.total_steps = parser.meta.get("total_steps", info.total_steps)
@@ -488,7 +525,7 @@ class Tailer:
             if source.snapshot is not None:
                 checkpoint = dataclasses.replace(source.snapshot, emitted=source.parser.emitted)
                 if checkpoint != source.committed:  # an idle source costs no write
-                    out[source.id] = (str(source.follower.path), checkpoint)
+                    out[source.id] = (str(source.follower.source_path), checkpoint)
                     source.committed = checkpoint
         return out
 

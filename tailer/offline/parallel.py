@@ -53,7 +53,8 @@ def plan(groups: List[Chain], sizes: List[int], jobs: Optional[int]) -> Tuple[Li
     cpus = jobs if jobs is not None else _usable_cpus()
     units: List[Unit] = []
     for index, (group, size) in enumerate(zip(groups, sizes)):
-        if 1 < cpus and len(groups) < cpus and len(group.files) == 1 and size >= split.SPLIT_MIN_BYTES and _can_fork():
+        if 1 < cpus and len(groups) < cpus and len(group.files) == 1 and size >= split.SPLIT_MIN_BYTES and _can_fork() \
+                and group.events is None:  # an event file's frames have no seams to check: read whole
             units += [(index, piece) for piece in pieces(group, size, cpus)]
         else:
             units.append((index, None))

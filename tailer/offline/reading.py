@@ -18,10 +18,13 @@ from mstail.parsers import Format, Item, SourceParser
 from mstail.parsers.amends import Settler
 from mstail.parsers.blocks import feed_block
 from mstail.parsers.derived import Derived
+from mstail.parsers.eventfile import EventFileParser
 from mstail.parsers.interleave import InterleavedParser
 from mstail.parsers.record import PART_KEY, dumps_owned, ordered
 
 from ..discovery import ROTATED, SourceNamer, expand, has_glob, rotated_backups
+from ..eventfollow import event_source
+from ..frames import FrameSplitter, event_files_in
 from ..runs import NOTHING_YET, RunFinder
 from ..lines import Block, Line, LineSplitter
 
@@ -36,6 +39,8 @@ class Chain:
     files: List[Path]
     #: a text log (`--format` applies to it); False for a JSONL or event file found below a folder, read as its kind
     text: bool = True
+    #: event files (`frames.is_event_file`), read frame by frame: the kind their names say ("": by content)
+    events: Optional[str] = None
 
 
 class InputError(Exception):
@@ -84,6 +89,13 @@ def chains(inputs: Sequence[str]) -> List[Chain]:
     out: List[Chain] = []
     seen: set = set()
     for path in paths:
+        stands_for, kind = event_source(path)
+        if kind is not None:  # a folder's event files are one source, read oldest first, as when following
+            if stands_for.absolute() not in seen:
+                seen.add(stands_for.absolute())
+                files = event_files_in(stands_for) if kind else [path]
+                out.append(Chain(source=namer.name(stands_for, paths), files=files, events=kind))
+            continue
         rotated = ROTATED.match(path.name)
         if rotated and (path.parent / rotated.group("base")).absolute() in given:
             continue  # a backup of a live file that was given too: read as part of that chain
@@ -99,8 +111,14 @@ def chains(inputs: Sequence[str]) -> List[Chain]:
             raise InputError(f"no run files below {folder} (looked for {NOTHING_YET})")
         for run_file in found_below:
             seen.add(run_file.path.absolute())
-            out.append(Chain(source=namer.claim(run_file.path, run_file.names),
-                             files=rotated_backups(run_file.path) + [run_file.path], text=run_file.kind == "text"))
+            name = namer.claim(run_file.path, run_file.names)
+            if run_file.kind == "events":  # the folder's event files, oldest first, as when following
+                stands_for, kind = event_source(run_file.path)
+                files = event_files_in(stands_for) if kind else [run_file.path]
+                out.append(Chain(source=name, files=files, text=False, events=kind))
+                continue
+            out.append(Chain(source=name, files=rotated_backups(run_file.path) + [run_file.path],
+                             text=run_file.kind == "text"))
     return out
 
 
@@ -110,7 +128,7 @@ def chain_lines(
     """The lines of one chain in order, split exactly as when following; `progress(n_bytes)` as bytes are read.
     With `blocks` (default False), runs of whole lines come as `Block`s (`LineSplitter.feed`)."""
     for path in chain.files:
-        splitter = LineSplitter()
+        splitter = LineSplitter() if chain.events is None else FrameSplitter()
         with open(path, "rb") as handle:
             while True:
                 data = handle.read(READ_CHUNK)
@@ -120,7 +138,7 @@ def chain_lines(
                     progress(len(data))
                 for line in splitter.feed(data, blocks):
                     yield path, line
-            if splitter.pending_bytes:  # a finished log may end without a newline
+            if splitter.pending_bytes and chain.events is None:  # a finished log may end without a newline
                 for line in splitter.feed(b"\n"):
                     yield path, line
 
@@ -180,8 +198,11 @@ def add_part(summary: Summary, group: Chain, part: _Part) -> None:
 
 
 def new_parser(formats: Sequence[Format], forced: Optional[Format], derived: Optional[Derived] = None,
-               chain: Optional[Chain] = None) -> InterleavedParser:
-    """A parser for `chain`: `forced` (`--format`) applies to text logs only (default: to any)."""
+               chain: Optional[Chain] = None) -> Union[InterleavedParser, EventFileParser]:
+    """A parser for `chain`: its event files' frames, or its lines (`forced`, `--format`, applies to text logs only;
+    default: to any)."""
+    if chain is not None and chain.events is not None:
+        return EventFileParser(chain.events or None)
     forced = forced if chain is None or chain.text else None
     return InterleavedParser(lambda: SourceParser(formats, forced=forced), derived)
 

@@ -30,6 +30,10 @@ def run_explain(inputs: Inputs, formats: Sequence[Format], forced: Optional[Form
     """`--explain`: how every line matched, per chain, then a count per rule."""
     now = time.time()
     for group in _chains(inputs):
+        if group.events is not None:  # frames, not lines: nothing matched a rule
+            out.write(f"{printable(group.source)}: event files ({len(group.files)}), read frame by frame, not by "
+                      "format rules; `mstail parse` without --explain shows their records\n\n")
+            continue
         explainer = Explainer(InterleavedParser(lambda: SourceParser(formats, forced=forced)))
         for path, line in chain_lines(group):
             shown = explainer.explain(path.name, line.number, line.text, now)

@@ -1,0 +1,78 @@
+"""Following event files: one source per folder of them, read frame by frame by the same `FileFollower`.
+
+A TensorBoard writer (tensorboardX, as MindFormers uses it) and MindSpore's `SummaryRecord` start a new file in the
+same folder each time one is opened (a relaunch, a second `SummaryRecord`): `events.out.tfevents.<time>.<host>`,
+`events.out.events.summary.<time>.<host>_MS`. To the follower that is a rotation: the folder's newest event file is
+the path it follows (`path`), the older ones are its backups (`_backups`), read first, oldest first, and a file
+that stops growing is read to its end before the newer one. Identity, rotation, truncation and checkpoints are the
+follower's own; only the splitter (`frames.FrameSplitter` instead of `lines.LineSplitter`) and the naming differ.
+A file that is an event file by its content alone (`frames.is_event_file` sniffed it) is followed by itself.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import List, Optional, Tuple, Union
+
+from .follower import FileFollower, _OpenFile
+from .frames import FrameSplitter, event_file_kind, event_files_in, is_event_file
+from .lines import Block, Line
+
+log = logging.getLogger("mstail.follower")
+
+#: The frame reader's counters, added to the follower's for every file it reads.
+FRAME_COUNTERS = ("bad_frames", "skipped_bytes", "big_frames")
+
+
+def event_source(path: Path) -> Tuple[Path, Optional[str]]:
+    """What a followed path stands for: (its folder, the kind its name says) for an event file named as such, (the
+    path, "") for one known by its content, (the path, None) for any other file (a text log)."""
+    kind = event_file_kind(path.name)
+    if kind is not None:
+        return path.parent, kind
+    return (path, "") if path.is_file() and is_event_file(path) else (path, None)
+
+
+class EventFilesFollower(FileFollower):
+    """A `FileFollower` of event files: those of a folder (`folder=True`: the newest is the path, the others its
+    backups), or one file (`folder=False`). Other arguments as `FileFollower`'s."""
+
+    def __init__(self, path: Path, max_line_bytes: int = 1 << 20, folder: bool = True) -> None:
+        self.folder = path if folder else None
+        super().__init__(path, max_line_bytes, with_backups=folder, splitter=FrameSplitter)
+        self.counters.update(dict.fromkeys(FRAME_COUNTERS, 0))
+
+    @property  # type: ignore[override]
+    def path(self) -> Path:
+        """The file followed now: the folder's newest event file (a name in it that does not exist yet while it has
+        none: the follower waits), or the one file."""
+        if self.folder is None:
+            return self._file
+        files = event_files_in(self.folder)
+        return files[-1] if files else self.folder / "events.out.tfevents"
+
+    @path.setter
+    def path(self, value: Path) -> None:
+        self._file = value
+
+    @property
+    def source_path(self) -> Path:
+        """The folder (or the one file) the source stands for, whichever of its files is read now."""
+        return self.folder if self.folder is not None else self._file
+
+    def _backups(self) -> List[Path]:
+        return event_files_in(self.folder)[:-1] if self.folder is not None else []
+
+    def _read_from(self, handle: _OpenFile, budget: int, now: Optional[float] = None,
+                   blocks: bool = False) -> List[Union[Line, Block]]:
+        splitter = handle.splitter
+        before = [getattr(splitter, name) for name in FRAME_COUNTERS]
+        frames = super()._read_from(handle, budget, now, blocks)
+        splitter = handle.splitter  # the same one, unless a truncation restarted it
+        for name, old in zip(FRAME_COUNTERS, before):
+            self.counters[name] += max(0, getattr(splitter, name) - old)
+        if splitter.bad_frames > before[0] and not getattr(handle, "said_bad", False):
+            handle.said_bad = True  # once per file: the counter says how many more
+            log.warning("%s: a frame failed its checksum; skipped, reading on (bad_frames counts them)", handle.path)
+        return frames
