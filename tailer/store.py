@@ -177,6 +177,7 @@ class Store:
         """Rebuild sources and columns from the database (at start): the saved columns, and the records after
         them from their JSON; a state without saved columns (an earlier mstail's) has them rebuilt from every
         record, said once. Returns each saved source's checkpoint (source id -> checkpoint or None)."""
+        self.db.verify()  # a state whose pages do not hold together is set aside here: nothing read from it yet
         saved = self.db.sources()
         for source_id, (path, checkpoint) in saved.items():
             info = self.add_source(source_id, path)
