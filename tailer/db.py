@@ -128,6 +128,19 @@ def _private_file(path: str, flags: int) -> int:
 
 # NaN/Infinity stay floats on the way back (json.loads reads its own non-standard tokens).
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
+def _item_json(item: Dict[str, Any]) -> str:
+    """A stored item's JSON: by orjson (about 8 times faster, what the catch-up's storing of every record pays),
+    or by `_dumps` where orjson would differ (it writes NaN and Infinity as null: any `null` in its text may be
+    one) or fail (an integer beyond 64 bits, a lone surrogate)."""
+    try:
+        data = orjson.dumps(item)
+    except orjson.JSONEncodeError:
+        return _dumps(item)
+    return _dumps(item) if b"null" in data else data.decode()
+
+
 # 20 digits in a row: maybe an integer beyond 64 bits, which orjson would read as a float
 _LONG_DIGITS = re.compile(r"\d{20}")
 
@@ -302,12 +315,12 @@ class StateDB:
     # -- writing ----------------------------------------------------------------------------------------------
     def insert(self, items: Sequence[Dict[str, Any]]) -> None:
         """Queue stored items (with their seq) for the next `commit`; readers see them at once."""
-        self._unsaved += [(item["seq"], item["source"], item.get("kind"), _dumps(item)) for item in items]
+        self._unsaved += [(item["seq"], item["source"], item.get("kind"), _item_json(item)) for item in items]
 
     def replace(self, item: Dict[str, Any]) -> None:
         """Queue a stored item's new content (an amended record, same seq) for the next `commit`; readers see it
         at once."""
-        data = _dumps(item)
+        data = _item_json(item)
         for i in range(len(self._unsaved) - 1, -1, -1):  # an amend is for a recent record: search from the end
             if self._unsaved[i][0] == item["seq"]:
                 self._unsaved[i] = self._unsaved[i][:3] + (data,)
