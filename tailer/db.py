@@ -29,6 +29,7 @@ from typing import IO, TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, L
 
 import orjson
 
+from mstail.parsers.record import orjson_exact
 from mstail.platform import per_user_dir
 
 from .checkpoint import SourceCheckpoint
@@ -131,14 +132,10 @@ _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
 def _item_json(item: Dict[str, Any]) -> str:
-    """A stored item's JSON: by orjson (about 8 times faster, what the catch-up's storing of every record pays),
-    or by `_dumps` where orjson would differ (it writes NaN and Infinity as null: any `null` in its text may be
-    one) or fail (an integer beyond 64 bits, a lone surrogate)."""
-    try:
-        data = orjson.dumps(item)
-    except orjson.JSONEncodeError:
-        return _dumps(item)
-    return _dumps(item) if b"null" in data else data.decode()
+    """A stored item's JSON: orjson's where it writes what `_dumps` would (most items; storing every record of a
+    catch-up pays this), else `_dumps`'s (NaN and Infinity as tokens, an int beyond 64 bits)."""
+    data = orjson_exact(item)
+    return data.decode() if data is not None else _dumps(item)
 
 
 # 20 digits in a row: maybe an integer beyond 64 bits, which orjson would read as a float
