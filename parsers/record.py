@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Dict, Iterable, List, NamedTuple
+from typing import Any, Dict, Iterable, List, NamedTuple, Optional
 
 import orjson
 
@@ -84,6 +84,17 @@ def dumps(obj: Any) -> str:
         return _ENCODER.encode(obj)  # most objects hold finite numbers only: no copy is needed
     except ValueError:  # a non-finite number (allow_nan=False): encode a copy with the names
         return _ENCODER.encode(jsonable(obj))
+
+
+def orjson_exact(obj: Any) -> Optional[bytes]:
+    """orjson's JSON of `obj` (about 8 times faster than the json module) when it holds the same values as the
+    json module's text, else None: orjson writes NaN and the infinities as null, so a text with any `null` may have
+    lost one, and it refuses an int beyond 64 bits, a lone surrogate or a key that is not a string."""
+    try:
+        data = orjson.dumps(obj)
+    except orjson.JSONEncodeError:
+        return None
+    return None if b"null" in data else data
 
 
 def dumps_owned(obj: dict) -> str:

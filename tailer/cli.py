@@ -282,15 +282,16 @@ def with_token(config: Config) -> Tuple[Config, bool]:
 def _run_server(config: Config, formats: Sequence[Format]) -> int:
     import asyncio  # here, not at the top: `mstail parse` and `formats` start faster without it
 
-    from .discovery import expand
-    from .serve import ServeError, bind, serve, url_of
     from .db import StateError, open_state
 
     config, generated = with_token(config)
     try:
-        state = open_state(config, formats)
+        state = open_state(config, formats)  # its integrity check runs while the server's modules are imported
     except StateError as exc:
         raise UsageError(str(exc)) from None
+    from .discovery import expand
+    from .serve import ServeError, bind, serve, url_of
+
     try:
         sock = bind(config.host, config.port)
     except ServeError as exc:

@@ -29,6 +29,7 @@ from typing import IO, TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, L
 
 import orjson
 
+from mstail.parsers.record import orjson_exact
 from mstail.platform import per_user_dir
 
 from .checkpoint import SourceCheckpoint
@@ -133,6 +134,15 @@ def _private_file(path: str, flags: int) -> int:
 
 # NaN/Infinity stay floats on the way back (json.loads reads its own non-standard tokens).
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
+def _item_json(item: Dict[str, Any]) -> str:
+    """A stored item's JSON: orjson's where it writes what `_dumps` would (most items; storing every record of a
+    catch-up pays this), else `_dumps`'s (NaN and Infinity as tokens, an int beyond 64 bits)."""
+    data = orjson_exact(item)
+    return data.decode() if data is not None else _dumps(item)
+
+
 # 20 digits in a row: maybe an integer beyond 64 bits, which orjson would read as a float
 _LONG_DIGITS = re.compile(r"\d{20}")
 
@@ -146,6 +156,47 @@ def _loads(data: str) -> Dict[str, Any]:
         except orjson.JSONDecodeError:
             pass
     return json.loads(data)
+
+
+class IntegrityCheck:
+    """`PRAGMA quick_check` of a state file, run in a thread of its own on a read-only connection of its own.
+
+    What it protects: a file damaged inside (a torn write on a disk that lied about flushing, a bad sector, another
+    program's write) that still opens. Such pages would fail later reads and commits, the history would stop being
+    written; found at the start, the file is moved aside and the logs read again. The check reads every page (the
+    whole file, 375 MB for a million records), so it runs while the server's modules are imported, not before.
+
+    Args:
+        path: the state file, already opened (and in WAL mode) by its owner.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self._conn = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True, check_same_thread=False)
+        self._reason: Optional[str] = None
+        self._thread = threading.Thread(target=self._run, name="mstail-state-check", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            if self._conn.execute("PRAGMA quick_check").fetchone()[0] != "ok":
+                self._reason = "corrupt (integrity check failed)"
+        except sqlite3.OperationalError:
+            pass  # interrupted by `cancel`: nobody waits for the answer
+        except sqlite3.DatabaseError as exc:
+            self._reason = f"corrupt ({exc})"
+        finally:
+            self._conn.close()
+
+    def result(self) -> Optional[str]:
+        """Wait for the check: why the file must not be used, or None."""
+        self._thread.join()
+        return self._reason
+
+    def cancel(self) -> None:
+        """Stop the check (the state is closed before anyone asked for its answer)."""
+        with contextlib.suppress(sqlite3.Error):
+            self._conn.interrupt()
+        self._thread.join()
 
 
 class StateDB:
@@ -171,6 +222,8 @@ class StateDB:
         self.write_error: Optional[str] = None
         self._backoff = 0.0
         self._retry_at = 0.0
+        self._network = network
+        self._check: Optional[IntegrityCheck] = None  # running from the opening until `verify`
         self.conn = self._open(network)
 
     # -- opening ----------------------------------------------------------------------------------------------
@@ -198,10 +251,15 @@ class StateDB:
         except sqlite3.DatabaseError as exc:
             conn, reason = None, f"corrupt ({exc})"
         if reason is None:
+            self._check = IntegrityCheck(self.path)
             return conn  # type: ignore[return-value]
         if conn is not None:
             conn.close()
-        aside = self.path.with_name(f"{self.path.name}.{reason.split()[0]}-{int(time.time())}")
+        return self._set_aside(reason, network)
+
+    def _set_aside(self, reason: str, network: bool) -> sqlite3.Connection:
+        """Move the unusable state file (and its -wal, -shm, -journal) aside, said once, and start a fresh one."""
+        aside = self.path.with_name(f"{self.path.name}.{reason.split()[0]}-{int(time.time())}")  # type: ignore[union-attr]
         log.warning("state %s is %s: moved to %s; reading the logs from the start", self.path, reason, aside)
         for suffix in ("", "-wal", "-shm", "-journal"):
             with contextlib.suppress(OSError):
@@ -210,6 +268,20 @@ class StateDB:
             return self._prepare(self._connect(), network)
         except sqlite3.DatabaseError as exc:
             raise StateError(f"cannot create the state file {self.path}: {exc}") from None
+
+    def verify(self) -> None:
+        """Wait for the integrity check started when the file was opened (it reads the whole file, about 1 s for
+        a million records, in a thread of its own: SQLite leaves the GIL meanwhile, so the server's imports run
+        beside it). A state that fails it is moved aside and a fresh one started, as at opening. Call it before
+        anything is read from the state (`Store.load` does)."""
+        check, self._check = self._check, None
+        if check is None:
+            return
+        reason = check.result()
+        if reason is not None:
+            with self._lock:
+                self.conn.close()
+                self.conn = self._set_aside(reason, self._network)
 
     def _connect(self) -> sqlite3.Connection:
         """The database file, made 0600 before SQLite opens it: its -wal, -shm and -journal files take the
@@ -236,9 +308,7 @@ class StateDB:
         return conn
 
     def _unusable(self, conn: sqlite3.Connection) -> Optional[str]:
-        """Why this database must not be trusted, or None."""
-        if conn.execute("PRAGMA quick_check").fetchone()[0] != "ok":
-            return "corrupt (integrity check failed)"
+        """Why this database must not be used, or None; whether its pages hold together is `IntegrityCheck`'s."""
         meta = dict(conn.execute("SELECT key, value FROM meta"))
         if meta.get("schema") != str(SCHEMA_VERSION) or meta.get("fingerprint") != self.expected:
             return "mismatched (written for other logs, formats or mstail version)"
@@ -247,12 +317,12 @@ class StateDB:
     # -- writing ----------------------------------------------------------------------------------------------
     def insert(self, items: Sequence[Dict[str, Any]]) -> None:
         """Queue stored items (with their seq) for the next `commit`; readers see them at once."""
-        self._unsaved += [(item["seq"], item["source"], item.get("kind"), _dumps(item)) for item in items]
+        self._unsaved += [(item["seq"], item["source"], item.get("kind"), _item_json(item)) for item in items]
 
     def replace(self, item: Dict[str, Any]) -> None:
         """Queue a stored item's new content (an amended record, same seq) for the next `commit`; readers see it
         at once."""
-        data = _dumps(item)
+        data = _item_json(item)
         for i in range(len(self._unsaved) - 1, -1, -1):  # an amend is for a recent record: search from the end
             if self._unsaved[i][0] == item["seq"]:
                 self._unsaved[i] = self._unsaved[i][:3] + (data,)
@@ -320,6 +390,8 @@ class StateDB:
         return len(self._unsaved)
 
     def close(self) -> None:
+        if self._check is not None:
+            self._check.cancel()
         with self._lock:
             self.conn.close()
             if self._owner is not None:

@@ -179,6 +179,7 @@ class Store:
         """Rebuild sources and columns from the database (at start): the saved columns, and the records after
         them from their JSON; a state without saved columns (an earlier mstail's) has them rebuilt from every
         record, said once. Returns each saved source's checkpoint (source id -> checkpoint or None)."""
+        self.db.verify()  # a state whose pages do not hold together is set aside here: nothing read from it yet
         saved = self.db.sources()
         for source_id, (path, checkpoint) in saved.items():
             info = self.add_source(source_id, path)
@@ -247,11 +248,16 @@ class Store:
             self._columns.dirty_below = True  # an amended record the saved columns hold without its new values
         series_of = self._series
         for key, value in record.items():
-            if key in RESERVED or not isinstance(value, (int, float)):
+            if key in RESERVED:
                 continue
-            number = _float(value)
-            if number != number and value == value:  # an int beyond the float range: kept, not drawn
-                info.unplottable += 1
+            if type(value) is float:  # most values: nothing to convert (this loop runs for every metric stored)
+                number = value
+            elif isinstance(value, (int, float)):
+                number = _float(value)
+                if number != number and value == value:  # an int beyond the float range: kept, not drawn
+                    info.unplottable += 1
+                    continue
+            else:
                 continue
             series = series_of.get((info.id, key, segment))
             if series is None:

@@ -7,7 +7,10 @@ Ctrl-C (SIGINT; it saves what is left of its chart columns).
 
 Measured, each restart a new real process over the same state:
 - time to history: process start -> the first `/api/series?metric=loss` answer that holds the whole run (its
-  last x is the last step) and `/api/series` of all 8 metrics answered (the page's first request);
+  last x is the last step) and `/api/series` of all 8 metrics answered (the page's first request); with it the
+  CPU time of mstail's main thread by then (what the history costs whatever the machine's load: the wall time on
+  a shared machine is mostly waiting for a core) and of the whole process (the state's integrity check runs in a
+  thread of its own);
 - time to tailing: process start -> /healthz no longer shows `restoring_alerts` (the alert rules' state rebuilt
   from every stored item; new lines are read after it);
 - RSS (VmRSS of /proc/PID/status) once the history is served and the 8 charts' queries answered (smoothing
@@ -40,6 +43,7 @@ from pathlib import Path
 from typing import Any, Optional, Tuple
 
 from benchsupport import load_test_support
+from latency import proc_cpu_s
 from page_load import get, rss_mib, write_log
 
 GOAL_HISTORY_S = 2.0
@@ -53,6 +57,13 @@ def peak_mib(pid: int) -> float:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def thread_cpu_s(pid: int, tid: int) -> float:
+    """CPU seconds (user + system) of one thread of a process."""
+    with open(f"/proc/{pid}/task/{tid}/stat", encoding="ascii") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def full_history(server: Any, steps: int) -> bool:
@@ -82,13 +93,16 @@ def run(support: Any, label: str, log: Path, state: Path, work: Path, steps: int
     try:
         support.wait_until(lambda: full_history(server, steps), 1800, interval=0.02)
         history = time.perf_counter() - began
-        rss = rss_mib(server.proc.pid)
+        pid = server.proc.pid
+        main_cpu, all_cpu = thread_cpu_s(pid, pid), proc_cpu_s(pid)
+        rss = rss_mib(pid)
         support.wait_until(lambda: server.get_json("/healthz", timeout=120).get("restoring_alerts") is None, 1800,
                            interval=0.05)
         tailing = time.perf_counter() - began
         for metric in METRICS:  # the heaviest smoothing the page offers: a cached EMA column per series
             get(f"{server.url}/api/series?metric={metric}&points=2000&smooth=0.99")
-        print(f"[{label}] listening {listening:.2f} s, whole history served {history:.2f} s, tailing "
+        print(f"[{label}] listening {listening:.2f} s, whole history served {history:.2f} s (CPU by then: main "
+              f"thread {main_cpu:.2f} s, process {all_cpu:.2f} s), tailing "
               f"{tailing:.2f} s after the start; RSS {rss:.0f} MiB with the 8 charts' queries answered, "
               f"{rss_mib(server.proc.pid):.0f} MiB after them again at smoothing 0.99, peak "
               f"{peak_mib(server.proc.pid):.0f} MiB; load {os.getloadavg()[0]:.2f}", flush=True)

@@ -1,0 +1,80 @@
+"""The state file's integrity check runs in a thread of its own from the opening (so the server's imports run beside
+it) and is waited for before anything is read from the state (`Store.load` -> `StateDB.verify`): a file damaged
+inside, that still opens, is set aside there and the logs are read from the start, as a state damaged at its head
+always was."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import pytest
+
+from mstail.parsers import Item
+from mstail.tailer.db import StateDB
+from mstail.tailer.store import Store
+
+RECORDS = 20_000
+
+
+def _state(path: Path) -> None:
+    store = Store(StateDB(path, expected="test"))
+    store.add_source("rank_0", "/logs/rank_0.log")
+    for start in range(0, RECORDS, 1_000):
+        store.add("rank_0", [Item("record", {"step": step, "time": 1e9 + step, "loss": 1.0 / step, "lr": 1e-4})
+                             for step in range(start + 1, start + 1_001)])
+        store.commit()
+    store.close()
+
+
+def _damage_the_page_holding(path: Path, text: bytes, page: int = 4096) -> None:
+    """Garbage over the whole database page that holds `text` (a row of the items table): the header stays intact,
+    so the file opens as before."""
+    data = path.read_bytes()
+    at = data.index(text)
+    with open(path, "r+b") as handle:
+        handle.seek(at - at % page)
+        handle.write(bytes(range(256)) * (page // 256))
+
+
+def test_an_intact_state_passes_the_check_and_loads_whole(tmp_path: Path) -> None:
+    path = tmp_path / "state.sqlite"
+    _state(path)
+    store = Store(StateDB(path, expected="test"))
+    store.load()
+    assert store.last_seq == RECORDS
+    assert store.series("loss", points=RECORDS)[0]["x"][-1] == RECORDS
+    assert not list(tmp_path.glob("*.corrupt-*"))
+    store.close()
+
+
+def test_a_state_damaged_inside_is_set_aside_before_anything_is_read(tmp_path: Path,
+                                                                     caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "state.sqlite"
+    _state(path)
+    _damage_the_page_holding(path, b'"step":12345,')
+    with caplog.at_level(logging.WARNING, logger="mstail.state"):
+        store = Store(StateDB(path, expected="test"))  # opens: its head is intact
+        assert store.load() == {}
+    assert store.last_seq == 0 and not store.sources  # read from the start: nothing of the damaged file
+    assert any("is corrupt" in r.getMessage() and "reading the logs from the start" in r.getMessage()
+               for r in caplog.records)
+    assert len(list(tmp_path.glob("state.sqlite.corrupt-*"))) == 1  # kept for a look, not deleted
+    store.add_source("rank_0", "/logs/rank_0.log")  # the fresh state takes the history again
+    store.add("rank_0", [Item("record", {"step": 1, "loss": 2.0})])
+    store.commit()
+    store.close()
+    again = Store(StateDB(path, expected="test"))
+    again.load()
+    assert again.last_seq == 1
+    again.close()
+
+
+def test_a_state_closed_before_its_check_is_asked_for_closes_at_once_and_unlocked(tmp_path: Path) -> None:
+    path = tmp_path / "state.sqlite"
+    _state(path)
+    began = time.monotonic()
+    StateDB(path, expected="test").close()  # the check is interrupted, not waited for to its end
+    assert time.monotonic() - began < 5
+    StateDB(path, expected="test").close()  # the lock is free: a second opening is not refused
