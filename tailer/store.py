@@ -13,6 +13,7 @@ Threads: a Store is touched from the event loop only (the tailer's passes delive
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 from bisect import bisect_right
@@ -22,9 +23,10 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 from mstail.parsers.record import RESERVED, Item, finite_or_name, ordered
 
 from .checkpoint import SourceCheckpoint
-from .aggregate import AggregateCache, aggregate
-from .columns import Columns, Frame
+from .aggregate import AggregateCache, Points, aggregate
+from .columns import Columns, Frame, SeriesKey
 from .db import StateDB
+from .heatmap import heatmap
 from .series import Series, finite_or_none, window
 
 log = logging.getLogger("mstail.state")
@@ -307,7 +309,7 @@ class Store:
             out.append(entry)
         return out
 
-    def aggregate(
+    async def aggregate(
         self,
         metric: str,
         sources: Optional[Sequence[str]] = None,
@@ -320,18 +322,32 @@ class Store:
     ) -> Dict[str, Any]:
         """The metric across `sources` (default every one) but `exclude`: mean, min-max band and outliers
         (`mstail.tailer.aggregate`) plus `latest` (source -> its newest value), and, in `series`, the `series()`
-        answer for `top` and the outliers, so one request brings the mean and the few sources drawn on top."""
-        left_out = set(exclude)
-        keys = [key for key in self._series
-                if key[1] == metric and (not sources or key[0] in sources) and key[0] not in left_out]
+        answer for `top` and the outliers, so one request brings the mean and the few sources drawn on top. The
+        fold of the series runs in a worker thread on a copy (`AggregateCache.fold`); the rest on the loop."""
+        keys = self._keys_of(metric, sources, exclude)
         chosen = [(key[0], self._series[key]) for key in keys]
-        summary = aggregate(self._folds.fold((metric, tuple(keys)), chosen), start, end, points, smooth)
+        summary = aggregate(await self._folds.fold((metric, tuple(keys)), chosen), start, end, points, smooth)
         # each source's newest value (its newest segment's), for tables that show one number per source
         summary["latest"] = {source: finite_or_name(series.values[-1]) for source, series in chosen if series.values}
         drawn = list(dict.fromkeys([*top, *summary["outliers"]]))
         return {"aggregate": summary,
                 "series": self.series(metric, sources=drawn, start=start, end=end, points=points, smooth=smooth)
                 if drawn else []}
+
+    async def heatmap(self, metric: str, exclude: Sequence[str] = (), start: Optional[int] = None,
+                      end: Optional[int] = None, columns: int = 120, rows: int = 32) -> Dict[str, Any]:
+        """The metric across every source but `exclude` as a matrix of at most `rows` x `columns`
+        (`mstail.tailer.heatmap`), computed in a worker thread from a copy of the series taken here."""
+        chosen = [(key[0], self._series[key]) for key in self._keys_of(metric, None, exclude)]
+        snapshot = Points(chosen)
+        return await asyncio.to_thread(heatmap, snapshot, start, end, columns, rows)
+
+    def _keys_of(self, metric: str, sources: Optional[Sequence[str]], exclude: Sequence[str]) -> List[SeriesKey]:
+        """The (source, metric, segment) keys of `metric` of `sources` (default every one) but `exclude`."""
+        chosen = set(sources) if sources else None
+        left_out = set(exclude)
+        return [key for key in self._series
+                if key[1] == metric and (chosen is None or key[0] in chosen) and key[0] not in left_out]
 
     def _samples_at(self, source: str, segment: int, steps: List[int]) -> Optional[List[Optional[float]]]:
         """Consumed samples at each step: the logged `consumed_samples` (the latest at or before the step),
