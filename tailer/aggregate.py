@@ -158,6 +158,19 @@ class Points:
                                [len(s) for _, s in series])
 
 
+def step_index(steps: Any, np: Any) -> Tuple[Any, Any]:
+    """The distinct values of `steps` (a non-empty int64 array), ascending, and each step's index in them. A dense
+    step range (the usual case) is indexed through a table by step, without sorting 2 M points."""
+    base, span = int(steps.min()), int(steps.max()) - int(steps.min()) + 1
+    if span > max(4 * len(steps), 1 << 20):  # sparse steps: sort
+        return np.unique(steps, return_inverse=True)
+    offset = steps - base
+    present = np.zeros(span, dtype=bool)
+    present[offset] = True
+    index_of = np.cumsum(present) - 1
+    return np.flatnonzero(present) + base, index_of[offset]
+
+
 def _per_step(points: Points, np: Any) -> Tuple[Any, ...]:
     """Per distinct step with at least one finite value: (steps, mean, min, max, count, mean time), and for each
     point its step's index in them (-1 for a non-finite value)."""
@@ -166,14 +179,8 @@ def _per_step(points: Points, np: Any) -> Tuple[Any, ...]:
     position = np.full(len(points.values), -1, dtype=np.int64)
     if not len(steps):
         return (np.zeros(0, np.int64),) + tuple(np.zeros(0) for _ in range(5)) + (position,)
-    base, span = int(steps.min()), int(steps.max()) - int(steps.min()) + 1
-    distinct = None
-    if span <= max(4 * len(steps), 1 << 20):  # dense step range (the usual case): index by step, no sort
-        index = steps - base
-        size = span
-    else:  # sparse steps: index by rank among the distinct steps
-        distinct, index = np.unique(steps, return_inverse=True)
-        size = len(distinct)
+    distinct, index = step_index(steps, np)
+    size = len(distinct)
     count = np.bincount(index, minlength=size)
     total = np.bincount(index, weights=values, minlength=size)
     low = np.full(size, np.inf)
@@ -183,15 +190,11 @@ def _per_step(points: Points, np: Any) -> Tuple[Any, ...]:
     timed = np.isfinite(times)
     time_total = np.bincount(index[timed], weights=times[timed], minlength=size)
     time_count = np.bincount(index[timed], minlength=size)
-    at = np.flatnonzero(count)
-    step_of = at + base if distinct is None else distinct[at]
-    when = np.full(len(at), np.nan)
-    some = time_count[at] > 0
-    when[some] = time_total[at][some] / time_count[at][some]
-    compact = np.zeros(size, dtype=np.int64)
-    compact[at] = np.arange(len(at))
-    position[finite] = compact[index]
-    return (step_of.astype(np.int64), total[at] / count[at], low[at], high[at], count[at], when, position)
+    when = np.full(size, np.nan)
+    some = time_count > 0
+    when[some] = time_total[some] / time_count[some]
+    position[finite] = index
+    return (distinct.astype(np.int64), total / count, low, high, count, when, position)
 
 
 def _outliers(points: Points, mean: Any, position: Any, np: Any) -> List[str]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, List, Optional
 
-from .aggregate import Points
+from .aggregate import Points, step_index
 
 _DIGITS = re.compile(r"(\d+)")
 
@@ -50,7 +50,7 @@ def heatmap(points: Points, start: Optional[int], end: Optional[int], columns: i
     out: Dict[str, Any] = {"ids": ids, "per": per, "columns": [], "ratio": [], "value": [], "source": []}
     if not len(steps):
         return out
-    distinct, position = np.unique(steps, return_inverse=True)
+    distinct, position = step_index(steps, np)
     cols = min(columns, len(distinct))
     column_of_step = np.arange(len(distinct)) * cols // len(distinct)
     col = column_of_step[position]
@@ -74,8 +74,10 @@ def heatmap(points: Points, start: Optional[int], end: Optional[int], columns: i
     best = np.take_along_axis(shaped, pick[:, None, :], axis=1)[:, 0, :]
     padded_mean = np.concatenate([mean, np.full((pad, cols), np.nan)])
     shown = padded_mean[which, np.arange(cols)[None, :]]
-    empty = np.isnan(best)
-    out["ratio"] = [[None if e else round(v, 3) for v, e in zip(r, m)] for r, m in zip(best.tolist(), empty.tolist())]
-    out["value"] = [[None if e else round(v, 3) for v, e in zip(r, m)] for r, m in zip(shown.tolist(), empty.tolist())]
-    out["source"] = [[None if e else v for v, e in zip(r, m)] for r, m in zip(which.tolist(), empty.tolist())]
+    empty = np.isnan(best).tolist()
+
+    def rows_of(matrix: Any) -> List[List[Any]]:
+        return [[None if e else v for v, e in zip(row, gaps)] for row, gaps in zip(matrix.tolist(), empty)]
+
+    out["ratio"], out["value"], out["source"] = rows_of(np.round(best, 3)), rows_of(np.round(shown, 3)), rows_of(which)
     return out
