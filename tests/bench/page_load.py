@@ -176,8 +176,12 @@ def time_zooms(page: Any, ranges: List[Tuple[Any, Any]]) -> Tuple[List[float], L
 
 
 def wait_records(support: Any, server: Any, count: int, timeout: float) -> None:
-    support.wait_until(lambda: sum(s["records"] for s in server.get_json("/api/sources", timeout=60)) >= count, timeout,
-                       interval=1.0, message=f"{count} records")
+    def records() -> int:
+        table = server.get_json("/api/sources?compact=true", timeout=60)
+        column = table["keys"].index("records")
+        return sum(row[column] for row in table["rows"])
+
+    support.wait_until(lambda: records() >= count, timeout, interval=1.0, message=f"{count} records")
 
 
 @contextmanager
