@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import asyncio
 from bisect import bisect_left, bisect_right
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
 
 from mstail.parsers.record import finite_or_name
 
@@ -30,6 +31,32 @@ from .series import Series, finite_or_none, window
 OUTLIERS_MAX = 3  # sources named as farthest from the mean
 OUTLIER_FACTOR = 3.0  # ... only when their distance is this many times the typical source's (a healthy run: none)
 NONFINITE_MAX = 300  # non-finite values listed (the newest), as the page draws at most this many per chart
+T = TypeVar("T")
+
+
+#: the one thread folds and heatmaps run in: each holds copies of every point of a metric (1,024 ranks x 2,000
+#: steps: about 100 MB at its peak), and memory freed by many threads at once stays with the process
+_WORKER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mstail-fold")
+
+
+class Turns:
+    """Copies of series and the computations on them, one at a time: a copy is taken (on the event loop) when
+    its turn comes, then computed in the fold thread. Several at once (a page's first screen asks for six folds
+    and a heatmap together) held six copies and grew the sidecar's RSS by 700 MB for good."""
+
+    def __init__(self, seq: Callable[[], int]) -> None:
+        self._seq = seq  # the store's newest seq: what a copy holds
+        self._lock: Optional[asyncio.Lock] = None
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+
+    async def run(self, series: Sequence[Tuple[str, Series]], function: Callable[..., T], *args: Any) -> T:
+        """`function(points, *args)` in the fold thread, `points` a copy of `series` (with the seq it holds)."""
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:  # a lock belongs to one loop (tests run several, one after another)
+            self._lock, self._loop = asyncio.Lock(), loop
+        async with self._lock:  # type: ignore[union-attr]
+            points = Points(series, self._seq())
+            return await loop.run_in_executor(_WORKER, function, points, *args)
 
 
 class AggregateCache:
@@ -37,34 +64,33 @@ class AggregateCache:
     so zooming, re-drawing and the page's other charts re-use one fold (and its mean's EMA and block summaries).
     Bounded by CACHED_STEPS_MAX distinct steps in all (a 2,000-step run: 1,000 folds; a 1 M-step one: 2)."""
 
-    def __init__(self) -> None:
-        self._folds: Dict[Any, Tuple[int, "_Fold"]] = {}
-        self._folding: Dict[Any, Tuple[int, "asyncio.Future[_Fold]"]] = {}  # folds under way, shared by callers
+    def __init__(self, turns: Turns) -> None:
+        self._turns = turns
+        self._folds: Dict[Any, "_Fold"] = {}
+        self._folding: Dict[Any, "asyncio.Future[_Fold]"] = {}  # folds under way, shared by callers
 
     async def fold(self, key: Any, series: Sequence[Tuple[str, Series]]) -> "_Fold":
-        """The fold of `series` (the selection `key`): cached, or folded from a copy in a worker thread (one fold
-        per selection and version at a time: concurrent callers share it). Called on the event loop."""
+        """The fold of `series` (the selection `key`): cached while they have not grown, else folded from a copy
+        in the fold thread (one fold per selection at a time: concurrent callers share it). On the event loop."""
         version = sum(len(s) for _, s in series)
-        hit = self._folds.get(key)
-        if hit is None or hit[0] != version:
+        fold = self._folds.get(key)
+        while fold is None or fold.version < version:
             under_way = self._folding.get(key)
-            if under_way is None or under_way[0] != version:
-                points = Points(series)  # the copy, on the loop: the tailer appends to the arrays between turns
-                under_way = (version, asyncio.ensure_future(asyncio.to_thread(_Fold, points)))
-                self._folding[key] = under_way
-                under_way[1].add_done_callback(lambda _, k=key, u=under_way: self._folding.get(k) is u
-                                               and self._folding.pop(k))
-            hit = (version, await asyncio.shield(under_way[1]))
-            newer = self._folds.get(key)
-            if newer is not None and newer[0] > version:
-                return hit[1]  # a caller that came later stored a newer fold meanwhile
+            if under_way is None:
+                under_way = self._folding[key] = asyncio.ensure_future(self._turns.run(series, _Fold))
+                under_way.add_done_callback(lambda _, k=key: self._folding.pop(k, None))
+            fold = await asyncio.shield(under_way)
+            known = self._folds.get(key)
+            if known is not None and known.version > fold.version:
+                fold = known  # a newer fold was stored meanwhile
+            version = fold.version  # what it holds is what the series held when its turn came: current enough
         self._folds.pop(key, None)
-        self._folds[key] = hit  # most recently used last
-        cached = sum(len(f.steps) for _, f in self._folds.values())
+        self._folds[key] = fold  # most recently used last
+        cached = sum(len(f.steps) for f in self._folds.values())
         while cached > CACHED_STEPS_MAX and len(self._folds) > 1:
             oldest = next(iter(self._folds))
-            cached -= len(self._folds.pop(oldest)[1].steps)
-        return hit[1]
+            cached -= len(self._folds.pop(oldest).steps)
+        return fold
 
 
 CACHED_STEPS_MAX = 2_000_000
@@ -110,6 +136,7 @@ class _Fold:
     def __init__(self, points: "Points") -> None:
         import numpy as np
 
+        self.version, self.seq = len(points.steps), points.seq  # points folded; the store's seq then
         self.sources = sorted(points.sources)
         self.newest = int(points.steps.max()) if len(points.steps) else 0
         self.steps, mean, self.low, self.high, self.count, when, position = _per_step(points, np)
@@ -134,10 +161,13 @@ class _Fold:
 
 class Points:
     """Every point of the series in flat numpy arrays (copies, so a worker thread may read them while the store
-    grows): `steps`, `values`, `times`, and `owner`, the index in `sources` of the source each point belongs to."""
+    grows): `steps`, `values`, `times`, and `owner`, the index in `sources` of the source each point belongs to;
+    `seq`, the store's seq when they were copied."""
 
-    def __init__(self, series: Sequence[Tuple[str, Series]]) -> None:
+    def __init__(self, series: Sequence[Tuple[str, Series]], seq: int = 0) -> None:
         import numpy as np
+
+        self.seq = seq  # the store's newest seq when the copy was taken (what it holds)
 
         self.sources: List[str] = []
         index: Dict[str, int] = {}

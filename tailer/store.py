@@ -13,7 +13,6 @@ Threads: a Store is touched from the event loop only (the tailer's passes delive
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 from bisect import bisect_right
@@ -23,7 +22,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 from mstail.parsers.record import RESERVED, Item, finite_or_name, ordered
 
 from .checkpoint import SourceCheckpoint
-from .aggregate import AggregateCache, Points, aggregate
+from .aggregate import AggregateCache, Turns, aggregate
 from .columns import Columns, Frame, SeriesKey
 from .db import StateDB
 from .heatmap import heatmap
@@ -106,7 +105,8 @@ class Store:
         self._series: Dict[Tuple[str, str, int], Series] = self._columns.series
         self._last_record: Dict[str, Dict[str, Any]] = {}  # source -> its newest record as stored (what an amend is for)
         self.sources: Dict[str, SourceInfo] = {}
-        self._folds = AggregateCache()  # across-source folds for `aggregate`
+        self._turns = Turns(lambda: self._last_seq)  # copies of series computed in the fold thread, one at a time
+        self._folds = AggregateCache(self._turns)  # across-source folds for `aggregate`
         self._by_metric: Dict[str, List[SeriesKey]] = {}  # metric -> its series' keys (`_metric_keys`)
         self._indexed = 0  # how many series `_by_metric` holds
 
@@ -326,7 +326,8 @@ class Store:
         smooth: float = 0.0,
     ) -> Dict[str, Any]:
         """The metric across `sources` (default every one) but `exclude`: mean, min-max band and outliers
-        (`mstail.tailer.aggregate`) plus `latest` (source -> its newest value), and, in `series`, the `series()`
+        (`mstail.tailer.aggregate`) plus `latest` (source -> its newest value); `seq`, the newest seq the mean
+        holds (its copy's); and, in `series`, the `series()`
         answer for `top` and the outliers, so one request brings the mean and the few sources drawn on top. The
         fold of the series runs in a worker thread on a copy (`AggregateCache.fold`); the rest on the loop."""
         keys = self._keys_of(metric, sources, exclude)
@@ -334,10 +335,11 @@ class Store:
         # each source's newest value (its newest segment's), for tables that show one number per source; taken
         # with the fold's copy, before the loop moves on
         latest = {source: finite_or_name(series.values[-1]) for source, series in chosen if series.values}
-        summary = aggregate(await self._folds.fold((metric, tuple(keys)), chosen), start, end, points, smooth)
+        fold = await self._folds.fold((metric, tuple(keys)), chosen)
+        summary = aggregate(fold, start, end, points, smooth)
         summary["latest"] = latest
         drawn = list(dict.fromkeys([*top, *summary["outliers"]]))
-        return {"aggregate": summary,
+        return {"seq": fold.seq, "aggregate": summary,
                 "series": self.series(metric, sources=drawn, start=start, end=end, points=points, smooth=smooth)
                 if drawn else []}
 
@@ -346,8 +348,7 @@ class Store:
         """The metric across every source but `exclude` as a matrix of at most `rows` x `columns`
         (`mstail.tailer.heatmap`), computed in a worker thread from a copy of the series taken here."""
         chosen = [(key[0], self._series[key]) for key in self._keys_of(metric, None, exclude)]
-        snapshot = Points(chosen)
-        return await asyncio.to_thread(heatmap, snapshot, start, end, columns, rows)
+        return await self._turns.run(chosen, heatmap, start, end, columns, rows)
 
     def _keys_of(self, metric: str, sources: Optional[Sequence[str]], exclude: Sequence[str]) -> List[SeriesKey]:
         """The (source, metric, segment) keys of `metric` of `sources` (default every one) but `exclude`."""

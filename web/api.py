@@ -72,8 +72,7 @@ async def series(
     _check_ids(source, exclude, top)
     store = _store(request)
     if aggregate is not None:
-        seq = store.last_seq  # what the answer holds at least (the fold copies the series as they are now)
-        return {"metric": metric, "seq": seq,
+        return {"metric": metric,  # and the seq the mean holds: its copy's
                 **await store.aggregate(metric, sources=source, exclude=exclude or (), top=top or (), start=start,
                                   end=end, points=points, smooth=round(smooth, 3))}
     return {
