@@ -243,9 +243,11 @@ def heap_goal(context: Any, page: Any) -> bool:
 
 
 def series_sizes(server: Any, queries: List[Tuple[str, str]]) -> None:
+    """Each query's answer size and time (a query without a path is one of /api/series)."""
     for what, query in queries:
-        body, seconds = get(f"{server.url}/api/series?{query}")
-        print(f"/api/series {what}: {len(body) / 1024:.1f} KiB in {seconds * 1000:.0f} ms")
+        path = query if query.startswith("/") else f"/api/series?{query}"
+        body, seconds = get(f"{server.url}{path}")
+        print(f"{path.split('?')[0]} {what}: {len(body) / 1024:.1f} KiB in {seconds * 1000:.0f} ms")
 
 
 def scenario_steps(support: Any, args: Any, work: Path) -> bool:
@@ -308,7 +310,10 @@ def scenario_ranks(support: Any, args: Any, work: Path) -> bool:
              f"&start={int(n * 0.45)}&end={int(n * 0.55)}"),
             (f"loss, {share} buckets per rank (what the page asked before: every rank's series)",
              f"metric=loss&points={share}&smooth=0.6"),
-            ("heatmap, 39 columns per rank", "metric=step_time_ms&points=39&smooth=0.9")])
+            ("heatmap, 39 columns per rank (what the page asked before)", "metric=step_time_ms&points=39&smooth=0.9"),
+            ("the heatmap the page asks now: 32 rows x 120 columns", "/api/heatmap?columns=120&rows=32"),
+            ("the sources, as the page asks first", "/api/sources?compact=true"),
+            ("the sources with their counters", "/api/sources")])
     return ok
 
 
