@@ -13,7 +13,6 @@ from typing import Any, Dict, Iterator, List, Optional
 
 import pytest
 
-from mstail.parsers import Item
 from mstail.tailer import aggregate as aggregate_module
 from mstail.tailer.heatmap import natural_key
 from mstail.tailer.hub import Hub
@@ -21,6 +20,7 @@ from mstail.tailer.store import Store
 from mstail.web.app import create_app
 
 from tests.web.test_api import get, get_json
+from tests.web.test_api_aggregate import ranks_store
 
 RANKS = 12
 STEPS = 90
@@ -43,12 +43,8 @@ def _ms(rank: int, step: int) -> float:
 
 @pytest.fixture(scope="module")
 def store() -> Iterator[Store]:
-    store = Store()
-    for rank in range(RANKS):
-        source = f"rank_{rank}"
-        store.add_source(source, f"/logs/{source}/info.log")
-        store.add(source, [Item("record", {"step": s, "time": T0 + s, "step_time_ms": _ms(rank, s), "loss": 1.0})
-                           for s in _steps(rank)])
+    store = ranks_store(RANKS, lambda rank: [{"step": s, "time": T0 + s, "step_time_ms": _ms(rank, s), "loss": 1.0}
+                                             for s in _steps(rank)])
     yield store
     store.close()
 
