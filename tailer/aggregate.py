@@ -11,14 +11,18 @@ every step of the bucket, so no rank's spike is hidden. The sources farthest fro
 with their source.
 
 numpy does the per-step folding (2 M points in tens of ms; the same in Python takes seconds); it is imported on
-the first aggregate query only. The store's columns are read through the buffer protocol and copied at once: an
-`array` that exports a buffer cannot grow, and the tailer appends to them between queries.
+the first aggregate query only. The store's columns are read through the buffer protocol and copied at once, on
+the event loop (`Points`: an `array` that exports a buffer cannot grow, and the tailer appends to them between
+queries); the fold of that copy runs in a worker thread (`AggregateCache.fold`: 1,024 ranks x 2,000 steps take
+0.3-1 s on a loaded machine, which the loop's other requests and passes no longer wait for).
 """
 
 from __future__ import annotations
 
+import asyncio
 from bisect import bisect_left, bisect_right
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
 
 from mstail.parsers.record import finite_or_name
 
@@ -27,6 +31,32 @@ from .series import Series, finite_or_none, window
 OUTLIERS_MAX = 3  # sources named as farthest from the mean
 OUTLIER_FACTOR = 3.0  # ... only when their distance is this many times the typical source's (a healthy run: none)
 NONFINITE_MAX = 300  # non-finite values listed (the newest), as the page draws at most this many per chart
+T = TypeVar("T")
+
+
+#: the one thread folds and heatmaps run in: each holds copies of every point of a metric (1,024 ranks x 2,000
+#: steps: about 100 MB at its peak), and memory freed by many threads at once stays with the process
+_WORKER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mstail-fold")
+
+
+class Turns:
+    """Copies of series and the computations on them, one at a time: a copy is taken (on the event loop) when
+    its turn comes, then computed in the fold thread. Several at once (a page's first screen asks for six folds
+    and a heatmap together) held six copies and grew the sidecar's RSS by 700 MB for good."""
+
+    def __init__(self, seq: Callable[[], int]) -> None:
+        self._seq = seq  # the store's newest seq: what a copy holds
+        self._lock: Optional[asyncio.Lock] = None
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+
+    async def run(self, series: Sequence[Tuple[str, Series]], function: Callable[..., T], *args: Any) -> T:
+        """`function(points, *args)` in the fold thread, `points` a copy of `series` (with the seq it holds)."""
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:  # a lock belongs to one loop (tests run several, one after another)
+            self._lock, self._loop = asyncio.Lock(), loop
+        async with self._lock:  # type: ignore[union-attr]
+            points = Points(series, self._seq())
+            return await loop.run_in_executor(_WORKER, function, points, *args)
 
 
 class AggregateCache:
@@ -34,22 +64,33 @@ class AggregateCache:
     so zooming, re-drawing and the page's other charts re-use one fold (and its mean's EMA and block summaries).
     Bounded by CACHED_STEPS_MAX distinct steps in all (a 2,000-step run: 1,000 folds; a 1 M-step one: 2)."""
 
-    def __init__(self) -> None:
-        self._folds: Dict[Any, Tuple[int, "_Fold"]] = {}
+    def __init__(self, turns: Turns) -> None:
+        self._turns = turns
+        self._folds: Dict[Any, "_Fold"] = {}
+        self._folding: Dict[Any, "asyncio.Future[_Fold]"] = {}  # folds under way, shared by callers
 
-    def fold(self, key: Any, series: Sequence[Tuple[str, Series]]) -> "_Fold":
-        import numpy as np
-
-        version = sum(len(s.steps) for _, s in series)
-        hit = self._folds.pop(key, None)
-        if hit is None or hit[0] != version:
-            hit = (version, _Fold(series, np))
-        self._folds[key] = hit  # most recently used last
-        cached = sum(len(f.steps) for _, f in self._folds.values())
+    async def fold(self, key: Any, series: Sequence[Tuple[str, Series]]) -> "_Fold":
+        """The fold of `series` (the selection `key`): cached while they have not grown, else folded from a copy
+        in the fold thread (one fold per selection at a time: concurrent callers share it). On the event loop."""
+        version = sum(len(s) for _, s in series)
+        fold = self._folds.get(key)
+        while fold is None or fold.version < version:
+            under_way = self._folding.get(key)
+            if under_way is None:
+                under_way = self._folding[key] = asyncio.ensure_future(self._turns.run(series, _Fold))
+                under_way.add_done_callback(lambda _, k=key: self._folding.pop(k, None))
+            fold = await asyncio.shield(under_way)
+            known = self._folds.get(key)
+            if known is not None and known.version > fold.version:
+                fold = known  # a newer fold was stored meanwhile
+            version = fold.version  # what it holds is what the series held when its turn came: current enough
+        self._folds.pop(key, None)
+        self._folds[key] = fold  # most recently used last
+        cached = sum(len(f.steps) for f in self._folds.values())
         while cached > CACHED_STEPS_MAX and len(self._folds) > 1:
             oldest = next(iter(self._folds))
-            cached -= len(self._folds.pop(oldest)[1].steps)
-        return hit[1]
+            cached -= len(self._folds.pop(oldest).steps)
+        return fold
 
 
 CACHED_STEPS_MAX = 2_000_000
@@ -92,10 +133,12 @@ class _Fold:
     a finite value), `mean` (a `Series`, so `window` buckets and smooths it), `low`, `high`, `count`, the
     non-finite values, and the outliers over the whole run."""
 
-    def __init__(self, series: Sequence[Tuple[str, Series]], np: Any) -> None:
-        points = _Points(series, np)
-        self.sources = sorted({source for source, _ in series})
-        self.newest = max((s.steps[-1] for _, s in series if len(s.steps)), default=0)
+    def __init__(self, points: "Points") -> None:
+        import numpy as np
+
+        self.version, self.seq = len(points.steps), points.seq  # points folded; the store's seq then
+        self.sources = sorted(points.sources)
+        self.newest = int(points.steps.max()) if len(points.steps) else 0
         self.steps, mean, self.low, self.high, self.count, when, position = _per_step(points, np)
         self.mean = Series()
         self.mean.steps.frombytes(self.steps.tobytes())
@@ -116,11 +159,16 @@ class _Fold:
         return {"x": steps[lo:hi], "source": sources[lo:hi], "value": values[lo:hi]}
 
 
-class _Points:
-    """Every point of the series in flat numpy arrays (copies): `steps`, `values`, `times`, and `owner`, the index
-    in `sources` of the source each point belongs to."""
+class Points:
+    """Every point of the series in flat numpy arrays (copies, so a worker thread may read them while the store
+    grows): `steps`, `values`, `times`, and `owner`, the index in `sources` of the source each point belongs to;
+    `seq`, the store's seq when they were copied."""
 
-    def __init__(self, series: Sequence[Tuple[str, Series]], np: Any) -> None:
+    def __init__(self, series: Sequence[Tuple[str, Series]], seq: int = 0) -> None:
+        import numpy as np
+
+        self.seq = seq  # the store's newest seq when the copy was taken (what it holds)
+
         self.sources: List[str] = []
         index: Dict[str, int] = {}
         for source, _ in series:
@@ -130,17 +178,30 @@ class _Points:
 
         def column(name: str, dtype: Any) -> Any:
             # np.concatenate copies: the views on the store's arrays end with this call
-            parts = [np.frombuffer(getattr(s, name), dtype=dtype) for _, s in series]
+            parts = [np.frombuffer(getattr(s, name), dtype=dtype)[:len(s)] for _, s in series]
             return np.concatenate(parts) if parts else np.zeros(0, dtype)
 
         self.steps = column("steps", np.int64)
         self.values = column("values", np.float64)
         self.times = column("times", np.float64)
         self.owner = np.repeat(np.array([index[source] for source, _ in series], dtype=np.int64),
-                               [len(s.steps) for _, s in series])
+                               [len(s) for _, s in series])
 
 
-def _per_step(points: _Points, np: Any) -> Tuple[Any, ...]:
+def step_index(steps: Any, np: Any) -> Tuple[Any, Any]:
+    """The distinct values of `steps` (a non-empty int64 array), ascending, and each step's index in them. A dense
+    step range (the usual case) is indexed through a table by step, without sorting 2 M points."""
+    base, span = int(steps.min()), int(steps.max()) - int(steps.min()) + 1
+    if span > max(4 * len(steps), 1 << 20):  # sparse steps: sort
+        return np.unique(steps, return_inverse=True)
+    offset = steps - base
+    present = np.zeros(span, dtype=bool)
+    present[offset] = True
+    index_of = np.cumsum(present) - 1
+    return np.flatnonzero(present) + base, index_of[offset]
+
+
+def _per_step(points: Points, np: Any) -> Tuple[Any, ...]:
     """Per distinct step with at least one finite value: (steps, mean, min, max, count, mean time), and for each
     point its step's index in them (-1 for a non-finite value)."""
     finite = np.isfinite(points.values)
@@ -148,14 +209,8 @@ def _per_step(points: _Points, np: Any) -> Tuple[Any, ...]:
     position = np.full(len(points.values), -1, dtype=np.int64)
     if not len(steps):
         return (np.zeros(0, np.int64),) + tuple(np.zeros(0) for _ in range(5)) + (position,)
-    base, span = int(steps.min()), int(steps.max()) - int(steps.min()) + 1
-    distinct = None
-    if span <= max(4 * len(steps), 1 << 20):  # dense step range (the usual case): index by step, no sort
-        index = steps - base
-        size = span
-    else:  # sparse steps: index by rank among the distinct steps
-        distinct, index = np.unique(steps, return_inverse=True)
-        size = len(distinct)
+    distinct, index = step_index(steps, np)
+    size = len(distinct)
     count = np.bincount(index, minlength=size)
     total = np.bincount(index, weights=values, minlength=size)
     low = np.full(size, np.inf)
@@ -165,18 +220,14 @@ def _per_step(points: _Points, np: Any) -> Tuple[Any, ...]:
     timed = np.isfinite(times)
     time_total = np.bincount(index[timed], weights=times[timed], minlength=size)
     time_count = np.bincount(index[timed], minlength=size)
-    at = np.flatnonzero(count)
-    step_of = at + base if distinct is None else distinct[at]
-    when = np.full(len(at), np.nan)
-    some = time_count[at] > 0
-    when[some] = time_total[at][some] / time_count[at][some]
-    compact = np.zeros(size, dtype=np.int64)
-    compact[at] = np.arange(len(at))
-    position[finite] = compact[index]
-    return (step_of.astype(np.int64), total[at] / count[at], low[at], high[at], count[at], when, position)
+    when = np.full(size, np.nan)
+    some = time_count > 0
+    when[some] = time_total[some] / time_count[some]
+    position[finite] = index
+    return (distinct.astype(np.int64), total / count, low, high, count, when, position)
 
 
-def _outliers(points: _Points, mean: Any, position: Any, np: Any) -> List[str]:
+def _outliers(points: Points, mean: Any, position: Any, np: Any) -> List[str]:
     """Up to OUTLIERS_MAX sources whose mean distance from the mean (over their finite values) is at least
     OUTLIER_FACTOR times the median source's, farthest first. `position`: each point's index in `mean`."""
     ok = position >= 0

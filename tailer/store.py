@@ -22,9 +22,10 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 from mstail.parsers.record import RESERVED, Item, finite_or_name, ordered
 
 from .checkpoint import SourceCheckpoint
-from .aggregate import AggregateCache, aggregate
-from .columns import Columns, Frame
+from .aggregate import AggregateCache, Turns, aggregate
+from .columns import Columns, Frame, SeriesKey
 from .db import StateDB
+from .heatmap import heatmap
 from .series import Series, finite_or_none, window
 
 log = logging.getLogger("mstail.state")
@@ -106,7 +107,10 @@ class Store:
         self._series: Dict[Tuple[str, str, int], Series] = self._columns.series
         self._last_record: Dict[str, Dict[str, Any]] = {}  # source -> its newest record as stored (what an amend is for)
         self.sources: Dict[str, SourceInfo] = {}
-        self._folds = AggregateCache()  # across-source folds for `aggregate`
+        self._turns = Turns(lambda: self._last_seq)  # copies of series computed in the fold thread, one at a time
+        self._folds = AggregateCache(self._turns)  # across-source folds for `aggregate`
+        self._by_metric: Dict[str, List[SeriesKey]] = {}  # metric -> its series' keys (`_metric_keys`)
+        self._indexed = 0  # how many series `_by_metric` holds
 
     @property
     def last_seq(self) -> int:
@@ -303,9 +307,12 @@ class Store:
         `axis="samples"` it has `samples` (consumed samples at each x) when the source logs `consumed_samples`
         or `global_batch_size`."""
         out = []
-        for (source, name, segment), series in list(self._series.items()):
-            if name != metric or (sources and source not in sources):
+        chosen = set(sources) if sources else None
+        for key in self._metric_keys(metric):
+            source, _, segment = key
+            if chosen is not None and source not in chosen:
                 continue
+            series = self._series[key]
             entry = window(series, start, end, points, smooth)
             if axis == "samples":
                 samples = self._samples_at(source, segment, entry["x"])
@@ -315,7 +322,7 @@ class Store:
             out.append(entry)
         return out
 
-    def aggregate(
+    async def aggregate(
         self,
         metric: str,
         sources: Optional[Sequence[str]] = None,
@@ -327,19 +334,45 @@ class Store:
         smooth: float = 0.0,
     ) -> Dict[str, Any]:
         """The metric across `sources` (default every one) but `exclude`: mean, min-max band and outliers
-        (`mstail.tailer.aggregate`) plus `latest` (source -> its newest value), and, in `series`, the `series()`
-        answer for `top` and the outliers, so one request brings the mean and the few sources drawn on top."""
-        left_out = set(exclude)
-        keys = [key for key in self._series
-                if key[1] == metric and (not sources or key[0] in sources) and key[0] not in left_out]
+        (`mstail.tailer.aggregate`) plus `latest` (source -> its newest value); `seq`, the newest seq the mean
+        holds (its copy's); and, in `series`, the `series()`
+        answer for `top` and the outliers, so one request brings the mean and the few sources drawn on top. The
+        fold of the series runs in a worker thread on a copy (`AggregateCache.fold`); the rest on the loop."""
+        keys = self._keys_of(metric, sources, exclude)
         chosen = [(key[0], self._series[key]) for key in keys]
-        summary = aggregate(self._folds.fold((metric, tuple(keys)), chosen), start, end, points, smooth)
-        # each source's newest value (its newest segment's), for tables that show one number per source
-        summary["latest"] = {source: finite_or_name(series.values[-1]) for source, series in chosen if series.values}
+        # each source's newest value (its newest segment's), for tables that show one number per source; taken
+        # with the fold's copy, before the loop moves on
+        latest = {source: finite_or_name(series.values[-1]) for source, series in chosen if series.values}
+        fold = await self._folds.fold((metric, tuple(keys)), chosen)
+        summary = aggregate(fold, start, end, points, smooth)
+        summary["latest"] = latest
         drawn = list(dict.fromkeys([*top, *summary["outliers"]]))
-        return {"aggregate": summary,
+        return {"seq": fold.seq, "aggregate": summary,
                 "series": self.series(metric, sources=drawn, start=start, end=end, points=points, smooth=smooth)
                 if drawn else []}
+
+    async def heatmap(self, metric: str, exclude: Sequence[str] = (), start: Optional[int] = None,
+                      end: Optional[int] = None, columns: int = 120, rows: int = 32) -> Dict[str, Any]:
+        """The metric across every source but `exclude` as a matrix of at most `rows` x `columns`
+        (`mstail.tailer.heatmap`), computed in a worker thread from a copy of the series taken here."""
+        chosen = [(key[0], self._series[key]) for key in self._keys_of(metric, None, exclude)]
+        return await self._turns.run(chosen, heatmap, start, end, columns, rows)
+
+    def _keys_of(self, metric: str, sources: Optional[Sequence[str]], exclude: Sequence[str]) -> List[SeriesKey]:
+        """The (source, metric, segment) keys of `metric` of `sources` (default every one) but `exclude`."""
+        chosen = set(sources) if sources else None
+        left_out = set(exclude)
+        return [key for key in self._metric_keys(metric) if (chosen is None or key[0] in chosen) and key[0] not in left_out]
+
+    def _metric_keys(self, metric: str) -> List[SeriesKey]:
+        """The series keys of `metric` in creation order, from an index rebuilt when series were added (1,024
+        ranks x 9 metrics: a query reads its 1,024 keys, not all 9,216)."""
+        if self._indexed != len(self._series):
+            index: Dict[str, List[SeriesKey]] = {}
+            for key in self._series:
+                index.setdefault(key[1], []).append(key)
+            self._by_metric, self._indexed = index, len(self._series)
+        return self._by_metric.get(metric, [])
 
     def _samples_at(self, source: str, segment: int, steps: List[int]) -> Optional[List[Optional[float]]]:
         """Consumed samples at each step: the logged `consumed_samples` (the latest at or before the step),

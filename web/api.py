@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import Any, Dict, List, Optional
 
 from fastapi import APIRouter, HTTPException, Query, Request
 
@@ -25,10 +25,33 @@ def _store(request: Request):  # type: ignore[no-untyped-def]
     return request.app.state.store
 
 
+def _check_ids(*lists: Optional[List[str]]) -> None:
+    """A 422 for more than MAX_SOURCES repeated source ids, or one longer than 1000 characters."""
+    for ids in lists:
+        if ids is not None and (len(ids) > MAX_SOURCES or any(len(s) > 1000 for s in ids)):
+            raise HTTPException(422, f"at most {MAX_SOURCES} source ids of at most 1000 characters each")
+
+
 @router.get("/sources", response_model=None)
-async def sources(request: Request) -> RecordJSONResponse:
-    """Every source: id, path, format, state (waiting | following | idle | gone), counts and steps."""
-    return RecordJSONResponse([info.as_json() for info in _store(request).sources.values()])
+async def sources(
+    request: Request,
+    compact: bool = Query(False, description="a table without the file-reading counters (what a page needs first)"),
+) -> RecordJSONResponse:
+    """Every source: id, path, format, state (waiting | following | idle | gone), counts and steps. With `compact`:
+    `{"keys", "metrics", "rows"}`, one row of values per source in the order of `keys`, `counters` left out and
+    each source's `metrics` as indexes into `metrics` (1,024 ranks: about a fifth of the size)."""
+    entries = [info.as_json() for info in _store(request).sources.values()]
+    return RecordJSONResponse(_compact(entries) if compact else entries)
+
+
+def _compact(entries: List[Dict[str, Any]]) -> Dict[str, Any]:
+    keys = [key for key in entries[0] if key != "counters"] if entries else []
+    names: Dict[str, int] = {}
+    rows = []
+    for entry in entries:
+        entry["metrics"] = [names.setdefault(name, len(names)) for name in entry["metrics"]]
+        rows.append([entry[key] for key in keys])
+    return {"keys": keys, "metrics": list(names), "rows": rows}
 
 
 @router.get("/series", response_model=None)
@@ -48,20 +71,37 @@ async def series(
     """One metric per (source, segment): x = steps, t = wall times; min/max/last equal when exact, else per
     bucket; `smooth` is the EMA of the full-resolution series at each x (see Store.series). With
     `aggregate=mean`: the mean across the sources with the min-max band and the outliers (Store.aggregate)."""
-    for ids in (source, exclude, top):
-        if ids is not None and (len(ids) > MAX_SOURCES or any(len(s) > 1000 for s in ids)):
-            raise HTTPException(422, f"at most {MAX_SOURCES} source ids of at most 1000 characters each")
+    _check_ids(source, exclude, top)
     store = _store(request)
     if aggregate is not None:
-        return RecordJSONResponse({"metric": metric, "seq": store.last_seq,
-                                   **store.aggregate(metric, sources=source, exclude=exclude or (), top=top or (),
-                                                     start=start, end=end, points=points, smooth=round(smooth, 3))})
+        return RecordJSONResponse({"metric": metric,  # and the seq the mean holds: its copy's
+                                   **await store.aggregate(metric, sources=source, exclude=exclude or (), top=top or (),
+                                                           start=start, end=end, points=points, smooth=round(smooth, 3))})
     return RecordJSONResponse({
         "metric": metric,
         "seq": store.last_seq,
         "series": store.series(metric, sources=source, start=start, end=end, points=points,
                                smooth=round(smooth, 3), axis=axis),
     })
+
+
+@router.get("/heatmap", response_model=None)
+async def heatmap(
+    request: Request,
+    metric: str = Query("step_time_ms", max_length=200, description="metric name"),
+    exclude: Optional[List[str]] = Query(None, description="leave these source ids out (repeatable)"),
+    start: Optional[int] = Query(None, ge=-MAX_SEQ, le=MAX_SEQ, description="first step (inclusive)"),
+    end: Optional[int] = Query(None, ge=-MAX_SEQ, le=MAX_SEQ, description="last step (inclusive)"),
+    columns: int = Query(120, ge=1, le=2000, description="columns at most (runs of consecutive logged steps)"),
+    rows: int = Query(32, ge=1, le=MAX_SOURCES, description="rows at most (beyond: neighbouring sources share one)"),
+) -> RecordJSONResponse:
+    """The metric of every source as a rows x columns matrix, each cell a source's mean in the column relative to
+    the sources' median there (mstail.tailer.heatmap): the page's step-time heatmap in one small answer."""
+    _check_ids(exclude)
+    store = _store(request)
+    seq = store.last_seq
+    return RecordJSONResponse({"metric": metric, "seq": seq, **await store.heatmap(
+        metric, exclude=exclude or (), start=start, end=end, columns=columns, rows=rows)})
 
 
 @router.get("/records", response_model=None)

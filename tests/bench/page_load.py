@@ -116,6 +116,9 @@ def open_page(browser: Any, url: str) -> Tuple[Any, Any, float]:
                          " && e.startTime < t).sort((a, b) => b.duration - a.duration).slice(0, 4)"
                          ".map(e => [e.name.split('/api/')[1].slice(0, 70), Math.round(e.startTime), Math.round(e.duration),"
                          " e.encodedBodySize])", first)
+    marks = page.evaluate("() => ['mstail-boot', 'mstail-sources', 'mstail-boxes', 'mstail-data', 'mstail-first-paint']"
+                          ".map(n => [n.slice(7), Math.round(performance.getEntriesByName(n)[0].startTime)])")
+    print("  page timeline (ms after navigation): " + ", ".join(f"{name} {ms}" for name, ms in marks))
     print("  slowest requests before the first paint (path, start ms, took ms, bytes): "
           + "; ".join(f"{p} @{s} {d} ms {b / 1024:.0f} KiB" for p, s, d, b in slow))
     if errors:
@@ -173,14 +176,19 @@ def time_zooms(page: Any, ranges: List[Tuple[Any, Any]]) -> Tuple[List[float], L
 
 
 def wait_records(support: Any, server: Any, count: int, timeout: float) -> None:
-    support.wait_until(lambda: sum(s["records"] for s in server.get_json("/api/sources", timeout=60)) >= count, timeout,
-                       interval=1.0, message=f"{count} records")
+    def records() -> int:
+        table = server.get_json("/api/sources?compact=true", timeout=60)
+        column = table["keys"].index("records")
+        return sum(row[column] for row in table["rows"])
+
+    support.wait_until(lambda: records() >= count, timeout, interval=1.0, message=f"{count} records")
 
 
 @contextmanager
-def session(support: Any, workdir: Path, files: List[Path], records: int) -> Iterator[Tuple[Any, Any, Any, float, float]]:
-    """A real mstail reading `files` (JSONL) until it holds `records`, and Chromium on its page, opened twice:
-    yields (server, context, page, first paint of the first visit in ms, of the second)."""
+def session(support: Any, workdir: Path, files: List[Path], records: int,
+            visits: int = 5) -> Iterator[Tuple[Any, Any, Any, float, List[float]]]:
+    """A real mstail reading `files` (JSONL) until it holds `records`, and Chromium on its page, opened `visits`
+    times: yields (server, context, page of the last visit, first paint of the first visit in ms, of the others)."""
     from playwright.sync_api import sync_playwright
 
     began = time.perf_counter()
@@ -194,9 +202,13 @@ def session(support: Any, workdir: Path, files: List[Path], records: int) -> Ite
                                         args=["--no-sandbox", "--disable-gpu"])
             try:
                 context, page, cold = open_page(browser, server.url)
-                context.close()
-                context, page, warm = open_page(browser, server.url)
-                yield server, context, page, cold, warm
+                later = []
+                for _ in range(max(1, visits - 1)):
+                    settle(page)  # the visit before is over (its heatmap and late requests answered)
+                    context.close()
+                    context, page, first = open_page(browser, server.url)
+                    later.append(first)
+                yield server, context, page, cold, later
                 context.close()
             finally:
                 browser.close()
@@ -205,14 +217,23 @@ def session(support: Any, workdir: Path, files: List[Path], records: int) -> Ite
         server.stop(timeout=10)
 
 
+def settle(page: Any, timeout: float = 60) -> None:
+    """Wait until the page has no request in flight (its tracked requests: charts, heatmap)."""
+    deadline = time.monotonic() + timeout
+    while page.evaluate("() => document.body.dataset.busy !== '0'") and time.monotonic() < deadline:
+        page.wait_for_timeout(50)
+
+
 def drawn_charts(page: Any) -> int:
     return page.evaluate("() => document.querySelectorAll('section.chart[data-drawn=\"1\"]').length")
 
 
-def paint_goal(what: str, cold: float, warm: float) -> bool:
-    print(f"first paint ({what}): first visit {cold:.0f} ms (the server builds its min/max block summaries then), "
-          f"second visit {warm:.0f} ms (goal <= {GOAL_FIRST_PAINT_MS:.0f} ms)")
-    return max(cold, warm) <= GOAL_FIRST_PAINT_MS
+def paint_goal(what: str, cold: float, later: List[float]) -> bool:
+    median = statistics.median(later)
+    print(f"first paint ({what}): first visit {cold:.0f} ms (the server folds and summarises each series then); "
+          f"the {len(later)} visits after it: median {median:.0f} ms, {min(later):.0f}-{max(later):.0f} ms "
+          f"(goal <= {GOAL_FIRST_PAINT_MS:.0f} ms); load average {os.getloadavg()[0]:.2f}")
+    return max(cold, median) <= GOAL_FIRST_PAINT_MS
 
 
 def heap_goal(context: Any, page: Any) -> bool:
@@ -222,9 +243,11 @@ def heap_goal(context: Any, page: Any) -> bool:
 
 
 def series_sizes(server: Any, queries: List[Tuple[str, str]]) -> None:
+    """Each query's answer size and time (a query without a path is one of /api/series)."""
     for what, query in queries:
-        body, seconds = get(f"{server.url}/api/series?{query}")
-        print(f"/api/series {what}: {len(body) / 1024:.1f} KiB in {seconds * 1000:.0f} ms")
+        path = query if query.startswith("/") else f"/api/series?{query}"
+        body, seconds = get(f"{server.url}{path}")
+        print(f"{path.split('?')[0]} {what}: {len(body) / 1024:.1f} KiB in {seconds * 1000:.0f} ms")
 
 
 def scenario_steps(support: Any, args: Any, work: Path) -> bool:
@@ -233,8 +256,8 @@ def scenario_steps(support: Any, args: Any, work: Path) -> bool:
     write_log(log, args.steps)
     print(f"[steps] log: {args.steps:,} steps x 8 metrics, {log.stat().st_size / 1e6:.0f} MB JSONL, written in "
           f"{time.perf_counter() - began:.1f} s; load average {os.getloadavg()[0]:.2f}")
-    with session(support, work / "mstail", [log], args.steps) as (server, context, page, cold, warm):
-        ok = paint_goal(f"{drawn_charts(page)} charts drawn", cold, warm)
+    with session(support, work / "mstail", [log], args.steps) as (server, context, page, cold, later):
+        ok = paint_goal(f"{drawn_charts(page)} charts drawn", cold, later)
         n = args.steps
         ranges = [(n * 0.4, n * 0.6), (n * 0.45, n * 0.46), (n * 0.451, n * 0.4512), (n * 0.1, n * 0.9),
                   (n * 0.7, n * 0.7 + 500), (n * 0.3332, n * 0.3335)][: max(1, args.zooms)]
@@ -257,16 +280,14 @@ def scenario_ranks(support: Any, args: Any, work: Path) -> bool:
     size = sum(p.stat().st_size for p in paths)
     print(f"[ranks] logs: {args.ranks:,} ranks x {args.rank_steps:,} steps x 8 metrics, {size / 1e6:.0f} MB JSONL, "
           f"written in {time.perf_counter() - began:.1f} s; load average {os.getloadavg()[0]:.2f}")
-    with session(support, work / "mstail-ranks", paths, args.ranks * args.rank_steps - 40) as (server, context, page, cold, warm):
+    with session(support, work / "mstail-ranks", paths, args.ranks * args.rank_steps - 40) as (server, context, page, cold, later):
         facts = page.evaluate("() => ({ mode: document.querySelector('section.chart').dataset.mode,"
                               " layout: document.getElementById('sources-panel').dataset.layout })")
         ok = paint_goal(f"{drawn_charts(page)} charts drawn, {facts['mode']} mode, the sources as a {facts['layout']}",
-                        cold, warm)
-        deadline = time.monotonic() + 60
-        while page.evaluate("() => document.body.dataset.busy !== '0' || !document.getElementById('heatmap').dataset.cells"):
-            if time.monotonic() > deadline:
-                break
-            page.wait_for_timeout(50)
+                        cold, later)
+        settle(page)
+        page.wait_for_function("() => document.getElementById('heatmap').dataset.cells", timeout=60_000)
+        settle(page)
         n = args.rank_steps
         took, refetch = time_zooms(page, [(n * 0.4, n * 0.6), (n * 0.45, n * 0.46), (n * 0.1, n * 0.9), (None, None)])
         print(f"zoom with {args.ranks} ranks: re-fetch + redraw median {statistics.median(refetch):.0f} ms, "
@@ -289,7 +310,10 @@ def scenario_ranks(support: Any, args: Any, work: Path) -> bool:
              f"&start={int(n * 0.45)}&end={int(n * 0.55)}"),
             (f"loss, {share} buckets per rank (what the page asked before: every rank's series)",
              f"metric=loss&points={share}&smooth=0.6"),
-            ("heatmap, 39 columns per rank", "metric=step_time_ms&points=39&smooth=0.9")])
+            ("heatmap, 39 columns per rank (what the page asked before)", "metric=step_time_ms&points=39&smooth=0.9"),
+            ("the heatmap the page asks now: 32 rows x 120 columns", "/api/heatmap?columns=120&rows=32"),
+            ("the sources, as the page asks first", "/api/sources?compact=true"),
+            ("the sources with their counters", "/api/sources")])
     return ok
 
 
@@ -299,9 +323,9 @@ def scenario_metrics(support: Any, args: Any, work: Path) -> bool:
     write_metric_log(log, args.metrics, args.metric_steps)
     print(f"[metrics] log: {args.metrics:,} metrics x {args.metric_steps} steps, {log.stat().st_size / 1e6:.0f} MB JSONL, "
           f"written in {time.perf_counter() - began:.1f} s")
-    with session(support, work / "mstail-metrics", [log], args.metric_steps) as (server, context, page, cold, warm):
+    with session(support, work / "mstail-metrics", [log], args.metric_steps) as (server, context, page, cold, later):
         boxes = page.evaluate("() => document.querySelectorAll('section.chart').length")
-        ok = paint_goal(f"{boxes} chart boxes, {drawn_charts(page)} drawn near the screen", cold, warm)
+        ok = paint_goal(f"{boxes} chart boxes, {drawn_charts(page)} drawn near the screen", cold, later)
         began = time.perf_counter()
         last = page.evaluate("() => { const e = [...document.querySelectorAll('section.chart')].pop();"
                              " e.scrollIntoView(); return e.dataset.metric; }")

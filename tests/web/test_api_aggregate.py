@@ -5,7 +5,7 @@ buckets: consecutive runs of those steps, as one source's series is bucketed; th
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import pytest
 
@@ -40,14 +40,20 @@ def _steps(rank: int) -> List[int]:
     return list(range(1, STEPS + 1))
 
 
-@pytest.fixture(scope="module")
-def store() -> Iterator[Store]:
+def ranks_store(ranks: int, records: Callable[[int], List[Dict[str, Any]]]) -> Store:
+    """A Store of sources rank_0 .. rank_{ranks-1}, each holding `records(rank)`."""
     store = Store()
-    for rank in range(RANKS):
+    for rank in range(ranks):
         source = f"rank_{rank}"
         store.add_source(source, f"/logs/{source}/info.log")
-        store.add(source, [Item("record", {"step": s, "time": T0 + s + rank / 100, "loss": _value(rank, s)})
-                           for s in _steps(rank)])
+        store.add(source, [Item("record", record) for record in records(rank)])
+    return store
+
+
+@pytest.fixture(scope="module")
+def store() -> Iterator[Store]:
+    store = ranks_store(RANKS, lambda rank: [{"step": s, "time": T0 + s + rank / 100, "loss": _value(rank, s)}
+                                             for s in _steps(rank)])
     yield store
     store.close()
 

@@ -8,7 +8,7 @@ import { GROUPS, getJSON, natural } from "./util.js";
 import { readURL, state, tracked, view, writeURL } from "./state.js";
 import { ChartView, EVENT_KINDS, EVENT_STYLE, MAX_MARKERS, legendGlyph } from "./chart.js";
 import { connect, noteEvent, setConnection, setupStream } from "./stream.js";
-import { CARDS_MAX, loadRecentStepTimes, noteSource, renderSources, setHidden, setupSources } from "./sources.js";
+import { CARDS_MAX, fetchSources, loadRecentStepTimes, noteSource, renderSources, setHidden, setupSources } from "./sources.js";
 import { alertMarks, loadAlerts, setupAlerts } from "./alerts.js";
 import { HEATMAP_REFRESH_MS, refreshHeatmap } from "./heatmap.js";
 
@@ -412,7 +412,7 @@ async function boot() {
   setupAlerts();
   renderMarkerLegend();
   const events = getJSON(`/api/events?newest=true&limit=${MAX_MARKERS}`);
-  const sources = await getJSON("/api/sources");
+  const sources = await fetchSources();
   for (const info of sources.sort((a, b) => natural(a.id, b.id))) noteSource(info);
   const metrics = [...new Set(sources.flatMap((s) => s.metrics))];
   performance.mark("mstail-sources");

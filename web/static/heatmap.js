@@ -1,16 +1,16 @@
 // The step-time heatmap: one row per source (natural order; beyond HEATMAP_ROWS_MAX sources, one row per group of
-// neighbouring sources showing the group's slowest), one column per bucket of logged steps, each cell the smoothed
-// step time relative to the ranks' median in that column (stragglers are hot). Columns are made from the steps the
-// server answered with (every column holds at least one of them), so a run logged with a stride, or with fewer
-// points than columns, has no empty columns. Row labels are the part of the names that differs, cut at the left.
+// neighbouring sources showing the group's slowest), one column per run of consecutive logged steps, each cell the
+// source's mean step time in the column relative to the ranks' median there (stragglers are hot). The server computes
+// the matrix (`/api/heatmap`, mstail.tailer.heatmap): one small answer whatever the number of ranks. Every column
+// holds a step some source logged, so a run logged with a stride, or with fewer points than columns, has no empty
+// columns. Row labels are the part of the names that differs, cut at the left.
 // Drawn by ECharts on canvas: nothing from the log becomes markup. Its ECharts instance, last answer and refresh
 // time live in state.js's `state`.
 
-import { fmt, getJSON, median, natural, num } from "./util.js";
+import { fmt, getJSON } from "./util.js";
 import { state, themeColors, tracked, view } from "./state.js";
 
 const HEATMAP_COLUMNS = 120;
-const HEATMAP_POINTS_BUDGET = 40000;  // points per answer at most, shared by the sources (1,024 ranks: 39 columns)
 const HEATMAP_ROWS_MAX = 32;   // more sources than this: rows of neighbouring sources, each its slowest
 const ROW_PX = 12;
 const LABEL_PX_MAX = 220;
@@ -18,13 +18,11 @@ export const HEATMAP_REFRESH_MS = 5000;  // app.js's render loop refreshes the h
 
 export async function refreshHeatmap() {
   state.heatmapAt = performance.now();
-  // The same range as the last answer and nothing new since (a finished run), or new steps but a recent answer:
-  // drawn again (the theme may have changed), not asked again. With many sources each answer is large (1,024
-  // ranks: 2 MB, seconds of the server's time), so a live run's heatmap is refreshed less often.
-  const shows = `${view.zoom}|${view.x}`;
-  const every = HEATMAP_REFRESH_MS * Math.max(1, state.sources.size / 64);
+  // The same range and sources as the last answer and nothing new since (a finished run), or new steps but a
+  // recent answer: drawn again (the theme may have changed), not asked again.
+  const shows = `${view.zoom}|${view.x}|${[...view.hidden].sort()}`;
   if (state.heatmapAnswer && state.heatmapAsked.range === shows
-      && (state.heatmapAsked.seq === state.lastSeq || performance.now() - state.heatmapAsked.at < every)) {
+      && (state.heatmapAsked.seq === state.lastSeq || performance.now() - state.heatmapAsked.at < HEATMAP_REFRESH_MS)) {
     drawHeatmap(state.heatmapAnswer);
     return;
   }
@@ -37,35 +35,20 @@ export async function refreshHeatmap() {
   const speed = document.querySelector('section.group[data-group="speed"]');
   if (speed && section.parentElement !== speed) speed.insertBefore(section, speed.querySelector(".grid"));
   if (!state.heatmap) state.heatmap = echarts.init(document.getElementById("heatmap-plot"), null, { renderer: "canvas" });
-  const columns = Math.max(20, Math.min(HEATMAP_COLUMNS, Math.floor(HEATMAP_POINTS_BUDGET / withTimes.length)));
-  const params = new URLSearchParams({ metric: "step_time_ms", points: String(columns), smooth: "0.9" });
+  const params = new URLSearchParams({ metric: "step_time_ms", columns: String(HEATMAP_COLUMNS), rows: String(HEATMAP_ROWS_MAX) });
+  for (const id of view.hidden) params.append("exclude", id);
   const loss = state.charts.get("step_time_ms") || state.charts.get("loss");
   const range = view.zoom && loss ? loss.stepsOf(view.zoom) : null;
   if (range) { params.set("start", String(range[0])); params.set("end", String(range[1])); }
   let answer;
   try {
-    answer = await tracked(getJSON(`/api/series?${params}`));
+    answer = await tracked(getJSON(`/api/heatmap?${params}`));
   } catch (err) {
     console.warn("heatmap unavailable", err);
     return;
   }
-  answer.columns = columns;
   state.heatmapAnswer = answer;
   drawHeatmap(answer);
-}
-
-// Columns: the distinct steps of the answer, in order, cut into at most `max` consecutive runs (none empty).
-function heatmapColumns(xs, max) {
-  const steps = [...new Set(xs)].sort((a, b) => a - b);
-  const cols = Math.max(1, Math.min(max, steps.length));
-  const colOf = new Map();
-  const last = new Array(cols).fill(null);
-  steps.forEach((x, i) => {
-    const col = Math.floor(i * cols / steps.length);
-    colOf.set(x, col);
-    last[col] = x;
-  });
-  return { cols, colOf, labels: last.map(String) };
 }
 
 // The part of each name that tells it from the others: the common folders in front and the common file name
@@ -91,54 +74,26 @@ function fitLabel(ctx, text, px) {
 }
 
 export function drawHeatmap(answer) {
-  const series = answer.series.filter((s) => !view.hidden.has(s.source));
-  const sources = [...new Set(series.map((s) => s.source))].sort(natural);
   const section = document.getElementById("heatmap");
-  const { cols, colOf, labels } = heatmapColumns(series.flatMap((s) => s.x), answer.columns || HEATMAP_COLUMNS);
-  // rows: one per source, or per group of `per` neighbouring sources
-  const per = Math.ceil(sources.length / HEATMAP_ROWS_MAX) || 1;
-  const rowCount = Math.ceil(sources.length / per);
-  const short = shortLabels(sources);
+  const { ids, per, columns } = answer;
+  const rowCount = answer.ratio.length;
+  const short = shortLabels(ids);
   const rowNames = [];
   for (let r = 0; r < rowCount; r++) {
     const a = r * per;
-    const b = Math.min(sources.length, a + per) - 1;
+    const b = Math.min(ids.length, a + per) - 1;
     rowNames.push(per === 1 ? short[a] : `${short[a]} – ${short[b]}`);
   }
-  const rowOf = new Map(sources.map((s, i) => [s, Math.floor(i / per)]));
-  section.dataset.rows = String(sources.length);
+  const labels = columns.map(String);
+  section.dataset.rows = String(ids.length);
   section.dataset.rowsDrawn = String(rowCount);
-  section.dataset.columns = String(series.length ? cols : 0);
-  if (!series.length || !colOf.size) return;
-  // per source and column: the newest value in that column
-  const values = new Map(sources.map((s) => [s, new Array(cols).fill(null)]));
-  for (const s of series) {
-    const row = values.get(s.source);
-    for (let i = 0; i < s.x.length; i++) {
-      const v = s.smooth ? s.smooth[i] : num(s.last[i]);
-      if (v !== null && Number.isFinite(v)) row[colOf.get(s.x[i])] = v;
-    }
-  }
-  const cells = new Map();  // "row,col" -> [ratio, ms, source]
-  let filled = 0;
-  for (let col = 0; col < cols; col++) {
-    const m = median(sources.map((s) => values.get(s)[col]).filter((v) => v !== null));
-    if (!m) continue;
-    for (const s of sources) {
-      const v = values.get(s)[col];
-      if (v === null) continue;
-      const key = `${rowOf.get(s)},${col}`;
-      const ratio = v / m;
-      const known = cells.get(key);
-      if (!known || ratio > known[0]) cells.set(key, [ratio, v, s]);
-    }
-  }
-  const data = [];
-  for (const [key, [ratio, ms, source]] of cells) {
-    const [row, col] = key.split(",").map(Number);
-    data.push([col, rowCount - 1 - row, Number(ratio.toFixed(3)), ms, source]);
-    filled += 1;
-  }
+  section.dataset.columns = String(columns.length);
+  if (!columns.length) return;
+  const data = [];  // [column, row from the bottom, ratio, mean, source]
+  answer.ratio.forEach((row, r) => row.forEach((ratio, col) => {
+    if (ratio !== null) data.push([col, rowCount - 1 - r, ratio, answer.value[r][col], ids[answer.source[r][col]]]);
+  }));
+  const filled = data.length;
   const c = themeColors();
   const ctx = document.createElement("canvas").getContext("2d");
   ctx.font = "11px sans-serif";
@@ -166,5 +121,5 @@ export function drawHeatmap(answer) {
   section.dataset.labels = yLabels.join("\n");
   // columns with no cell at all (there should be none: every column holds a step some source logged)
   const used = new Set(data.map((d) => d[0]));
-  section.dataset.emptyColumns = String(cols - used.size);
+  section.dataset.emptyColumns = String(columns.length - used.size);
 }

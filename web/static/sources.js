@@ -11,7 +11,7 @@
 
 import { fmt, fmtAxis, fmtDuration, getJSON, median, natural, num } from "./util.js";
 import { MANY_LINES, colorOf, comparingRuns, state, view, writeURL } from "./state.js";
-import { drawHeatmap } from "./heatmap.js";
+import { refreshHeatmap } from "./heatmap.js";
 
 const STEP_TIMES_KEPT = 50;       // the header's step time is the median of this many latest steps
 export const CARDS_MAX = 8;       // more sources than this: a compact table instead of cards
@@ -45,7 +45,7 @@ export function setupSources(hooks) {
 export function setHidden(source, hidden) {
   if (hidden) view.hidden.add(source); else view.hidden.delete(source);
   redrawAll();
-  if (state.heatmapAnswer) drawHeatmap(state.heatmapAnswer);
+  if (state.heatmapAnswer) refreshHeatmap();  // asked again without the hidden sources
 }
 
 // A run's heading shows or hides all of its sources at once (all shown unless every one is hidden now).
@@ -54,7 +54,7 @@ function setRunHidden(run) {
   const hide = !ids.every((id) => view.hidden.has(id));
   for (const id of ids) if (hide) view.hidden.add(id); else view.hidden.delete(id);
   redrawAll();
-  if (state.heatmapAnswer) drawHeatmap(state.heatmapAnswer);
+  if (state.heatmapAnswer) refreshHeatmap();  // asked again without the hidden sources
 }
 
 function runHeading(run, infos) {
@@ -418,6 +418,18 @@ export function noteSource(fresh) {
     if (state.runs.size === 2) for (const chart of state.charts.values()) chart.dirty = true;  // colours by run now
   }
   colorOf(fresh.id);
+}
+
+// Every source as the page needs it first: /api/sources?compact=true, a table without the file-reading counters
+// (1,024 ranks: a fifth of the size), as /api/sources entries with empty counters. "file details" asks for those.
+export async function fetchSources() {
+  const table = await getJSON("/api/sources?compact=true");
+  return table.rows.map((row) => {
+    const info = { counters: {} };
+    table.keys.forEach((key, i) => { info[key] = row[i]; });
+    info.metrics = info.metrics.map((m) => table.metrics[m]);
+    return info;
+  });
 }
 
 // Every source's entry again: after the stream reconnects (the `source` messages sent meanwhile are not replayed)
