@@ -423,11 +423,11 @@ def naive(paths: Sequence[Path], out_path: Path, only: Sequence[str] = ()) -> No
 # line, one for the progress line, `json.dumps` per record"): two regexes led by literal text, which `re` finds at
 # C speed, rather than the format's rules (whose progress rule, unanchored on whole lines, is tried at every
 # position: that loop took 3x as long and flattered mstail).
-STEP_LINE = re.compile(
+NAIVE_STEP = re.compile(
     r"Epoch:\[\s*(\d+)/\s*\d+\], step:\[\s*(\d+)/\s*(\d+)\], loss:\[?\s*([-+\w.]+)(?:/\s*([-+\w.]+)\])?, .*?"
     r"per_step_time: *(\d+)ms, (?:lr: *([^,]+), )?overflow cond: *(\w+), loss_scale: *([^,]+)"
     r"(?:, global_norm: *\[?\s*([-+\w.]+)\]?)?(?:, train_throughput_per_npu: *([-+\w.]+)T)?")
-PROGRESS_LINE = re.compile(r"\| *([-+\w.]+) samples/s/p")
+NAIVE_PROGRESS = re.compile(r"\| *([-+\w.]+) samples/s/p")
 STEP_FIELDS = ((4, "loss", float), (5, "loss_avg", float), (6, "step_time_ms", int), (7, "lr", float),
                (8, "overflow", lambda t: int(t == "True")), (9, "loss_scale", float), (10, "grad_norm", float),
                (11, "throughput_tflops", float))
@@ -441,7 +441,7 @@ def naive_single(paths: Sequence[Path], out_path: Path) -> None:
             source, pending, last_step, segment = namer.name(path), None, None, 0
             with open(path, encoding="utf-8", errors="replace", newline="\n") as handle:
                 for number, line in enumerate(handle, 1):
-                    found = STEP_LINE.search(line)
+                    found = NAIVE_STEP.search(line)
                     if found is not None:
                         if pending is not None:
                             out.write(json.dumps({k: naive_json(v) for k, v in pending.items()}) + "\n")
@@ -454,7 +454,7 @@ def naive_single(paths: Sequence[Path], out_path: Path) -> None:
                         pending.update((name, convert(found[group])) for group, name, convert in STEP_FIELDS
                                        if found[group] is not None)
                         continue
-                    found = PROGRESS_LINE.search(line)
+                    found = NAIVE_PROGRESS.search(line)
                     if found is not None and pending is not None:
                         pending.setdefault("samples_per_s", float(found[1]))
             if pending is not None:
