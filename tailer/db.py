@@ -264,7 +264,7 @@ class StateDB:
         the newest checkpoints stay queued (readers still see them), `write_error` says why, and later commits try
         again, backing off from 1 s to 30 s, until everything queued is written."""
         for source, (path, checkpoint) in checkpoints.items():
-            self._unsaved_checkpoints[source] = (path, _dumps(checkpoint.to_json()))
+            self._unsaved_checkpoints[source] = (path, checkpoint.dumps())
         if not self._unsaved and not self._unsaved_checkpoints and not self._rewrites and columns is None:
             return True
         now = time.monotonic()

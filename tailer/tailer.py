@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import math
 import time
@@ -376,7 +375,8 @@ class Tailer:
             source.skip -= dropped
             items = items[dropped:]
         if not parser.holding:
-            source.snapshot = SourceCheckpoint(source.follower.checkpoint(), parser.snapshot(), emitted_at=parser.emitted)
+            source.snapshot = SourceCheckpoint(source.follower.checkpoint(), parser.snapshot_json(),
+                                               emitted_at=parser.emitted)
         return fold_amends(items)
 
     def _deliver(self, results: List[Tuple[_Source, List[Item]]]) -> None:
@@ -458,7 +458,9 @@ class Tailer:
         out = {}
         for source, _items in results:
             if source.snapshot is not None:
-                checkpoint = dataclasses.replace(source.snapshot, emitted=source.parser.emitted)
+                snapshot = source.snapshot
+                checkpoint = SourceCheckpoint(snapshot.follower, snapshot.parser_json, snapshot.emitted_at,
+                                              source.parser.emitted)
                 if checkpoint != source.committed:  # an idle source costs no write
                     out[source.id] = (str(source.follower.path), checkpoint)
                     source.committed = checkpoint

@@ -193,7 +193,7 @@ def run(args: argparse.Namespace) -> int:
         for client in clients:
             client.wait(timeout=max(0.0, deadline - time.time()) + 15)
         mem_end = proc_mem_kib(server.proc.pid)
-        health = server.get_json("/healthz")
+        health = server.get_json("/healthz", timeout=30)  # a starved server answers late, not never
         load_end = loadavg()
     finally:
         for proc in writers + clients:
