@@ -256,6 +256,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"mstail CPU {cpu_pct:.1f}% of one core over the {wall1 - wall0:.1f} s writing window; "
           f"RSS {rss_start.get('VmRSS', 0) / 1024:.1f} MiB before, {rss_peak_run / 1024:.1f} MiB max sampled while writing, "
           f"{mem_end.get('VmRSS', 0) / 1024:.1f} MiB at the end, peak (VmHWM) {mem_end.get('VmHWM', 0) / 1024:.1f} MiB")
+    print(f"mstail CPU {1e6 * (cpu1 - cpu0) / max(expect, 1):.0f} us per record written ({cpu1 - cpu0:.2f} s for {expect}: "
+          "less sensitive to the machine's load than the latency)")
     if idle_pct is not None:
         print(f"mstail CPU {idle_pct:.2f}% of one core over {args.idle:g} s with the {args.ranks} files quiet (before writing)")
     print(f"machine: {os.cpu_count()} CPUs, load average {load_start} at the start, {load_end} at the end "
