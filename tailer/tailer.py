@@ -209,11 +209,13 @@ class Tailer:
         changes = Changes()  # made here: on Python 3.9 an Event binds to the loop current at creation
         pacer = Pacer(self.config.poll_s, self.config.safety_poll_s)
         backoff = FAILURE_BACKOFF_S
+        roots_seen = -math.inf  # monotonic time the watch roots were last worked out (a stat or so per pattern)
         self.running = True
         try:
             while not stop.is_set():
                 try:
-                    if self.config.poll_s is None:
+                    if self.config.poll_s is None and time.monotonic() - roots_seen >= self.config.safety_poll_s:
+                        roots_seen = time.monotonic()  # not every pass: a sweep's period is soon enough
                         current_roots = watch_roots(p for p, _ in self._patterns)
                         if current_roots != roots:  # a directory appeared: watch closer to the files
                             if watcher is not None:
@@ -356,11 +358,14 @@ class Tailer:
         `start` is monotonic, `now` wall time."""
         if self._planner.discovery_due(self._plan, start):
             self.discover()
-        return self._planner.choose(self._sources.values(), self._plan, lambda source: self._stale(source, now))
+        rotations = self._plan is None or self._plan.rotations
+        return self._planner.choose(self._sources.values(), self._plan,
+                                    lambda source: self._stale(source, now, rotations))
 
-    def _stale(self, source: _Source, now: float) -> bool:
-        """Whether a sweep reads a source events did not name: a stat shows news, or its state changed with time."""
-        return source.follower.may_have_news() or self._state(source, source.id, now) != source.shown_state
+    def _stale(self, source: _Source, now: float, rotations: bool) -> bool:
+        """Whether a sweep reads a source events did not name: a stat shows news (`rotations`: of its path, else of
+        its open file), or its state changed with time."""
+        return source.follower.may_have_news(rotations) or self._state(source, source.id, now) != source.shown_state
 
     def _source_failed(self, source: _Source, exc: Exception) -> None:
         source.failures += 1
