@@ -57,7 +57,9 @@ def run_clients(url: str, first: int, count: int, expect: int, deadline: float, 
         reconnects = 0
         sse = SSEReader()
         error = ""
-        timeout = httpx.Timeout(connect=5.0, read=1.0, write=5.0, pool=5.0)
+        # A stream held as a browser holds it: only a silence longer than the server's 15 s ping is a drop (a
+        # shorter read timeout reconnected idle clients every second, which the idle figure then counted).
+        timeout = httpx.Timeout(connect=5.0, read=16.0, write=5.0, pool=5.0)
         with httpx.Client(timeout=timeout, trust_env=False) as client:
             while len(seen) < expect and time.time() < deadline:
                 headers = {"Last-Event-ID": sse.last_id} if sse.last_id is not None else {}
@@ -92,7 +94,7 @@ def run_clients(url: str, first: int, count: int, expect: int, deadline: float, 
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join(timeout=max(0.0, deadline - time.time()) + 10)
+        thread.join(timeout=max(0.0, deadline - time.time()) + 18)
     return 0
 
 
@@ -191,7 +193,7 @@ def run(args: argparse.Namespace) -> int:
         if bad:
             raise SystemExit(f"latency: a writer failed: {bad[0]}")
         for client in clients:
-            client.wait(timeout=max(0.0, deadline - time.time()) + 15)
+            client.wait(timeout=max(0.0, deadline - time.time()) + 20)  # past the deadline: one more ping
         mem_end = proc_mem_kib(server.proc.pid)
         health = server.get_json("/healthz", timeout=30)  # a starved server answers late, not never
         load_end = loadavg()
