@@ -207,21 +207,19 @@ class FileFollower:
                         break  # it has more: the newer ones wait, so every line comes out in order
         return lines
 
-    def may_have_news(self, rotation: bool = True) -> bool:
-        """False only when one `stat` shows nothing a read would find: the open file's size is what has been read,
-        no older file is being drained, and (`rotation`, default) the path still names the open file. Without
-        `rotation` the open file's own `fstat` is taken (no path lookup: a third of the cost), blind to a new file
-        at the path. Only where attributes are current (a local filesystem; NFS may show an old size) and as a
-        check behind file events: a rewrite in place to the very same size passes it (the event of that write
-        does not)."""
+    def may_have_news(self) -> bool:
+        """False only when one `stat` shows nothing a read would find: the path still names the open file, whose
+        size is what has been read, and no older file is being drained. Only where attributes are current (a
+        local filesystem; NFS may show an old size) and as a check behind file events: a rewrite in place to
+        the very same size passes it (the event of that write does not)."""
         current = self.current
         if current is None or self.draining or self.state != "following":
             return True
         try:
-            st = os.stat(self.path) if rotation else os.fstat(current.fd)
+            st = os.stat(self.path)
         except OSError:
             return True
-        return (rotation and (st.st_dev, st.st_ino) != current.identity) or st.st_size != current.pos
+        return (st.st_dev, st.st_ino) != current.identity or st.st_size != current.pos
 
     def close(self) -> None:
         for handle in self.draining + ([self.current] if self.current else []):
