@@ -212,6 +212,10 @@ class EventFileParser:
         """The state to resume from (taken after `flush`, when no record is open)."""
         return ParserState.from_json(self.state.to_json())
 
+    def snapshot_json(self) -> str:
+        """`snapshot().to_json()` as text (`ParserState.dumps`): what a checkpoint keeps, as a line parser's."""
+        return self.state.dumps()
+
     def restore(self, state: ParserState) -> bool:
         """Continue from a `snapshot()`; False when it is a line parser's state (not an event file's kind)."""
         if state.format is not None and state.format not in KINDS:

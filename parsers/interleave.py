@@ -125,6 +125,11 @@ class InterleavedParser:
         state.parts = {name: parser.snapshot() for name, parser in self.parts.items()}
         return state
 
+    def snapshot_json(self) -> str:
+        """`snapshot().to_json()` as text (`ParserState.dumps`), encoded from the parsers' states without copying
+        them first: what a checkpoint keeps."""
+        return self.main.state.dumps({name: parser.state for name, parser in self.parts.items()})
+
     def restore(self, state: ParserState) -> bool:
         parts = {name: self._make() for name in state.parts}
         if not all(parser.restore(state.parts[name]) for name, parser in parts.items()):

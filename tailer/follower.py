@@ -69,6 +69,7 @@ class _OpenFile:
         self.splitter = splitter(0, max_line_bytes)  # a LineSplitter, or an event file's FrameSplitter (same shape)
         self.pos = 0  # bytes handed to the splitter
         self.head = b""
+        self._signed: Tuple[bytes, Signature] = (b"", _signature(b""))  # (head, its signature): one hash per head
         self.idle_since: Optional[float] = None
         self.size_seen = 0  # the largest size fstat showed (bytes beyond `pos` are known to exist)
         self.retry_at = 0.0  # after an IO error (EIO): no read before this time
@@ -129,7 +130,9 @@ class _OpenFile:
 
     def checkpoint(self) -> FilePosition:
         """Where reading resumes: identity, head signature, offset and number of the next complete line."""
-        return FilePosition(self.identity, _signature(self.head), self.splitter.offset, self.splitter.next_number)
+        if self._signed[0] is not self.head:  # a checkpoint is taken for every file a pass read: hash a head once
+            self._signed = (self.head, _signature(self.head))
+        return FilePosition(self.identity, self._signed[1], self.splitter.offset, self.splitter.next_number)
 
     def close(self) -> None:
         os.close(self.fd)

@@ -23,11 +23,14 @@ class ItemsMessage:
     encoded: Optional[bytes] = None
 
 
-@dataclass(frozen=True)
+@dataclass
 class SourceMessage:
-    """A source whose state changed (`SourceInfo.as_json()`)."""
+    """The sources whose entries one delivery sends (`SourceInfo.as_json()` each, a state or counts that changed):
+    one message, one queue slot, however many sources (a thousand a second at a thousand files)."""
 
-    source: Dict[str, Any]
+    sources: List[Dict[str, Any]]
+    #: their JSON, made by the first stream that sends them and shared by every other one
+    encoded: Optional[List[bytes]] = None
 
 
 Message = Union[ItemsMessage, SourceMessage]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
+import heapq
 import logging
 import math
 import time
@@ -64,17 +64,19 @@ MISSING_AFTER_S = 10.0
 WRITER_CHECK_S = 5.0
 #: a source silent this long, whose file nobody holds open for writing any more, has "ended" (its run is over)
 ENDED_AFTER_S = 10.0
-#: a source's counters go out on the stream (SSE `source`) at most this often; with many sources less often (so
-#: 1,024 sources cost one message each per second): SOURCE_PUSH_S x max(1, sources / SOURCE_PUSH_SHARE).
+#: a source's counters go out on the stream (SSE `source`) at most this often; with many sources less often, so that
+#: all of them cost at most 512 entries a second (an entry and its JSON: ~30 us; 1,024 sources: each every 2 s):
+#: SOURCE_PUSH_S x max(1, sources / SOURCE_PUSH_SHARE). A changed state goes out at once.
 SOURCE_PUSH_S = 0.25
-SOURCE_PUSH_SHARE = 256
+SOURCE_PUSH_SHARE = 128
 #: after an unexpected error, a source is left alone this long, the whole loop this long at first (doubling to 30 s).
 FAILURE_BACKOFF_S = 1.0
-#: the alert engine's time-based rules (hang, gone, stragglers: one look at every source) run at most this often.
+#: the alert engine's time-based rules (hang, gone, stragglers: one look at every source) run at most this often;
+#: beyond ALERT_TICK_SHARE sources less often, at most every ALERT_TICK_MAX_S (a tick at 1,024 sources costs ~10 ms;
+#: the hang rule's bound is a minute by default).
 ALERT_TICK_S = 0.5
-#: how often the loop checks which folders to watch (a stat and a resolve per pattern: 1,024 --jsonl patterns took
-#: 30 ms of the event loop, once per pass before)
-WATCH_ROOTS_CHECK_S = 1.0
+ALERT_TICK_SHARE = 512
+ALERT_TICK_MAX_S = 1.0
 
 
 @dataclass(eq=False)  # identity, not field equality: the planner keeps sources in sets
@@ -134,6 +136,7 @@ class Tailer:
         self._patterns: List[Tuple[str, Optional[Format]]] = [(p, self._forced) for p in config.logs]
         self._patterns += [(p, self._jsonl) for p in config.jsonl]
         self._sources: Dict[Path, _Source] = {}
+        self._by_id: Dict[str, _Source] = {}  # the same sources by their id
         self._namer = SourceNamer()
         self._event_kinds: Dict[Path, str] = {}  # event-file sources: key -> the kind their names say ("": by content)
         self._event_files: Set[Path] = set()  # event files whose file events wake their folder's source
@@ -146,6 +149,8 @@ class Tailer:
         self._ticked = float("-inf")  # monotonic time of the alert engine's last tick
         self._pushed: Dict[str, Tuple[float, Any]] = {}  # source id -> (monotonic time, counts) last sent (SSE)
         self._unpushed: Set[str] = set()  # sources whose changed counts were held back (sent by a later delivery)
+        self._push_due: List[Tuple[float, str]] = []  # a heap of (monotonic time it may go, source id) of those
+        self._pushing: List[Dict[str, Any]] = []  # the sources' entries this delivery sends (one SourceMessage)
         self.passes = 0
         self._deliver_s_per_item = 20e-6  # storing + publishing one item on the event loop (measured, see _deliver)
         self.notices = Notices(log)
@@ -198,7 +203,7 @@ class Tailer:
             saved = self._saved.pop(key, None)
             if saved is not None:
                 self._restore(source, saved)
-            self._sources[key] = source
+            self._sources[key] = self._by_id[source_id] = source
             self._planner.add(source, path)
             new.append(source)
         for file, key in event_files:  # file events name a folder's event files, new ones too: they wake its source
@@ -269,13 +274,13 @@ class Tailer:
         changes = Changes()  # made here: on Python 3.9 an Event binds to the loop current at creation
         pacer = Pacer(self.config.poll_s, self.config.safety_poll_s)
         backoff = FAILURE_BACKOFF_S
-        roots_checked = -math.inf
+        roots_seen = -math.inf  # monotonic time the watch roots were last worked out (a stat or so per pattern)
         self.running = True
         try:
             while not stop.is_set():
                 try:
-                    if self.config.poll_s is None and time.monotonic() - roots_checked >= WATCH_ROOTS_CHECK_S:
-                        roots_checked = time.monotonic()
+                    if self.config.poll_s is None and time.monotonic() - roots_seen >= self.config.safety_poll_s:
+                        roots_seen = time.monotonic()  # not every pass: a sweep's period is soon enough
                         current_roots = watch_roots(p for p, _ in self._patterns) | self._runs.watch_roots()
                         if current_roots != roots:  # a directory appeared: watch closer to the files
                             if watcher is not None:
@@ -445,7 +450,8 @@ class Tailer:
             source.skip -= dropped
             items = items[dropped:]
         if not parser.holding:
-            source.snapshot = SourceCheckpoint(source.follower.checkpoint(), parser.snapshot(), emitted_at=parser.emitted)
+            source.snapshot = SourceCheckpoint(source.follower.checkpoint(), parser.snapshot_json(),
+                                               emitted_at=parser.emitted)
         return fold_amends(items)
 
     def _deliver(self, results: List[Tuple[_Source, List[Item]]]) -> None:
@@ -485,32 +491,49 @@ class Tailer:
                         batch += self._store_alerts(source_id, changes)
                 info.state = self._state(source, source_id, now)
                 self._push_source(info, info.state != old_state)
-        for source_id in list(self._unpushed):  # counts held back before, of sources this pass did not read
-            if source_id in self.store.sources:
-                self._push_source(self.store.sources[source_id], False)
+        self._push_held()
         if self.alerts is not None and self._tick_due():
-            states = {}
+            states, infos = {}, self.store.sources
             for source in self._sources.values():
-                for source_id, _, _ in _by_part(source, []):
-                    if source_id in self.store.sources:
-                        states[source_id] = self.store.sources[source_id].state
+                for source_id in _ids(source):
+                    info = infos.get(source_id)
+                    if info is not None:
+                        states[source_id] = info.state
             for change in self.alerts.tick(now, states, self._writing):
                 batch += self._store_alerts(change["source"], [change])
         self.store.commit(self._checkpoints(results))
+        if self._pushing:
+            self.hub.publish(SourceMessage(self._pushing))
+            self._pushing = []
         if batch:
             self.hub.publish(ItemsMessage(batch))
 
     def _tick_due(self) -> bool:
-        """The time-based alert rules look at every source: not more often than ALERT_TICK_S."""
-        if time.monotonic() - self._ticked < ALERT_TICK_S:
+        """The time-based alert rules look at every source: not more often than ALERT_TICK_S, and with many sources
+        less often (ALERT_TICK_S x sources / ALERT_TICK_SHARE, at most ALERT_TICK_MAX_S)."""
+        every = min(ALERT_TICK_MAX_S, ALERT_TICK_S * max(1.0, len(self.store.sources) / ALERT_TICK_SHARE))
+        if time.monotonic() - self._ticked < every:
             return False
         self._ticked = time.monotonic()
         return True
 
+    def _push_held(self) -> None:
+        """Send the counts held back before whose time has come (of sources this pass may not have read): a
+        look at the few that are due, not at every source held back (a thousand at a thousand sources)."""
+        now = time.monotonic()
+        due = self._push_due
+        while due and due[0][0] <= now:
+            _, source_id = heapq.heappop(due)
+            if source_id in self._unpushed:  # else sent since, with a pass that read it
+                self._unpushed.discard(source_id)
+                if source_id in self.store.sources:
+                    self._push_source(self.store.sources[source_id], False)  # held again if the wait grew
+
     def _push_source(self, info: Any, changed_state: bool) -> None:
-        """Send a source's entry to the stream's clients: at once when its state changed, else when its counts
-        changed and it was last sent SOURCE_PUSH_S (scaled by the number of sources) ago; a change held back goes
-        out with a later pass (one runs at least every `safety_poll_s`), so the page's counters stay live."""
+        """Send a source's entry to the stream's clients (in this delivery's one `SourceMessage`): at once when its
+        state changed, else when its counts changed and it was last sent SOURCE_PUSH_S (scaled by the number of
+        sources) ago; a change held back goes out with a later pass (one runs at least every `safety_poll_s`), so
+        the page's counters stay live."""
         counts = (info.records, info.counters.get("lines"), info.counters.get("bytes"), info.problem, len(info.metrics),
                   info.last_step, info.format)
         sent_at, sent = self._pushed.get(info.id, (-math.inf, None))
@@ -519,16 +542,19 @@ class Tailer:
         if changed_state or (counts != sent and now - sent_at >= every):
             self._pushed[info.id] = (now, counts)
             self._unpushed.discard(info.id)
-            self.hub.publish(SourceMessage(info.as_json()))
-        elif counts != sent:
+            self._pushing.append(info.as_json())
+        elif counts != sent and info.id not in self._unpushed:
             self._unpushed.add(info.id)
+            heapq.heappush(self._push_due, (sent_at + every, info.id))
 
     def _checkpoints(self, results: List[Tuple[_Source, List[Item]]]) -> Dict[str, Tuple[str, SourceCheckpoint]]:
         """What to commit with this pass's items: each source's newest snapshot and how many items it emitted."""
         out = {}
         for source, _items in results:
             if source.snapshot is not None:
-                checkpoint = dataclasses.replace(source.snapshot, emitted=source.parser.emitted)
+                snapshot = source.snapshot
+                checkpoint = SourceCheckpoint(snapshot.follower, snapshot.parser_json, snapshot.emitted_at,
+                                              source.parser.emitted)
                 if checkpoint != source.committed:  # an idle source costs no write
                     out[source.id] = (str(source.follower.source_path), checkpoint)
                     source.committed = checkpoint
@@ -606,8 +632,7 @@ class Tailer:
         """Whether a process still holds the source's file open for writing (`writers.writers_of`, asked at
         most every WRITER_CHECK_S per source, for every due source in one look); None when that cannot be seen
         (a network filesystem written from other nodes, another user's processes)."""
-        source = next((s for s in self._sources.values()
-                       if s.id == source_id or source_id.startswith(s.id + "/")), None)
+        source = self._by_id.get(source_id) or self._by_id.get(source_id.rpartition("/")[0])  # a tagged part's file
         if source is None:
             return None
         last = source.follower.last_data_time
@@ -688,12 +713,22 @@ def _hint(path: Path, counts: Dict[str, int]) -> str:
             f"`mstail parse {path} --explain`, or --pattern 'REGEX' with named groups")
 
 
+def _ids(source: _Source) -> List[str]:
+    """The source ids of a file: its own, and one per launcher-tagged part seen in it (`ID/rank3`)."""
+    parts = source.parser.parts
+    return [source.id, *(_part_id(source, name) for name in parts)] if parts else [source.id]
+
+
+def _part_id(source: _Source, name: str) -> str:
+    return f"{source.id}/{name}"
+
+
 def _by_part(source: _Source, items: List[Item]) -> List[Tuple[str, Any, List[Item]]]:
     """(source id, parser, items) for a file's own source and for each launcher-tagged part seen in it
     (`ID/rank3`), with or without new items, so every part's state and counters stay current."""
     parts = source.parser.parts
     out: Dict[Optional[str], Tuple[str, Any, List[Item]]] = {None: (source.id, source.parser.main, [])}
-    out.update({name: (f"{source.id}/{name}", parser, []) for name, parser in parts.items()})
+    out.update({name: (_part_id(source, name), parser, []) for name, parser in parts.items()})
     for item in items:
         out[item.data.pop(PART_KEY, None)][2].append(item)
     return list(out.values())

@@ -130,6 +130,15 @@ def _encoded_batch(message: ItemsMessage) -> bytes:
     return message.encoded
 
 
+def _source_frames(message: SourceMessage, seq: int) -> bytes:
+    """A `source` message per source, each with the stream's current id (`frame`'s shape); the JSON is encoded once
+    for all streams."""
+    if message.encoded is None:
+        message.encoded = [dumps(source).encode("utf-8") for source in message.sources]
+    head = f"id: {seq}\nevent: source\ndata: ".encode()
+    return b"".join(head + data + b"\n\n" for data in message.encoded)
+
+
 @router.get("/api/stream")
 async def stream(
     request: Request,
@@ -185,7 +194,7 @@ async def _events(store: Store, hub: Hub, requested: Optional[int]) -> AsyncIter
             out: List[bytes] = []
             for message in subscriber.drain():
                 if isinstance(message, SourceMessage):
-                    out.append(frame(cursor, "source", message.source))
+                    out.append(_source_frames(message, cursor))
                     continue
                 items = message.items
                 if items[-1]["seq"] <= cursor:

@@ -57,7 +57,9 @@ def run_clients(url: str, first: int, count: int, expect: int, deadline: float, 
         reconnects = 0
         sse = SSEReader()
         error = ""
-        timeout = httpx.Timeout(connect=5.0, read=1.0, write=5.0, pool=5.0)
+        # A stream held as a browser holds it: only a silence longer than the server's 15 s ping is a drop (a
+        # shorter read timeout reconnected idle clients every second, which the idle figure then counted).
+        timeout = httpx.Timeout(connect=5.0, read=16.0, write=5.0, pool=5.0)
         with httpx.Client(timeout=timeout, trust_env=False) as client:
             while len(seen) < expect and time.time() < deadline:
                 headers = {"Last-Event-ID": sse.last_id} if sse.last_id is not None else {}
@@ -92,7 +94,7 @@ def run_clients(url: str, first: int, count: int, expect: int, deadline: float, 
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join(timeout=max(0.0, deadline - time.time()) + 10)
+        thread.join(timeout=max(0.0, deadline - time.time()) + 18)
     return 0
 
 
@@ -191,9 +193,9 @@ def run(args: argparse.Namespace) -> int:
         if bad:
             raise SystemExit(f"latency: a writer failed: {bad[0]}")
         for client in clients:
-            client.wait(timeout=max(0.0, deadline - time.time()) + 15)
+            client.wait(timeout=max(0.0, deadline - time.time()) + 20)  # past the deadline: one more ping
         mem_end = proc_mem_kib(server.proc.pid)
-        health = server.get_json("/healthz")
+        health = server.get_json("/healthz", timeout=30)  # a starved server answers late, not never
         load_end = loadavg()
     finally:
         for proc in writers + clients:
@@ -256,6 +258,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"mstail CPU {cpu_pct:.1f}% of one core over the {wall1 - wall0:.1f} s writing window; "
           f"RSS {rss_start.get('VmRSS', 0) / 1024:.1f} MiB before, {rss_peak_run / 1024:.1f} MiB max sampled while writing, "
           f"{mem_end.get('VmRSS', 0) / 1024:.1f} MiB at the end, peak (VmHWM) {mem_end.get('VmHWM', 0) / 1024:.1f} MiB")
+    print(f"mstail CPU {1e6 * (cpu1 - cpu0) / max(expect, 1):.0f} us per record written ({cpu1 - cpu0:.2f} s for {expect}: "
+          "less sensitive to the machine's load than the latency)")
     if idle_pct is not None:
         print(f"mstail CPU {idle_pct:.2f}% of one core over {args.idle:g} s with the {args.ranks} files quiet (before writing)")
     print(f"machine: {os.cpu_count()} CPUs, load average {load_start} at the start, {load_end} at the end "
