@@ -23,6 +23,7 @@ from .split import Piece, PieceResult, copy_piece, joined_part, parse_piece, pie
 #: Below this many bytes in all, chains are parsed in this process: starting workers would cost more than it saves.
 PARALLEL_MIN_BYTES = 4 << 20
 _POLL_S = 0.2  # how often the parent updates the progress bar while workers parse
+_PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent dies
 
 
 def _usable_cpus() -> int:
@@ -87,11 +88,22 @@ class _Job:
 _JOB: Optional[_Job] = None
 
 
-def _worker_init() -> None:
+def _worker_init(parent: int) -> None:
+    """In each worker: signals as the parent wants them, and an end with the parent (`parent`: its pid)."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it stops the workers
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # what the parent's `terminate` means, whatever it set for itself
+    # A parent that dies without stopping its workers (kill -9, the OOM killer, a signal while a worker was being
+    # forked) would leave them blocked on the pool's queues forever: Linux kills them with it (PR_SET_PDEATHSIG).
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # not Linux: the parent's own `_stop` is all there is
+        pass
+    if os.getppid() != parent:  # it died before the request took hold
+        os._exit(1)
 
 
 def _parse_in_worker(index: int) -> Union[_Part, PieceResult]:
@@ -143,7 +155,7 @@ def run_parallel(
     with tempfile.TemporaryDirectory(prefix="mstail-parse-") as folder:
         progress = context.Array("q", len(units), lock=False)
         _JOB = _Job(groups, units, formats, forced, to, with_events, derived, folder, progress, reading.time.time())
-        pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_worker_init)
+        pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_worker_init, initargs=(os.getpid(),))
         bar = None
         index = 0
         try:

@@ -116,6 +116,36 @@ def test_a_parse_stopped_midway_keeps_the_earlier_output(tmp_path: Path, big_log
     assert files_in(folder) == ["records.jsonl"]
 
 
+def test_a_parse_killed_with_sigkill_leaves_no_worker_behind(tmp_path: Path, big_log: Path) -> None:
+    """kill -9 (or the OOM killer) gives the parent no chance to stop its workers: they end with it, not blocked on
+    the pool's queues forever (they were, found as orphans an hour after a test run)."""
+    folder = tmp_path / "out"
+    folder.mkdir()
+    out = folder / "records.jsonl"
+    proc = subprocess.Popen([sys.executable, "-m", "mstail", "parse", str(big_log), "-o", str(out)], cwd=str(ROOT),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def ours() -> List[int]:  # the parse's processes, found by the output path in their command line
+        found = []
+        for entry in Path("/proc").iterdir():
+            try:
+                if entry.name.isdigit() and str(out).encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue  # gone meanwhile
+        return found
+
+    try:
+        wait_until(lambda: len(ours()) >= 2 and any(p.name.endswith(".mstail-tmp") for p in folder.iterdir()),
+                   timeout=30, message="the parse and its workers under way")
+        proc.kill()
+        proc.wait(timeout=10)
+        wait_until(lambda: not ours(), timeout=10, message="the workers ending with their parent")
+    finally:
+        for pid in ours():
+            os.kill(pid, signal.SIGKILL)
+
+
 def test_output_is_replaced_only_when_the_block_ends_well(tmp_path: Path) -> None:
     out = tmp_path / "records.jsonl"
     out.write_text("earlier\n")
