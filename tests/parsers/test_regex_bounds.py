@@ -66,6 +66,7 @@ EXTRA_SAMPLES = (
     "Epoch 1 finished. Time: 123.45s", "(?<loss>\\S+)",
     "Epoch:[  1/  2], step:[    5/  100], loss:[2.345/2.401], time:512.345 ms, lr:0.0001, overflow cond: False, "
     "loss_scale: 1.0",
+    "loss_vs_samples", "learning-rate vs samples",  # tensorboardX's "vs samples" twins of MindFormers' tags
 )
 
 Case = Tuple[str, str, str]  # (valid beginning, filler, end)
