@@ -58,7 +58,10 @@ async def _watch(dirs: list, recursive: bool, changes: Changes, stop: asyncio.Ev
             ignore_permission_denied=True,
         ):
             changes.add(path for _, path in batch)
-    except (OSError, RuntimeError) as exc:
+    except Exception as exc:  # noqa: BLE001 - OSError, RuntimeError, and either inside anyio's ExceptionGroup
+        # (watchfiles raises from its task group: a file name that is no UTF-8 under a watched folder ends it so)
+        while len(getattr(exc, "exceptions", ())) == 1:
+            exc = exc.exceptions[0]
         changes.failed = True
         changes.event.set()
         log.warning("file events unavailable for %s (%s); reading on the timer only", ", ".join(map(str, dirs)), exc)
