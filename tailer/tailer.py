@@ -232,7 +232,8 @@ class Tailer:
                 continue
             taken.add(key)
             forced = self._jsonl if run_file.kind == "jsonl" else self._forced if run_file.kind == "text" else None
-            new.append((key, path, forced, self._namer.claim(run_file.path, run_file.names), run_file.run))
+            # claimed by `path` (a folder of event files: the folder, as the history keeps it), so a restart adopts it
+            new.append((key, path, forced, self._namer.claim(path, run_file.names), run_file.run))
         for root in set(self._runs.empty) - self._said_empty:
             self._said_empty.add(root)
             log.warning("no run found below %s yet (%s); waiting for one to appear", root, NOTHING_YET)

@@ -1,5 +1,6 @@
-"""Hostile folders of runs against a real `mstail`: a file whose name is no UTF-8 appearing in a followed log's
-folder (the watcher must not take the sidecar down)."""
+"""Hostile folders of runs against a real `mstail`: a restart of `mstail DIR` over folders of event files (the same
+sources, not a second one each), and a file whose name is no UTF-8 appearing in a followed log's folder (the watcher
+must not take the sidecar down)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,29 @@ from typing import Any, Dict
 import pytest
 
 from tests.conftest import spawn_writer
+from tests.eventfiles.conftest import write_tensorboard
 
 pytestmark = pytest.mark.slow
 
 STEPS = 6
+
+
+def _sources(server: Any) -> Dict[str, dict]:
+    return {source["id"]: source for source in server.get_json("/api/sources")}
+
+
+def test_a_restart_over_folders_of_event_files_keeps_one_source_per_run(mstail_server: Any, tmp_path: Path,
+                                                                       wait_until: Any) -> None:
+    for run in ("exp1", "exp2"):
+        write_tensorboard(tmp_path / "runs" / run / "tensorboard", 1, STEPS)
+    server = mstail_server(args=[str(tmp_path / "runs")])
+    server.wait_records(2 * STEPS)
+    wait_until(lambda: server.get_json("/healthz")["unsaved"] == 0, 10, message="the history written")
+    assert server.stop() == 0
+    again = mstail_server(args=[str(tmp_path / "runs")])
+    again.wait_records(2 * STEPS)
+    time.sleep(1)  # a pass or two: a second source would have turned up
+    assert {key: source["records"] for key, source in _sources(again).items()} == {"exp1": STEPS, "exp2": STEPS}
 
 
 def test_a_file_named_in_no_utf8_beside_a_followed_log_stops_nothing(mstail_server: Any, tmp_path: Path,
