@@ -1,6 +1,8 @@
-"""Hostile folders of runs against a real `mstail`: a restart of `mstail DIR` over folders of event files (the same
-sources, not a second one each), and a file whose name is no UTF-8 appearing in a followed log's folder (the watcher
-must not take the sidecar down)."""
+"""Hostile folders of runs against a real `mstail`: run folders whose names are not valid UTF-8 or hold terminal
+escape sequences and newlines (each run followed whole, under an id the API can serve and a terminal can show; the
+sidecar stays healthy, stderr carries no escape sequence and no forged line), a restart of `mstail DIR` over folders
+of event files (the same sources, not a second one each), and a file whose name is no UTF-8 appearing in a followed
+log's folder (the watcher must not take the sidecar down)."""
 
 from __future__ import annotations
 
@@ -16,11 +18,43 @@ from tests.eventfiles.conftest import write_tensorboard
 
 pytestmark = pytest.mark.slow
 
+#: run folder name (bytes, as the file system has it) -> the id the source gets
+HOSTILE_NAMES = {
+    b"bad\xffutf8": "bad\\xffutf8",
+    b"esc\x1b[2J\x1b]0;pwned\x07run": "esc\\x1b[2J\\x1b]0;pwned\\x07run",
+    b"new\nmstail: forged": "new\\nmstail: forged",
+}
 STEPS = 6
 
 
 def _sources(server: Any) -> Dict[str, dict]:
     return {source["id"]: source for source in server.get_json("/api/sources")}
+
+
+def test_run_folders_with_hostile_names_are_followed_under_printable_ids(mstail_server: Any, tmp_path: Path,
+                                                                          wait_until: Any) -> None:
+    root = tmp_path / "runs"
+    for name in HOSTILE_NAMES:
+        folder = Path(os.fsdecode(os.fsencode(root) + b"/" + name))
+        folder.mkdir(parents=True)
+        write_tensorboard(folder, 1, STEPS)
+    server = mstail_server(args=[str(root)])
+    server.wait_records(STEPS * len(HOSTILE_NAMES), timeout=20)
+    sources = _sources(server)
+    assert sorted(sources) == sorted(HOSTILE_NAMES.values())
+    assert all(source["records"] == STEPS for source in sources.values())
+    health = server.get_json("/healthz")
+    assert health["status"] == "ok" and health["tailing_failures"] == 0, health
+    stderr = server.stderr
+    assert "\x1b" not in stderr and "\x07" not in stderr
+    assert all(line.startswith("mstail: ") for line in stderr.splitlines() if line.strip()), stderr
+    wait_until(lambda: server.get_json("/healthz")["unsaved"] == 0, 10, message="the history written")
+
+    assert server.stop() == 0
+    again = mstail_server(args=[str(root)])
+    wait_until(lambda: sorted(_sources(again)) == sorted(HOSTILE_NAMES.values()), 10, message="the same ids")
+    time.sleep(1)  # a pass or two: a file read again from its start would add its records again
+    assert {key: source["records"] for key, source in _sources(again).items()} == dict.fromkeys(sources, STEPS)
 
 
 def test_a_restart_over_folders_of_event_files_keeps_one_source_per_run(mstail_server: Any, tmp_path: Path,
