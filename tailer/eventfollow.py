@@ -74,5 +74,5 @@ class EventFilesFollower(FileFollower):
             self.counters[name] += max(0, getattr(splitter, name) - old)
         if splitter.bad_frames > before[0] and not getattr(handle, "said_bad", False):
             handle.said_bad = True  # once per file: the counter says how many more
-            log.warning("%s: a frame failed its checksum; skipped, reading on (bad_frames counts them)", handle.path)
+            log.warning("%s: a frame failed its checksum (or its length); skipped, reading on (bad_frames counts them)", handle.path)
         return frames

@@ -1,0 +1,50 @@
+"""Hostile event files against a real `mstail`, written by a writer process byte by byte: a frame header whose length
+(with a valid length checksum) is beyond what any protobuf message may be (2^63, 4 GiB). The frames after it are
+read, the bad header is counted and said once; nothing after it is swallowed as the rest of a "big frame"."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.slow
+
+#: The writer: a version event, steps 1-2, a header claiming LENGTH bytes (its checksum valid), steps 3-4; each
+#: write flushed on its own, as a writer appends.
+WRITER = r'''
+import struct, sys, time
+from mstail.parsers.eventschema import TensorBoardEvent
+from mstail.tailer.frames import _masked_crc, frame
+
+def event(step):
+    e = TensorBoardEvent(wall_time=1700000000.0 + step, step=step)
+    value = e.summary.value.add(); value.tag = "loss"; value.simple_value = 1.0 / step
+    return frame(e.SerializeToString())
+
+header = struct.pack("<Q", int(sys.argv[2]))
+parts = [frame(TensorBoardEvent(wall_time=1.0, file_version="brain.Event:2").SerializeToString()), event(1), event(2),
+         header + struct.pack("<I", _masked_crc(header)) + b"\x08\x01" * 8, event(3), event(4)]
+with open(sys.argv[1], "ab") as out:
+    for part in parts:
+        out.write(part); out.flush(); time.sleep(0.05)
+'''
+
+
+@pytest.mark.parametrize("length", [1 << 63, 1 << 32], ids=["2^63", "4GiB"])
+def test_a_frame_length_no_event_can_have_swallows_nothing_after_it(mstail_server: Any, tmp_path: Path,
+                                                                   length: int) -> None:
+    folder = tmp_path / "tb"
+    folder.mkdir()
+    path = folder / "events.out.tfevents.1700000000.host"
+    path.touch()
+    server = mstail_server(path)
+    subprocess.run([sys.executable, "-c", WRITER, str(path), str(length)], cwd=ROOT, check=True, timeout=30)
+    (source,) = server.wait_records(4, timeout=15)
+    assert source["counters"]["bad_frames"] >= 1 and source["counters"]["big_frames"] == 0, source["counters"]
+    assert server.stderr.count("failed its checksum") == 1, server.stderr
