@@ -61,6 +61,10 @@ _MS_SUFFIXES = ("[:Scalar]", "/auto")
 SAMPLES = "consumed_samples"
 #: tags whose metric names a parser keeps at hand (a run has tens)
 MAX_TAGS = 4096
+#: characters a tag may have to become a metric name (as a text format's pair name, `loader.MAX_PAIR_NAME`): a longer
+#: tag (a writer's bug, a hostile file) would be a key of up to a frame's size in every record, series and answer;
+#: its values are counted in `dropped_values`
+MAX_TAG_CHARS = 256
 #: keys one record may hold before its segment: a writer logging thousands of tags a step (one per parameter) fills the first ones;
 #: the rest are counted in `dropped_values`, so no step can grow a record without bound
 MAX_KEYS = 1024
@@ -130,6 +134,9 @@ class EventFileParser:
             self.state.format = TENSORBOARD  # a file read from its middle: TensorBoard's schema is the common one
         names = self._names
         for tag, value in event.values:
+            if len(tag) > MAX_TAG_CHARS:
+                counts["dropped_values"] += 1
+                continue
             name = names.get(tag, "")
             if name == "":
                 name = names[tag] = None if _TWIN.match(tag) else metric_name(tag)

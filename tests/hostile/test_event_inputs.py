@@ -48,3 +48,29 @@ def test_a_frame_length_no_event_can_have_swallows_nothing_after_it(mstail_serve
     (source,) = server.wait_records(4, timeout=15)
     assert source["counters"]["bad_frames"] >= 1 and source["counters"]["big_frames"] == 0, source["counters"]
     assert server.stderr.count("failed its checksum") == 1, server.stderr
+
+
+#: The writer: steps 1-3, each a `loss` and a scalar whose tag is 200,000 characters (a writer's bug or a hostile
+#: file), one event each as tensorboardX writes them.
+LONG_TAGS = r'''
+import sys
+from mstail.parsers.eventschema import TensorBoardEvent
+from mstail.tailer.frames import frame
+
+with open(sys.argv[1], "ab") as out:
+    out.write(frame(TensorBoardEvent(wall_time=1.0, file_version="brain.Event:2").SerializeToString()))
+    for step in (1, 2, 3):
+        for tag in ("loss", f"{step}" + "x" * 200_000):
+            e = TensorBoardEvent(wall_time=1700000000.0 + step, step=step)
+            value = e.summary.value.add(); value.tag = tag; value.simple_value = 1.0 / step
+            out.write(frame(e.SerializeToString())); out.flush()
+'''
+
+
+def test_a_tag_too_long_for_a_metric_name_is_counted_not_kept(mstail_server: Any, tmp_path: Path) -> None:
+    path = tmp_path / "events.out.tfevents.1700000000.host"
+    path.touch()
+    server = mstail_server(path)
+    subprocess.run([sys.executable, "-c", LONG_TAGS, str(path)], cwd=ROOT, check=True, timeout=30)
+    (source,) = server.wait_records(3, timeout=15)
+    assert source["metrics"] == ["loss"] and source["counters"]["dropped_values"] == 3, source["counters"]
