@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT
+from mstail.parsers.eventfile import MAX_METRICS
+from tests.conftest import ROOT, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -74,3 +75,33 @@ def test_a_tag_too_long_for_a_metric_name_is_counted_not_kept(mstail_server: Any
     subprocess.run([sys.executable, "-c", LONG_TAGS, str(path)], cwd=ROOT, check=True, timeout=30)
     (source,) = server.wait_records(3, timeout=15)
     assert source["metrics"] == ["loss"] and source["counters"]["dropped_values"] == 3, source["counters"]
+
+
+#: The writer: steps 1-3, each a `loss` and 600 scalars of tags never seen before (1,800 in all: a writer inventing
+#: tags, one per step and parameter), one event each as tensorboardX writes them.
+NEW_TAGS = r'''
+import sys
+from mstail.parsers.eventschema import TensorBoardEvent
+from mstail.tailer.frames import frame
+
+with open(sys.argv[1], "ab") as out:
+    out.write(frame(TensorBoardEvent(wall_time=1.0, file_version="brain.Event:2").SerializeToString()))
+    for step in (1, 2, 3):
+        for tag in ["loss", *(f"param_{step}_{i}" for i in range(600))]:
+            e = TensorBoardEvent(wall_time=1700000000.0 + step, step=step)
+            value = e.summary.value.add(); value.tag = tag; value.simple_value = 1.0 / step
+            out.write(frame(e.SerializeToString()))
+        out.flush()
+'''
+
+
+def test_tags_past_the_metric_bound_are_counted_not_kept(mstail_server: Any, tmp_path: Path) -> None:
+    path = tmp_path / "events.out.tfevents.1700000000.host"
+    path.touch()
+    server = mstail_server(path)
+    subprocess.run([sys.executable, "-c", NEW_TAGS, str(path)], cwd=ROOT, check=True, timeout=30)
+    (source,) = server.wait_records(3, timeout=15)
+    wait_until(lambda: server.get_json("/api/sources")[0]["counters"]["lines"] == 1 + 3 * 601, 10, message="all read")
+    (source,) = server.get_json("/api/sources")
+    assert len(source["metrics"]) == MAX_METRICS and "loss" in source["metrics"]
+    assert source["counters"]["dropped_values"] == 3 * 600 - (MAX_METRICS - 1), source["counters"]
