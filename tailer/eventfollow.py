@@ -12,6 +12,8 @@ A file that is an event file by its content alone (`frames.is_event_file` sniffe
 from __future__ import annotations
 
 import logging
+import os
+import time
 from pathlib import Path
 from typing import List, Optional, Tuple, Union
 
@@ -40,6 +42,7 @@ class EventFilesFollower(FileFollower):
 
     def __init__(self, path: Path, max_line_bytes: int = 1 << 20, folder: bool = True) -> None:
         self.folder = path if folder else None
+        self._listed: Optional[Tuple[int, List[Path]]] = None  # (the folder's mtime, its event files) when trusted
         super().__init__(path, max_line_bytes, with_backups=folder, splitter=FrameSplitter)
         self.counters.update(dict.fromkeys(FRAME_COUNTERS, 0))
 
@@ -49,7 +52,7 @@ class EventFilesFollower(FileFollower):
         none: the follower waits), or the one file."""
         if self.folder is None:
             return self._file
-        files = event_files_in(self.folder)
+        files = self._listing()
         return files[-1] if files else self.folder / "events.out.tfevents"
 
     @path.setter
@@ -62,7 +65,23 @@ class EventFilesFollower(FileFollower):
         return self.folder if self.folder is not None else self._file
 
     def _backups(self) -> List[Path]:
-        return event_files_in(self.folder)[:-1] if self.folder is not None else []
+        return self._listing()[:-1] if self.folder is not None else []
+
+    def _listing(self) -> List[Path]:
+        """The folder's event files (`event_files_in`), listed again only when the folder changed: every look at
+        `path` asks for them, and listing 10,000 files takes 100 ms. A file created, removed or renamed in the folder
+        moves its mtime; a listing is kept only when that mtime is 2 s old or more, so a change within the mtime's
+        granularity (a second on some network filesystems) cannot hide behind an unchanged one (git's racy-clean
+        rule)."""
+        try:
+            mtime = os.stat(self.folder).st_mtime_ns
+        except OSError:
+            mtime = None
+        if mtime is not None and self._listed is not None and self._listed[0] == mtime:
+            return self._listed[1]
+        files = event_files_in(self.folder)
+        self._listed = (mtime, files) if mtime is not None and time.time_ns() - mtime >= 2_000_000_000 else None
+        return files
 
     def _read_from(self, handle: _OpenFile, budget: int, now: Optional[float] = None,
                    blocks: bool = False) -> List[Union[Line, Block]]:
