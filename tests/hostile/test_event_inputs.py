@@ -1,15 +1,18 @@
-"""Hostile event files against a real `mstail`, written by a writer process byte by byte: a frame header whose length
-(with a valid length checksum) is beyond what any protobuf message may be (2^63, 4 GiB). The frames after it are
-read, the bad header is counted and said once; nothing after it is swallowed as the rest of a "big frame"."""
+"""Hostile event files against a real `mstail`, appended by a writer process frame by frame: a frame header whose
+length (with a valid length checksum) is beyond what any protobuf message may be (2^63, 4 GiB); a tag of 200,000
+characters; a writer inventing a new tag for every value. And a folder of many event files, which must not be listed
+whole at every look. Each: nothing after the bad input is lost, the bad input is counted (and said once), and memory
+and time stay bounded."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, List, Union
 
 import pytest
 
@@ -17,97 +20,67 @@ from mstail.parsers.eventfile import MAX_METRICS
 from mstail.tailer.eventfollow import EventFilesFollower
 from tests.conftest import ROOT, wait_until
 
-
-#: The writer: a version event, steps 1-2, a header claiming LENGTH bytes (its checksum valid), steps 3-4; each
-#: write flushed on its own, as a writer appends.
+#: The writer: `python -c WRITER FILE < PARTS` appends a version event, then each of PARTS (JSON): `[step, tag]` an
+#: event of one scalar (1/step), a number a frame header claiming that many bytes (its checksum valid); each part is
+#: flushed on its own, as a writer appends.
 WRITER = r'''
-import struct, sys, time
+import json, struct, sys
 from mstail.parsers.eventschema import TensorBoardEvent
 from mstail.tailer.frames import _masked_crc, frame
 
-def event(step):
+def event(step, tag):
     e = TensorBoardEvent(wall_time=1700000000.0 + step, step=step)
-    value = e.summary.value.add(); value.tag = "loss"; value.simple_value = 1.0 / step
+    value = e.summary.value.add(); value.tag = tag; value.simple_value = 1.0 / step
     return frame(e.SerializeToString())
 
-header = struct.pack("<Q", int(sys.argv[2]))
-parts = [frame(TensorBoardEvent(wall_time=1.0, file_version="brain.Event:2").SerializeToString()), event(1), event(2),
-         header + struct.pack("<I", _masked_crc(header)) + b"\x08\x01" * 8, event(3), event(4)]
+def header(length):
+    packed = struct.pack("<Q", length)
+    return packed + struct.pack("<I", _masked_crc(packed)) + b"\x08\x01" * 8
+
 with open(sys.argv[1], "ab") as out:
-    for part in parts:
-        out.write(part); out.flush(); time.sleep(0.05)
+    out.write(frame(TensorBoardEvent(wall_time=1.0, file_version="brain.Event:2").SerializeToString()))
+    for part in json.load(sys.stdin):
+        out.write(header(part) if isinstance(part, int) else event(*part)); out.flush()
 '''
+
+
+def _follow_written(mstail_server: Any, tmp_path: Path, parts: List[Union[int, list]], records: int) -> dict:
+    """A real mstail following an event file the writer then appends `parts` to; its source once it holds
+    `records` records and has read every frame."""
+    path = tmp_path / "events.out.tfevents.1700000000.host"
+    path.touch()
+    server = mstail_server(path)
+    subprocess.run([sys.executable, "-c", WRITER, str(path)], input=json.dumps(parts).encode(), cwd=ROOT, check=True,
+                   timeout=30)
+    server.wait_records(records, timeout=15)
+    frames = 1 + sum(isinstance(part, list) for part in parts)
+    wait_until(lambda: server.get_json("/api/sources")[0]["counters"]["lines"] == frames, 10, message="all read")
+    source = server.get_json("/api/sources")[0]
+    source["stderr"] = server.stderr
+    return source
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("length", [1 << 63, 1 << 32], ids=["2^63", "4GiB"])
 def test_a_frame_length_no_event_can_have_swallows_nothing_after_it(mstail_server: Any, tmp_path: Path,
                                                                    length: int) -> None:
-    folder = tmp_path / "tb"
-    folder.mkdir()
-    path = folder / "events.out.tfevents.1700000000.host"
-    path.touch()
-    server = mstail_server(path)
-    subprocess.run([sys.executable, "-c", WRITER, str(path), str(length)], cwd=ROOT, check=True, timeout=30)
-    (source,) = server.wait_records(4, timeout=15)
+    source = _follow_written(mstail_server, tmp_path, [[1, "loss"], [2, "loss"], length, [3, "loss"], [4, "loss"]], 4)
     assert source["counters"]["bad_frames"] >= 1 and source["counters"]["big_frames"] == 0, source["counters"]
-    assert server.stderr.count("failed its checksum") == 1, server.stderr
-
-
-#: The writer: steps 1-3, each a `loss` and a scalar whose tag is 200,000 characters (a writer's bug or a hostile
-#: file), one event each as tensorboardX writes them.
-LONG_TAGS = r'''
-import sys
-from mstail.parsers.eventschema import TensorBoardEvent
-from mstail.tailer.frames import frame
-
-with open(sys.argv[1], "ab") as out:
-    out.write(frame(TensorBoardEvent(wall_time=1.0, file_version="brain.Event:2").SerializeToString()))
-    for step in (1, 2, 3):
-        for tag in ("loss", f"{step}" + "x" * 200_000):
-            e = TensorBoardEvent(wall_time=1700000000.0 + step, step=step)
-            value = e.summary.value.add(); value.tag = tag; value.simple_value = 1.0 / step
-            out.write(frame(e.SerializeToString())); out.flush()
-'''
+    assert source["stderr"].count("failed its checksum") == 1, source["stderr"]
 
 
 @pytest.mark.slow
 def test_a_tag_too_long_for_a_metric_name_is_counted_not_kept(mstail_server: Any, tmp_path: Path) -> None:
-    path = tmp_path / "events.out.tfevents.1700000000.host"
-    path.touch()
-    server = mstail_server(path)
-    subprocess.run([sys.executable, "-c", LONG_TAGS, str(path)], cwd=ROOT, check=True, timeout=30)
-    (source,) = server.wait_records(3, timeout=15)
+    parts = [[step, tag] for step in (1, 2, 3) for tag in ("loss", f"{step}" + "x" * 200_000)]
+    source = _follow_written(mstail_server, tmp_path, parts, 3)
     assert source["metrics"] == ["loss"] and source["counters"]["dropped_values"] == 3, source["counters"]
-
-
-#: The writer: steps 1-3, each a `loss` and 600 scalars of tags never seen before (1,800 in all: a writer inventing
-#: tags, one per step and parameter), one event each as tensorboardX writes them.
-NEW_TAGS = r'''
-import sys
-from mstail.parsers.eventschema import TensorBoardEvent
-from mstail.tailer.frames import frame
-
-with open(sys.argv[1], "ab") as out:
-    out.write(frame(TensorBoardEvent(wall_time=1.0, file_version="brain.Event:2").SerializeToString()))
-    for step in (1, 2, 3):
-        for tag in ["loss", *(f"param_{step}_{i}" for i in range(600))]:
-            e = TensorBoardEvent(wall_time=1700000000.0 + step, step=step)
-            value = e.summary.value.add(); value.tag = tag; value.simple_value = 1.0 / step
-            out.write(frame(e.SerializeToString()))
-        out.flush()
-'''
 
 
 @pytest.mark.slow
 def test_tags_past_the_metric_bound_are_counted_not_kept(mstail_server: Any, tmp_path: Path) -> None:
-    path = tmp_path / "events.out.tfevents.1700000000.host"
-    path.touch()
-    server = mstail_server(path)
-    subprocess.run([sys.executable, "-c", NEW_TAGS, str(path)], cwd=ROOT, check=True, timeout=30)
-    (source,) = server.wait_records(3, timeout=15)
-    wait_until(lambda: server.get_json("/api/sources")[0]["counters"]["lines"] == 1 + 3 * 601, 10, message="all read")
-    (source,) = server.get_json("/api/sources")
+    """1,800 tags never seen before (a writer inventing tags, one per step and parameter)."""
+    parts = [[step, tag] for step in (1, 2, 3) for tag in ["loss", *(f"param_{step}_{i}" for i in range(600))]]
+    source = _follow_written(mstail_server, tmp_path, parts, 3)
     assert len(source["metrics"]) == MAX_METRICS and "loss" in source["metrics"]
     assert source["counters"]["dropped_values"] == 3 * 600 - (MAX_METRICS - 1), source["counters"]
 
