@@ -23,6 +23,8 @@ from .lines import Block, Line
 
 log = logging.getLogger("mstail.follower")
 
+#: A folder's listing of event files is taken again after this many seconds even when its mtime has not moved.
+LISTING_MAX_AGE_S = 10.0
 #: The frame reader's counters, added to the follower's for every file it reads.
 FRAME_COUNTERS = ("bad_frames", "skipped_bytes", "big_frames")
 
@@ -42,7 +44,8 @@ class EventFilesFollower(FileFollower):
 
     def __init__(self, path: Path, max_line_bytes: int = 1 << 20, folder: bool = True) -> None:
         self.folder = path if folder else None
-        self._listed: Optional[Tuple[int, List[Path]]] = None  # (the folder's mtime, its event files) when trusted
+        #: (the folder's mtime, its event files, when to list again) while trusted
+        self._listed: Optional[Tuple[int, List[Path], float]] = None
         super().__init__(path, max_line_bytes, with_backups=folder, splitter=FrameSplitter)
         self.counters.update(dict.fromkeys(FRAME_COUNTERS, 0))
 
@@ -72,15 +75,18 @@ class EventFilesFollower(FileFollower):
         `path` asks for them, and listing 10,000 files takes 100 ms. A file created, removed or renamed in the folder
         moves its mtime; a listing is kept only when that mtime is 2 s old or more, so a change within the mtime's
         granularity (a second on some network filesystems) cannot hide behind an unchanged one (git's racy-clean
-        rule)."""
+        rule), and for `LISTING_MAX_AGE_S` at most (a FUSE mount of an object store may never move a folder's
+        mtime)."""
         try:
             mtime = os.stat(self.folder).st_mtime_ns
         except OSError:
             mtime = None
-        if mtime is not None and self._listed is not None and self._listed[0] == mtime:
+        now = time.monotonic()
+        if mtime is not None and self._listed is not None and self._listed[0] == mtime and now < self._listed[2]:
             return self._listed[1]
         files = event_files_in(self.folder)
-        self._listed = (mtime, files) if mtime is not None and time.time_ns() - mtime >= 2_000_000_000 else None
+        trusted = mtime is not None and time.time_ns() - mtime >= 2_000_000_000
+        self._listed = (mtime, files, now + LISTING_MAX_AGE_S) if trusted else None
         return files
 
     def _read_from(self, handle: _OpenFile, budget: int, now: Optional[float] = None,

@@ -17,7 +17,8 @@ from typing import Any, List, Union
 import pytest
 
 from mstail.parsers.eventfile import MAX_METRICS
-from mstail.tailer.eventfollow import EventFilesFollower
+from mstail.tailer import eventfollow
+from mstail.tailer.eventfollow import LISTING_MAX_AGE_S, EventFilesFollower
 from tests.conftest import ROOT, wait_until
 
 #: The writer: `python -c WRITER FILE < PARTS` appends a version event, then each of PARTS (JSON): `[step, tag]` an
@@ -104,3 +105,11 @@ def test_a_folder_of_many_event_files_is_listed_again_only_when_it_changes(tmp_p
     (folder / "events.out.tfevents.1700000100.host").write_bytes(b"")  # a relaunch's new file: the folder changed
     assert follower.path.name == "events.out.tfevents.1700000100.host"
     assert len(follower._backups()) == 50
+    os.utime(folder, (old, old))
+    follower.path  # a listing kept: the folder's mtime is old again
+    (folder / "events.out.tfevents.1700000200.host").write_bytes(b"")
+    os.utime(folder, (old, old))  # a filesystem that keeps a folder's mtime: the listing is taken again in time
+    assert follower.path.name == "events.out.tfevents.1700000100.host"
+    later = time.monotonic() + LISTING_MAX_AGE_S
+    monkeypatch.setattr(eventfollow.time, "monotonic", lambda: later)
+    assert follower.path.name == "events.out.tfevents.1700000200.host"
