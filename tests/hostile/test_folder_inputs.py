@@ -2,7 +2,7 @@
 escape sequences and newlines (each run followed whole, under an id the API can serve and a terminal can show; the
 sidecar stays healthy, stderr carries no escape sequence and no forged line), a restart of `mstail DIR` over folders
 of event files (the same sources, not a second one each), and a file whose name is no UTF-8 appearing in a followed
-log's folder (the watcher must not take the sidecar down)."""
+log's folder (the watcher must not take the sidecar down, and file events come back)."""
 
 from __future__ import annotations
 
@@ -83,3 +83,10 @@ def test_a_file_named_in_no_utf8_beside_a_followed_log_stops_nothing(mstail_serv
     time.sleep(0.5)  # the watcher's next batch, which names the file
     assert server.proc.poll() is None, server.stderr
     assert server.get_json("/healthz")["tailing_failures"] == 0
+    assert server.stderr.count("file events unavailable") == 1, server.stderr
+
+    def events_back() -> bool:  # watching is tried again (after 5 s): its first batch says so
+        (tmp_path / "other.log").write_text(f"{time.time()}\n")
+        return "file events are back" in server.stderr
+
+    wait_until(events_back, 15, interval=0.5, message="file events back")
