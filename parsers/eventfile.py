@@ -22,7 +22,7 @@ its value, the same as the plain tag's, is not kept twice.
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, List, NamedTuple, Optional, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Set, Tuple
 
 from .engine import ParserState
 from .record import RESERVED, Item, Record
@@ -61,6 +61,13 @@ _MS_SUFFIXES = ("[:Scalar]", "/auto")
 SAMPLES = "consumed_samples"
 #: tags whose metric names a parser keeps at hand (a run has tens)
 MAX_TAGS = 4096
+#: characters a tag may have to become a metric name (as a text format's pair name, `loader.MAX_PAIR_NAME`): a longer
+#: tag (a writer's bug, a hostile file) would be a key of up to a frame's size in every record, series and answer;
+#: its values are counted in `dropped_values`
+MAX_TAG_CHARS = 256
+#: metrics one source may have: a writer inventing tags (one per step, 100,000 in all) would otherwise make as many
+#: series, each more memory and more time for every value after it; the values of tags past it count in `dropped_values`
+MAX_METRICS = 1024
 #: keys one record may hold before its segment: a writer logging thousands of tags a step (one per parameter) fills the first ones;
 #: the rest are counted in `dropped_values`, so no step can grow a record without bound
 MAX_KEYS = 1024
@@ -100,6 +107,7 @@ class EventFileParser:
         self.state.counts.update(repeated_values=0, undecodable_frames=0, dropped_values=0)
         self._open: Optional[Record] = None  # the record of the step whose frames are arriving (held within a pass)
         self._names: Dict[str, Optional[str]] = {}  # tag -> its metric name (None: a samples twin)
+        self._metrics: Set[str] = set()  # the metric names given out (at most MAX_METRICS)
         self.parts: Dict[str, Any] = {}  # no launcher-tagged parts in an event file
         self.overflow_lines = 0
 
@@ -130,6 +138,9 @@ class EventFileParser:
             self.state.format = TENSORBOARD  # a file read from its middle: TensorBoard's schema is the common one
         names = self._names
         for tag, value in event.values:
+            if len(tag) > MAX_TAG_CHARS:
+                counts["dropped_values"] += 1
+                continue
             name = names.get(tag, "")
             if name == "":
                 name = names[tag] = None if _TWIN.match(tag) else metric_name(tag)
@@ -137,7 +148,10 @@ class EventFileParser:
                     names.clear()  # a writer inventing tags: the cache stays bounded, names are computed again
             if name is None:  # a samples twin: its value is its plain tag's, its step the samples consumed
                 self._add(SAMPLES, event.step, None, out)
+            elif name not in self._metrics and len(self._metrics) >= MAX_METRICS:
+                counts["dropped_values"] += 1
             else:
+                self._metrics.add(name)
                 self._add(name, value, (event.step, event.wall_time, number), out)
         return out
 

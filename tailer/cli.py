@@ -25,12 +25,22 @@ from mstail.parsers import Format, FormatError, format_table, load_formats
 from mstail.parsers.derived import DerivedError, load_derived
 
 from .config import Config
+from .discovery import visible
 
 if TYPE_CHECKING:
     from .alerts import AlertRules
     from .webhooks import Target
 
 COMMANDS = ("serve", "parse", "formats", "demo")
+
+
+class _VisibleFormatter(logging.Formatter):
+    """Messages as `discovery.visible` shows them: a path or a name from disk holding escape sequences or newlines
+    must not act on the terminal or forge a line of its own on stderr (a traceback after a message stays as is)."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
+        record.message = visible(record.message)
+        return super().formatMessage(record)
 
 
 class UsageError(Exception):
@@ -44,6 +54,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = _build_parser()
     args = parser.parse_args(args_list)
     logging.basicConfig(level=logging.WARNING, format="mstail: %(message)s")
+    for handler in logging.getLogger().handlers:
+        handler.setFormatter(_VisibleFormatter("mstail: %(message)s"))
     logging.getLogger("mstail").setLevel(logging.INFO)  # mstail's own notices show too: a file found, its format
     try:
         return args.run(args)

@@ -20,6 +20,21 @@ ROTATED = re.compile(r"^(?P<base>.+)\.(?P<n>\d+)$")
 _GENERIC_STEMS = {"info", "error", "stdout", "stderr", "mindformer", "train", "log", "output", "metrics", "worker"}
 
 
+#: What `visible` writes for a control character: `\\n`, `\\t`, `\\r`, else `\\xHH` (C0, DEL, C1).
+_ESCAPES = {**{code: f"\\x{code:02x}" for code in (*range(0x20), *range(0x7F, 0xA0))},
+            0x0A: "\\n", 0x09: "\\t", 0x0D: "\\r"}
+
+
+def visible(text: str) -> str:
+    """`text` (a path, a name found on disk) as the API, the history and a terminal can take it: bytes of a file
+    name that are no UTF-8 (Python's surrogate escapes, which no JSON encoder nor SQLite accepts) as `\\xff`,
+    control characters (a terminal's escape sequences, newlines that would forge a line on stderr) as `\\x1b`,
+    `\\n`. A plain name is returned as it is, and `visible(visible(t)) == visible(t)`."""
+    if text.isprintable():
+        return text
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace").translate(_ESCAPES)
+
+
 def has_glob(pattern: str) -> bool:
     return bool(_GLOB_CHARS.search(pattern))
 
@@ -104,6 +119,11 @@ def rotated_backups(path: Path) -> List[Path]:
     return [backup for _, backup in sorted(numbered, reverse=True)]
 
 
+def _key(path: Path) -> Path:
+    """A file's key among the ids: its absolute path as the history keeps it (`visible`), so a restart finds it."""
+    return Path(visible(str(path.absolute())))
+
+
 class SourceNamer:
     """Short, stable, unique source ids: `output/log/rank_3/info.log` -> `rank_3`, `worker_3.log` -> `worker_3`.
 
@@ -119,7 +139,7 @@ class SourceNamer:
 
     def adopt(self, path: Path, source: str) -> None:
         """Keep the id a source had before a restart (ids must not depend on the order files turn up)."""
-        self._by_path[path.absolute()] = source
+        self._by_path[_key(path)] = source
         self._taken.add(source)
 
     def name(self, path: Path, followed: Iterable[Path] = ()) -> str:
@@ -132,14 +152,14 @@ class SourceNamer:
         (a thousand new rank files cost a thousand lookups, not a million comparisons)."""
         by_folder: Dict[Path, Set[Path]] = {}
         for other in followed:
-            absolute = other.absolute()
+            absolute = _key(other)
             by_folder.setdefault(absolute.parent, set()).add(absolute)
-        return [self._name(path.absolute(), by_folder) for path in paths]
+        return [self._name(_key(path), by_folder) for path in paths]
 
     def claim(self, path: Path, wanted: Sequence[str]) -> str:
         """The id of a file found below a folder (`runs.RunFile.names`): its id if it has one, else the first of
         `wanted` not taken, else the last one numbered (`exp1/rank_0#2`)."""
-        key = path.absolute()
+        key = _key(path)
         if key not in self._by_path:
             free = [name for name in wanted if name not in self._taken]
             source = free[0] if free else next(f"{wanted[-1]}#{n}" for n in range(2, len(self._taken) + 3)

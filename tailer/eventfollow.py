@@ -12,6 +12,8 @@ A file that is an event file by its content alone (`frames.is_event_file` sniffe
 from __future__ import annotations
 
 import logging
+import os
+import time
 from pathlib import Path
 from typing import List, Optional, Tuple, Union
 
@@ -21,6 +23,8 @@ from .lines import Block, Line
 
 log = logging.getLogger("mstail.follower")
 
+#: A folder's listing of event files is taken again after this many seconds even when its mtime has not moved.
+LISTING_MAX_AGE_S = 10.0
 #: The frame reader's counters, added to the follower's for every file it reads.
 FRAME_COUNTERS = ("bad_frames", "skipped_bytes", "big_frames")
 
@@ -40,6 +44,8 @@ class EventFilesFollower(FileFollower):
 
     def __init__(self, path: Path, max_line_bytes: int = 1 << 20, folder: bool = True) -> None:
         self.folder = path if folder else None
+        #: (the folder's mtime, its event files, when to list again) while trusted
+        self._listed: Optional[Tuple[int, List[Path], float]] = None
         super().__init__(path, max_line_bytes, with_backups=folder, splitter=FrameSplitter)
         self.counters.update(dict.fromkeys(FRAME_COUNTERS, 0))
 
@@ -49,7 +55,7 @@ class EventFilesFollower(FileFollower):
         none: the follower waits), or the one file."""
         if self.folder is None:
             return self._file
-        files = event_files_in(self.folder)
+        files = self._listing()
         return files[-1] if files else self.folder / "events.out.tfevents"
 
     @path.setter
@@ -62,7 +68,26 @@ class EventFilesFollower(FileFollower):
         return self.folder if self.folder is not None else self._file
 
     def _backups(self) -> List[Path]:
-        return event_files_in(self.folder)[:-1] if self.folder is not None else []
+        return self._listing()[:-1] if self.folder is not None else []
+
+    def _listing(self) -> List[Path]:
+        """The folder's event files (`event_files_in`), listed again only when the folder changed: every look at
+        `path` asks for them, and listing 10,000 files takes 100 ms. A file created, removed or renamed in the folder
+        moves its mtime; a listing is kept only when that mtime is 2 s old or more, so a change within the mtime's
+        granularity (a second on some network filesystems) cannot hide behind an unchanged one (git's racy-clean
+        rule), and for `LISTING_MAX_AGE_S` at most (a FUSE mount of an object store may never move a folder's
+        mtime)."""
+        try:
+            mtime = os.stat(self.folder).st_mtime_ns
+        except OSError:
+            mtime = None
+        now = time.monotonic()
+        if mtime is not None and self._listed is not None and self._listed[0] == mtime and now < self._listed[2]:
+            return self._listed[1]
+        files = event_files_in(self.folder)
+        trusted = mtime is not None and time.time_ns() - mtime >= 2_000_000_000
+        self._listed = (mtime, files, now + LISTING_MAX_AGE_S) if trusted else None
+        return files
 
     def _read_from(self, handle: _OpenFile, budget: int, now: Optional[float] = None,
                    blocks: bool = False) -> List[Union[Line, Block]]:
@@ -74,5 +99,5 @@ class EventFilesFollower(FileFollower):
             self.counters[name] += max(0, getattr(splitter, name) - old)
         if splitter.bad_frames > before[0] and not getattr(handle, "said_bad", False):
             handle.said_bad = True  # once per file: the counter says how many more
-            log.warning("%s: a frame failed its checksum; skipped, reading on (bad_frames counts them)", handle.path)
+            log.warning("%s: a frame failed its checksum (or its length); skipped, reading on (bad_frames counts them)", handle.path)
         return frames

@@ -13,6 +13,8 @@ follower, its rotation handling and the checkpoint (the offset of the next frame
   mid-write) followed by what a relaunch appended, and its length then reaches into the good frames after it; the
   search finds them all. It runs at C speed (`_resync`): megabytes of garbage or of NUL bytes (a crash's
   zero-filled tail) are passed in milliseconds.
+- A length beyond what protobuf allows a message (`MAX_EVENT_BYTES`) counts as a failed checksum: skipping it as a
+  big frame would pass over everything a writer appends after it.
 - A frame longer than `max_frame_bytes` (an image, a histogram: never a scalar) is passed over without being read
   into memory, counted in `big_frames`; memory stays bounded by that limit.
 
@@ -38,6 +40,9 @@ _FOOTER = struct.Struct("<I")
 HEADER_BYTES = _HEADER.size
 FOOTER_BYTES = _FOOTER.size
 _NO_HEADER = bytes(HEADER_BYTES)  # twelve zero bytes: the masked CRC of a zero length is not zero
+#: protobuf refuses a message of 2 GiB or more: a length beyond it (2^63, 4 GiB, with a checksum that holds by chance
+#: or by design) is no frame of an event, and is treated as a bad frame, never as a big one whose bytes are skipped
+MAX_EVENT_BYTES = (1 << 31) - 1
 
 #: TensorBoard's and tensorboardX's file names; MindSpore's SummaryRecord writes `..._MS` beside `..._lineage`
 #: (lineage records, no scalars) and `..._explain`.
@@ -117,7 +122,7 @@ class FrameSplitter:
                 if self._lost:
                     break  # no valid frame starts in what there is: wait for more bytes
             length, length_crc = _HEADER.unpack_from(buffer, pos)
-            if _masked_crc(buffer[pos:pos + 8]) != length_crc:
+            if _masked_crc(buffer[pos:pos + 8]) != length_crc or length > MAX_EVENT_BYTES:
                 self.bad_frames += 1
                 self.skipped_bytes += 1
                 self._lost = True

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, List, Optional, Sequence, Set, Tuple
 
+from .discovery import visible
 from .frames import event_file_kind
 
 log = logging.getLogger("mstail.runs")
@@ -133,7 +134,7 @@ def _run_file(root: Path, label: str, path: Path, parts: Tuple[str, ...], kind: 
     run = "/".join(folders) or label
     tail = [rank] if rank else []
     names = ["/".join([run, *tail]), "/".join([run, *layout, *tail]), "/".join([run, *parts[len(folders):]])]
-    return RunFile(path=path, kind=kind, run=run, names=tuple(dict.fromkeys(names)))
+    return RunFile(path=path, kind=kind, run=visible(run), names=tuple(dict.fromkeys(map(visible, names))))
 
 
 def _root_labels(roots: Sequence[Path]) -> List[str]:

@@ -35,7 +35,7 @@ from mstail.parsers.record import PART_KEY
 from .alerts import AlertEngine
 from .checkpoint import SourceCheckpoint
 from .config import Config
-from .discovery import PatternFilter, SourceNamer, expand, glob_free_prefix, watch_roots
+from .discovery import PatternFilter, SourceNamer, expand, glob_free_prefix, visible, watch_roots
 from .eventfollow import EventFilesFollower, event_source
 from .follower import FileFollower
 from .hub import Hub, ItemsMessage, SourceMessage
@@ -200,7 +200,7 @@ class Tailer:
             )
             source.said_format = forced.name if forced is not None else None
             source.run = run
-            saved = self._saved.pop(key, None)
+            saved = self._saved.pop(Path(visible(str(key))), None)  # kept by its visible path
             if saved is not None:
                 self._restore(source, saved)
             self._sources[key] = self._by_id[source_id] = source
@@ -232,7 +232,8 @@ class Tailer:
                 continue
             taken.add(key)
             forced = self._jsonl if run_file.kind == "jsonl" else self._forced if run_file.kind == "text" else None
-            new.append((key, path, forced, self._namer.claim(run_file.path, run_file.names), run_file.run))
+            # claimed by `path` (a folder of event files: the folder, as the history keeps it), so a restart adopts it
+            new.append((key, path, forced, self._namer.claim(path, run_file.names), run_file.run))
         for root in set(self._runs.empty) - self._said_empty:
             self._said_empty.add(root)
             log.warning("no run found below %s yet (%s); waiting for one to appear", root, NOTHING_YET)
@@ -468,7 +469,7 @@ class Tailer:
         self._learn_remote(source for source, _ in results)
         for source, items in results:
             for source_id, parser, part_items in _by_part(source, items):
-                info = self.store.add_source(source_id, str(source.follower.source_path))
+                info = self.store.add_source(source_id, visible(str(source.follower.source_path)))
                 old_state = info.state
                 info.format = parser.format.name if parser.format else None
                 info.total_steps = parser.meta.get("total_steps", info.total_steps)
@@ -556,7 +557,7 @@ class Tailer:
                 checkpoint = SourceCheckpoint(snapshot.follower, snapshot.parser_json, snapshot.emitted_at,
                                               source.parser.emitted)
                 if checkpoint != source.committed:  # an idle source costs no write
-                    out[source.id] = (str(source.follower.source_path), checkpoint)
+                    out[source.id] = (visible(str(source.follower.source_path)), checkpoint)
                     source.committed = checkpoint
         return out
 

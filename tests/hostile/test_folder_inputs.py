@@ -1,0 +1,92 @@
+"""Hostile folders of runs against a real `mstail`: run folders whose names are not valid UTF-8 or hold terminal
+escape sequences and newlines (each run followed whole, under an id the API can serve and a terminal can show; the
+sidecar stays healthy, stderr carries no escape sequence and no forged line), a restart of `mstail DIR` over folders
+of event files (the same sources, not a second one each), and a file whose name is no UTF-8 appearing in a followed
+log's folder (the watcher must not take the sidecar down, and file events come back)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any, Dict
+
+import pytest
+
+from tests.conftest import spawn_writer
+from tests.eventfiles.conftest import write_tensorboard
+
+pytestmark = pytest.mark.slow
+
+#: run folder name (bytes, as the file system has it) -> the id the source gets
+HOSTILE_NAMES = {
+    b"bad\xffutf8": "bad\\xffutf8",
+    b"esc\x1b[2J\x1b]0;pwned\x07run": "esc\\x1b[2J\\x1b]0;pwned\\x07run",
+    b"new\nmstail: forged": "new\\nmstail: forged",
+}
+STEPS = 6
+
+
+def _sources(server: Any) -> Dict[str, dict]:
+    return {source["id"]: source for source in server.get_json("/api/sources")}
+
+
+def test_run_folders_with_hostile_names_are_followed_under_printable_ids(mstail_server: Any, tmp_path: Path,
+                                                                          wait_until: Any) -> None:
+    root = tmp_path / "runs"
+    for name in HOSTILE_NAMES:
+        folder = Path(os.fsdecode(os.fsencode(root) + b"/" + name))
+        folder.mkdir(parents=True)
+        write_tensorboard(folder, 1, STEPS)
+    server = mstail_server(args=[str(root)])
+    server.wait_records(STEPS * len(HOSTILE_NAMES), timeout=20)
+    sources = _sources(server)
+    assert sorted(sources) == sorted(HOSTILE_NAMES.values())
+    assert all(source["records"] == STEPS for source in sources.values())
+    health = server.get_json("/healthz")
+    assert health["status"] == "ok" and health["tailing_failures"] == 0, health
+    stderr = server.stderr
+    assert "\x1b" not in stderr and "\x07" not in stderr
+    assert all(line.startswith("mstail: ") for line in stderr.splitlines() if line.strip()), stderr
+    wait_until(lambda: server.get_json("/healthz")["unsaved"] == 0, 10, message="the history written")
+
+    assert server.stop() == 0
+    again = mstail_server(args=[str(root)])
+    wait_until(lambda: sorted(_sources(again)) == sorted(HOSTILE_NAMES.values()), 10, message="the same ids")
+    time.sleep(1)  # a pass or two: a file read again from its start would add its records again
+    assert {key: source["records"] for key, source in _sources(again).items()} == dict.fromkeys(sources, STEPS)
+
+
+def test_a_restart_over_folders_of_event_files_keeps_one_source_per_run(mstail_server: Any, tmp_path: Path,
+                                                                       wait_until: Any) -> None:
+    for run in ("exp1", "exp2"):
+        write_tensorboard(tmp_path / "runs" / run / "tensorboard", 1, STEPS)
+    server = mstail_server(args=[str(tmp_path / "runs")])
+    server.wait_records(2 * STEPS)
+    wait_until(lambda: server.get_json("/healthz")["unsaved"] == 0, 10, message="the history written")
+    assert server.stop() == 0
+    again = mstail_server(args=[str(tmp_path / "runs")])
+    again.wait_records(2 * STEPS)
+    time.sleep(1)  # a pass or two: a second source would have turned up
+    assert {key: source["records"] for key, source in _sources(again).items()} == {"exp1": STEPS, "exp2": STEPS}
+
+
+def test_a_file_named_in_no_utf8_beside_a_followed_log_stops_nothing(mstail_server: Any, tmp_path: Path,
+                                                                      wait_until: Any) -> None:
+    log = tmp_path / "train.log"
+    log.touch()
+    server = mstail_server(log)
+    Path(os.fsdecode(os.fsencode(tmp_path) + b"/notes\xff.txt")).write_text("a file event on a name no UTF-8\n")
+    writer = spawn_writer(log, steps=5, interval_s=0.05)
+    assert writer.wait(timeout=30) == 0
+    server.wait_records(5, timeout=15)
+    time.sleep(0.5)  # the watcher's next batch, which names the file
+    assert server.proc.poll() is None, server.stderr
+    assert server.get_json("/healthz")["tailing_failures"] == 0
+    assert server.stderr.count("file events unavailable") == 1, server.stderr
+
+    def events_back() -> bool:  # watching is tried again (after 5 s): its first batch says so
+        (tmp_path / "other.log").write_text(f"{time.time()}\n")
+        return "file events are back" in server.stderr
+
+    wait_until(events_back, 15, interval=0.5, message="file events back")
