@@ -636,11 +636,12 @@ class Tailer:
         source = self._by_id.get(source_id) or self._by_id.get(source_id.rpartition("/")[0])  # a tagged part's file
         if source is None:
             return None
-        last = source.follower.last_data_time
+        last = source.follower.last_data_time  # wall clock, as every pass's `now`; writer_seen is monotonic
         if self.alerts is not None and last is not None and source.writer_seen is not None:
             # The hang rule asks once the silence passed its bound: an answer from before that moment may be a
             # writer killed since then (a hang alert for a run that is over), so it looks again, once per silence.
-            if source.writer_seen[0] < last + self.alerts.hang_bound(source_id) <= time.monotonic():
+            past_bound = time.time() - last - self.alerts.hang_bound(source_id)
+            if past_bound >= 0 and source.writer_seen[0] < time.monotonic() - past_bound:
                 source.writer_seen = None
         return self._source_writing(source)
 
