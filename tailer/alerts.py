@@ -73,6 +73,7 @@ DEFAULT_RULES: Dict[str, Dict[str, Any]] = {
 }
 #: Keys that are not rules: [general] settings.
 DEFAULT_GENERAL: Dict[str, Any] = {"cooldown_s": 300.0, "keep_resolved": 200}
+SNAPSHOT_VERSION = 1  # of `AlertEngine.snapshot`'s shape: a state saved in another is replayed instead
 SEVERITIES = ("info", "warning", "error", "critical")
 _CHOICES = {("loss_spike", "method"): ("mad", "mean_ratio"), ("*", "severity"): SEVERITIES}
 
@@ -255,6 +256,16 @@ class _Window:
         self.sorted = []
         self.total = 0.0
 
+    def dump(self) -> List[Any]:
+        """[values in arrival order, running sum, appends]: the running sum as it is (not re-added), so a restored
+        window's mean is the one a window that never stopped would have."""
+        return [list(self.order), self.total, self._appends]
+
+    def load(self, saved: List[Any]) -> None:
+        values, self.total, self._appends = saved
+        self.order = deque(values[-self.size:])
+        self.sorted = sorted(self.order)
+
 
 class _SourceState:
     """What the rules remember about one source."""
@@ -276,6 +287,25 @@ class _SourceState:
         self.live = False
         self.ended = False
         self.clear: Dict[str, int] = {}  # rule -> consecutive clear observations
+
+    _SCALARS = ("trend_count", "overflow_run", "max_scale", "segment", "last_step", "last_record_time", "last_arrival",
+                "live", "ended", "clear")
+    _DEQUES = ("step_s", "step_ms", "trend")
+
+    def dump(self) -> Dict[str, Any]:
+        """Everything above as JSON-able data (`load` takes it back)."""
+        saved: Dict[str, Any] = {name: getattr(self, name) for name in self._SCALARS}
+        saved.update({name: list(getattr(self, name)) for name in self._DEQUES})
+        saved.update(loss=self.loss.dump(), norm=self.norm.dump())
+        return saved
+
+    def load(self, saved: Dict[str, Any]) -> None:
+        for name in self._SCALARS:
+            setattr(self, name, saved[name])
+        for name in self._DEQUES:
+            getattr(self, name).extend(saved[name])  # bounded deques: at most their window is kept
+        self.loss.load(saved["loss"])
+        self.norm.load(saved["norm"])
 
 
 class AlertEngine:
@@ -316,6 +346,43 @@ class AlertEngine:
             return out
         self._record(source, state, item, now, out, history)
         return out
+
+    def snapshot(self) -> Dict[str, Any]:
+        """The rules' whole state as JSON-able data: saved with the history (`Store.save_alerts`) so that a restart
+        judges the next records as if it had never stopped (`restore`) instead of replaying every stored item."""
+        alerts = {a["id"]: a for a in self._alerts.values()}
+        alerts.update((a["id"], a) for a in self._resolved)
+        return {
+            "version": SNAPSHOT_VERSION, "rules": self.rules.rules, "general": self.rules.general,
+            "next_id": self._next_id, "fired": self.fired, "alerts": list(alerts.values()),
+            "current": [a["id"] for a in self._alerts.values()], "resolved": [a["id"] for a in self._resolved],
+            "published": self._published, "sources": {source: state.dump() for source, state in self._sources.items()},
+        }
+
+    def restore(self, saved: Dict[str, Any]) -> Optional[str]:
+        """Take back a `snapshot`; returns why it cannot be used (another version, other rules, a damaged state:
+        the engine is then left empty, for a replay), or None."""
+        if saved.get("version") != SNAPSHOT_VERSION:
+            return "written by another mstail version"
+        if saved.get("rules") != self.rules.rules or saved.get("general") != self.rules.general:
+            return "the alert rules changed since"
+        try:
+            alerts = {a["id"]: a for a in saved["alerts"]}
+            current = {(alerts[i]["rule"], alerts[i]["source"]): alerts[i] for i in saved["current"]}
+            sources = {}
+            for source, dumped in saved["sources"].items():
+                state = sources[source] = _SourceState(self.rules)
+                state.load(dumped)
+            resolved = [alerts[i] for i in saved["resolved"]]
+            published = {str(i): float(t) for i, t in saved["published"].items()}
+            next_id, fired = int(saved["next_id"]), int(saved["fired"])
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:  # nothing is taken from it then
+            return f"it does not hold together ({type(exc).__name__}: {exc})"
+        self._alerts, self._sources, self._published = current, sources, published
+        self._resolved.clear()
+        self._resolved.extend(resolved)
+        self._next_id, self.fired = next_id, fired
+        return None
 
     def replay(self, item: Dict[str, Any]) -> None:
         """Rebuild the rules' state from a stored item at start (`--state-dir`): records and events feed the

@@ -336,16 +336,18 @@ class StateDB:
                 break
         self._rewrites[item["seq"]] = data
 
-    def commit(self, checkpoints: Dict[str, Tuple[str, SourceCheckpoint]], columns: Optional[Flush] = None) -> bool:
-        """Write the queued items together with these checkpoints (id -> (path, checkpoint)) and `columns` (a
-        flush of the chart columns), one transaction; True when everything is written.
+    def commit(self, checkpoints: Dict[str, Tuple[str, SourceCheckpoint]], columns: Optional[Flush] = None,
+               alerts: Optional[Dict[str, Any]] = None) -> bool:
+        """Write the queued items together with these checkpoints (id -> (path, checkpoint)), `columns` (a
+        flush of the chart columns) and `alerts` (the alert rules' state after these items, `saved_alerts`), one
+        transaction; True when everything is written.
 
         When the disk cannot take them (full, read-only, an I/O error, locked, damaged), nothing is lost: items and
         the newest checkpoints stay queued (readers still see them), `write_error` says why, and later commits try
         again, backing off from 1 s to 30 s, until everything queued is written."""
         for source, (path, checkpoint) in checkpoints.items():
             self._unsaved_checkpoints[source] = (path, checkpoint.dumps())
-        if not self._unsaved and not self._unsaved_checkpoints and not self._rewrites and columns is None:
+        if not self._unsaved and not self._unsaved_checkpoints and not self._rewrites and columns is None and alerts is None:
             return True
         now = time.monotonic()
         if self.write_error is not None and now < self._retry_at:
@@ -360,6 +362,8 @@ class StateDB:
                                       [(source, path, data) for source, (path, data) in self._unsaved_checkpoints.items()])
                 if columns is not None:
                     self._write_columns(columns)
+                if alerts is not None:
+                    self.conn.execute("INSERT OR REPLACE INTO meta VALUES ('alerts', ?)", (_item_json(alerts),))
                 self.conn.execute("COMMIT")
             except sqlite3.Error as exc:
                 with contextlib.suppress(sqlite3.Error):
@@ -443,6 +447,12 @@ class StateDB:
         """The saved chart columns' manifest (`mstail.tailer.columns`), or None when none were saved."""
         rows = self._rows("SELECT value FROM meta WHERE key = 'columns'")
         return json.loads(rows[0][0]) if rows else None
+
+    def saved_alerts(self) -> Optional[Dict[str, Any]]:
+        """The alert rules' state last committed (`AlertEngine.snapshot` with `seq`, the newest item it has seen),
+        or None (none saved: a state written before mstail saved it, or by `--no-alerts`)."""
+        rows = self._rows("SELECT value FROM meta WHERE key = 'alerts'")
+        return _loads(rows[0][0]) if rows else None
 
     def column_blocks(self) -> List[Tuple[str, int, str, bytes, bytes]]:
         """The saved block summaries: (source, segment, metric, mins, maxs)."""

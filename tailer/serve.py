@@ -19,6 +19,7 @@ import uvicorn
 
 from mstail.parsers import Format
 
+from .alerts import AlertEngine
 from .config import Config
 from .connections import BACKLOG, Limits, connection_cap, guarded_protocol, install_quiet_logs, raise_fd_limit
 from .hub import Hub
@@ -128,19 +129,21 @@ _SAY_REPLAY = 100_000  # stored items from which the alert replay is said on std
 
 
 async def _restore_then_tail(store: Store, tailer: Tailer, stop: asyncio.Event, progress: Dict[str, int]) -> None:
-    """Rebuild the alert rules' state from every stored item (a restart with a state), then tail. The replay
-    feeds the engine a batch at a time, so the server answers meanwhile (the history is already in the store;
-    /healthz shows `restoring_alerts`); tailing waits for it because the rules must see the old records before
-    the new ones."""
+    """Give the alert rules back their state (a restart with a state), then tail. The state saved with the
+    history is taken back and only the items stored after it are replayed; a state without one (an older mstail's,
+    or rules changed since) is replayed whole. A replay feeds the engine a batch at a time, so the server answers
+    meanwhile (/healthz shows `restoring_alerts`); tailing waits for it because the rules must see the old records
+    before the new ones. From then on the rules' state is saved with the history."""
     alerts = tailer.alerts
     if alerts is not None and store.last_seq:
         tailer.running = True  # starting: not "tailing has stopped" on /healthz while the replay runs
-        progress.update(items=0, of=store.last_seq)
-        if store.last_seq >= _SAY_REPLAY:
+        after = _restored_alerts(store, alerts)
+        progress.update(items=0, of=store.last_seq - after)
+        if store.last_seq - after >= _SAY_REPLAY:
             log.info("restoring the alert rules' state from %d stored items; new lines are read after it",
-                     store.last_seq)
+                     store.last_seq - after)
         turn_ends = time.monotonic() + REPLAY_SLICE_S
-        for batch in store.db.all_items(batch=200):
+        for batch in store.db.all_items(after, batch=200):
             for item in batch:
                 alerts.replay(item)
             progress["items"] += len(batch)
@@ -148,9 +151,27 @@ async def _restore_then_tail(store: Store, tailer: Tailer, stop: asyncio.Event, 
                 await asyncio.sleep(0)
                 turn_ends = time.monotonic() + REPLAY_SLICE_S
                 if stop.is_set():
-                    break
+                    await tailer.run(stop)  # returns at once; the rules' state is incomplete, so not saved
+                    return
         progress.clear()
+    if alerts is not None:
+        store.save_alerts(alerts.snapshot)
     await tailer.run(stop)  # returns at once when stopped meanwhile
+
+
+def _restored_alerts(store: Store, alerts: AlertEngine) -> int:
+    """Take back the alert rules' state saved with the history; returns the seq it is at (0: none usable, said)."""
+    saved = store.db.saved_alerts()
+    if saved is None:
+        return 0
+    seq = saved.get("seq")
+    problem = (alerts.restore(saved) if isinstance(seq, int) and 0 <= seq <= store.last_seq
+               else "it is for items the state does not hold")
+    if problem is None:
+        return seq  # type: ignore[return-value]
+    log.warning("state %s: the alert rules' saved state is not usable (%s): replaying the %d stored items",
+                store.db.path, problem, store.last_seq)
+    return 0
 
 
 def _sigterm_as_sigint() -> Callable[[], None]:

@@ -32,6 +32,7 @@ Goals: history back <= 2 s; RSS <= 200 MB (each run's RSS after the page's queri
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import shutil
 import sqlite3
@@ -146,29 +147,38 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=1_000_000)
     parser.add_argument("--before", help="also restart with the code of this git revision (e.g. the merge base)")
+    parser.add_argument("--keep", type=Path, help="keep the log and the state in this folder and reuse them when "
+                        "there (the first run, reading the log, takes minutes on a loaded machine: skipped then)")
     args = parser.parse_args()
     support = load_test_support()
     work = Path(tempfile.mkdtemp(prefix="mstail-restart-"))
     try:
-        log, state = work / "metrics.jsonl", work / "state"
-        began = time.perf_counter()
-        write_log(log, args.steps)
-        print(f"log: {args.steps:,} steps x 8 metrics, {log.stat().st_size / 1e6:.0f} MB JSONL, written in "
-              f"{time.perf_counter() - began:.1f} s; load {os.getloadavg()[0]:.2f}", flush=True)
-        _, first_rss = run(support, "first run, the log read from its start", log, state, work / "first", args.steps)
+        kept = args.keep.absolute() if args.keep else work
+        kept.mkdir(parents=True, exist_ok=True)
+        log, state = kept / "metrics.jsonl", kept / "state"
+        first_rss = math.nan
+        if not any(state.glob("*.sqlite")):
+            began = time.perf_counter()
+            write_log(log, args.steps)
+            print(f"log: {args.steps:,} steps x 8 metrics, {log.stat().st_size / 1e6:.0f} MB JSONL, written in "
+                  f"{time.perf_counter() - began:.1f} s; load {os.getloadavg()[0]:.2f}", flush=True)
+            _, first_rss = run(support, "first run, the log read from its start", log, state, work / "first",
+                               args.steps)
         history, rss = run(support, "restart (saved columns)", log, state, work / "restart", args.steps)
         if args.before:
             saved = work / "state-copy"
             shutil.copytree(state, saved)
             run(support, f"restart by {args.before}", log, saved, work / "before", args.steps,
                 code=code_of(args.before, work / "before-code"))
-        forget_columns(state)
-        baseline, _ = run(support, "baseline: restart over a state without saved columns", log, state,
+        without = work / "state-without-columns"
+        shutil.copytree(state, without)
+        forget_columns(without)
+        baseline, _ = run(support, "baseline: restart over a state without saved columns", log, without,
                           work / "baseline", args.steps)
         print(f"time to history: {history:.2f} s vs {baseline:.2f} s rebuilding the columns from JSON "
               f"({baseline / history:.1f}x); goal <= {GOAL_HISTORY_S} s")
         print(f"RSS: {first_rss:.0f} MiB after reading the log, {rss:.0f} MiB after the restart; goal <= {GOAL_RSS_MB} MB")
-        return 0 if history <= GOAL_HISTORY_S and max(rss, first_rss) * 1.048576 <= GOAL_RSS_MB else 1
+        return 0 if history <= GOAL_HISTORY_S and max(rss, first_rss if first_rss == first_rss else 0.0) * 1.048576 <= GOAL_RSS_MB else 1
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -1,0 +1,177 @@
+"""The alert rules' state saved with the history: a restart takes it back instead of replaying every stored item,
+and judges the next records as a run without the restart would (issue 16, goal 3)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from pathlib import Path
+from typing import Any, Dict, List
+
+import pytest
+
+from mstail.parsers import load_formats
+from mstail.tailer.alerts import AlertEngine, load_alert_rules
+from mstail.tailer.config import Config
+from mstail.tailer.db import StateDB, _item_json, _loads
+from mstail.tailer.hub import Hub
+from mstail.tailer.serve import _restore_then_tail
+from mstail.tailer.store import Store
+from mstail.tailer.tailer import Tailer
+
+T0 = 1.7e9
+
+
+def _records(source: str, steps: range, ms: float = 500.0) -> List[Dict[str, Any]]:
+    """Records whose loss wobbles around 2 (a rolling window the spike rule can judge), one NaN, overflows."""
+    return [{"source": source, "step": s, "time": T0 + s, "loss": "NaN" if s == 7 else 2.0 + (s % 5) / 100,
+             "grad_norm": 1.0 + (s % 3) / 10, "overflow": s % 40 < 3, "loss_scale": 2.0 ** (16 - s // 50),
+             "step_time_ms": ms + s % 4} for s in steps]
+
+
+def _stream(first: range, then: range) -> List[Dict[str, Any]]:
+    items: List[Dict[str, Any]] = []
+    for a, b in zip(_records("r0", first), _records("r1", first, ms=800.0)):
+        items += [a, b]
+    items.append({"source": "r1", "kind": "error", "step": first[-1], "message": "Traceback (most recent call last):\n"
+                  "  File \"x.py\", line 1\nRuntimeError: device lost"})
+    spike = [dict(r, loss=9.0) if r["step"] == then[0] + 2 else r for r in _records("r0", then)]
+    return items + spike + _records("r1", then, ms=800.0)
+
+
+def _feed(engine: AlertEngine, items: List[Dict[str, Any]], ticks: bool = True) -> List[Dict[str, Any]]:
+    changes = []
+    for item in items:
+        data = {k: (float(v) if v == "NaN" else v) for k, v in item.items()}
+        now = T0 + data.get("step", 0) + 0.5
+        changes += engine.observe(data["source"], data, now)
+        if ticks:
+            changes += engine.tick(now, {"r0": "following", "r1": "following"}, lambda source: True)
+    return changes
+
+
+def test_a_restored_engine_judges_the_next_records_as_one_that_never_stopped() -> None:
+    rules = load_alert_rules(overrides={"overflow": {"streak": 2}, "trend": {"enabled": True, "window": 20,
+                                                                             "min_window": 20, "every": 5}})
+    before, after = _stream(range(1, 61), range(61, 100))[:121], _stream(range(1, 61), range(61, 100))[121:]
+    kept = AlertEngine(rules)
+    _feed(kept, before)
+    saved = _loads(_item_json(kept.snapshot()))  # through the state file's JSON
+    restored = AlertEngine(load_alert_rules(overrides={"overflow": {"streak": 2}, "trend": {
+        "enabled": True, "window": 20, "min_window": 20, "every": 5}}))
+    assert restored.restore(saved) is None
+    assert restored.table() == kept.table()
+
+    went_on, came_back = _feed(kept, after), _feed(restored, after)
+    assert came_back == went_on
+    assert any(c["rule"] == "loss_spike" and c["state"] == "firing" for c in came_back)  # its window spans the restart
+    assert "straggler" in {a["rule"] for a in restored.table()["active"]}  # fired before, judged on after it
+    assert restored.table() == kept.table() and restored.snapshot() == kept.snapshot()
+    assert restored.hang_bound("r0") == kept.hang_bound("r0")
+
+
+def test_a_snapshot_for_other_rules_or_damaged_is_refused_and_takes_nothing() -> None:
+    engine = AlertEngine()
+    _feed(engine, _stream(range(1, 30), range(30, 31)))
+    saved = engine.snapshot()
+    other = AlertEngine(load_alert_rules(overrides={"loss_spike": {"z": 5.0}}))
+    assert "rules changed" in (other.restore(saved) or "")
+    broken = json.loads(json.dumps(saved))
+    broken["current"].append("a999")
+    fresh = AlertEngine()
+    assert "does not hold together" in (fresh.restore(broken) or "")
+    assert fresh.table() == AlertEngine().table() and fresh.snapshot() == AlertEngine().snapshot()
+
+
+# -- through the state file and the server's start ----------------------------------------------------------
+class _Counting(AlertEngine):
+    """An engine that counts the stored items replayed into it."""
+
+    replayed = 0
+
+    def replay(self, item: Dict[str, Any]) -> None:
+        self.replayed += 1
+        super().replay(item)
+
+
+def _start(log: Path, state: Path) -> Tailer:
+    """What `serve` does at start, without the server: load the history, give the rules back their state, and
+    one pass over the log."""
+    config = Config(jsonl=(str(log),), alert_rules=None)
+    store = Store(StateDB(state, expected="test"))
+    tailer = Tailer(config, load_formats(user_dir=Path("/nonexistent")), store, Hub(), alerts=_Counting())
+    tailer.resume(store.load())
+    stop = asyncio.Event()
+    stop.set()  # `tailer.run` returns at once: the passes below are the test's
+
+    async def start() -> None:
+        await _restore_then_tail(store, tailer, stop, {})
+        await tailer.pass_once()
+
+    asyncio.run(start())
+    return tailer
+
+
+def _write(log: Path, steps: range, spike_at: int = -1) -> None:
+    with open(log, "a", encoding="utf-8") as out:
+        for s in steps:
+            out.write(json.dumps({"step": s, "time": T0 + s, "loss": 9.0 if s == spike_at else 2.0 + (s % 5) / 100,
+                                  "grad_norm": "NaN" if s == 3 else 1.0}) + "\n")
+
+
+def test_a_restart_takes_the_rules_state_back_without_a_replay_and_a_spike_spanning_it_fires(tmp_path: Path) -> None:
+    log, state = tmp_path / "metrics.jsonl", tmp_path / "state.sqlite"
+    _write(log, range(1, 41))
+    first = _start(log, state)
+    [nan] = first.alerts.table()["resolved"]  # type: ignore[union-attr]  # fired at step 3, cleared 5 steps later
+    first.store.close()
+
+    _write(log, range(41, 46), spike_at=43)
+    second = _start(log, state)
+    assert second.alerts.replayed == 0  # type: ignore[union-attr]
+    table = second.alerts.table()  # type: ignore[union-attr]
+    assert [(a["id"], a["rule"]) for a in table["active"]] == [("a2", "loss_spike")]  # ids go on; 20+ values judged it
+    assert [(a["id"], a["rule"]) for a in table["resolved"]] == [(nan["id"], "nonfinite")]
+    second.store.close()
+
+
+def test_a_state_without_the_rules_state_is_replayed_whole_then_saved(tmp_path: Path, caplog: Any) -> None:
+    log, state = tmp_path / "metrics.jsonl", tmp_path / "state.sqlite"
+    _write(log, range(1, 41))
+    _start(log, state).store.close()
+    db = StateDB(state, expected="test")
+    with db.conn:
+        db.conn.execute("DELETE FROM meta WHERE key = 'alerts'")  # what an mstail before the saved state left
+    db.close()
+
+    _write(log, range(41, 46), spike_at=43)
+    with caplog.at_level(logging.WARNING):
+        second = _start(log, state)
+    assert second.alerts.replayed == 42  # type: ignore[union-attr]  # 40 records, the NaN alert fired and resolved
+    assert [a["rule"] for a in second.alerts.table()["active"]] == ["loss_spike"]  # type: ignore[union-attr]
+    second.store.close()
+    assert not caplog.records  # an older state is not a problem to report
+    third = _start(log, state)
+    assert third.alerts.replayed == 0  # type: ignore[union-attr]
+    third.store.close()
+
+
+@pytest.mark.parametrize("rules", [{"loss_spike": {"window": 50}}])
+def test_changed_rules_replay_the_history_said_once(tmp_path: Path, caplog: Any, rules: Dict[str, Any]) -> None:
+    log, state = tmp_path / "metrics.jsonl", tmp_path / "state.sqlite"
+    _write(log, range(1, 41))
+    _start(log, state).store.close()
+    config = Config(jsonl=(str(log),), alert_rules=None)
+    store = Store(StateDB(state, expected="test"))
+    engine = _Counting(load_alert_rules(overrides=rules))
+    tailer = Tailer(config, load_formats(user_dir=Path("/nonexistent")), store, Hub(), alerts=engine)
+    tailer.resume(store.load())
+    stop = asyncio.Event()
+    stop.set()
+    with caplog.at_level(logging.WARNING):
+        asyncio.run(_restore_then_tail(store, tailer, stop, {}))
+    assert engine.replayed == 42
+    [said] = caplog.records
+    assert "rules changed" in said.getMessage()
+    store.close()
