@@ -5,7 +5,7 @@ the value, plus 16 for its step and time unless it shares those with the other m
 (the store's frames: then `steps` and `times` may run ahead of `values`, and the series is its first
 `len(values)` points). `window()` answers a `/api/series` query over it: exactly when the range holds at most `points`
 points, else as `points` min/max buckets (non-finite values never enter min/max; they are listed apart), so no
-spike is hidden however far the chart is zoomed out. The EMA columns and block summaries it caches are extended
+spike is hidden however far the chart is zoomed out. The EMA sums and block summaries it caches are extended
 as the series grows; like the `Store` that owns the series, they are touched from the event loop only.
 """
 
@@ -29,7 +29,7 @@ class Series:
     values: array = field(default_factory=lambda: array("d"))
     nonfinite: List[int] = field(default_factory=list)  # indexes of NaN/Inf values, ascending
     times: array = field(default_factory=lambda: array("d"))  # the record's `time` (unix s; NaN if none)
-    smoothed: Dict[float, "_Ema"] = field(default_factory=dict)  # weight -> EMA column, extended on demand
+    smoothed: Dict[float, "_Ema"] = field(default_factory=dict)  # weight -> cached EMA sums, extended on demand
     blocks: Optional["Blocks"] = None  # min/max per block of points, built and extended by queries and flushes
 
     def __len__(self) -> int:
@@ -70,20 +70,31 @@ def finite_or_none(value: float) -> Optional[float]:
     return value if value - value == 0 else None
 
 
-class _Ema:
-    """The EMA column of one series for one weight, and the state to extend it when the series grows."""
+#: points between two saved states of a cached EMA (`_Ema`): a value is at most this many folds from its mark
+EMA_MARK = 16
 
-    __slots__ = ("column", "den", "last_x", "num", "stride")
+
+class _Ema:
+    """The full-series EMA of one series for one weight, cached as the running sums every EMA_MARK points (24 bytes
+    a mark: 1.5 bytes a point, where a column of every value was 8) and the sums after the newest point, so the
+    cache is extended as the series grows; a value is the fold of at most EMA_MARK points from its mark, the same
+    operations in the same order as a full pass, so the same number."""
+
+    __slots__ = ("den", "dens", "last_x", "length", "num", "nums", "stride", "xs")
 
     def __init__(self, stride: int) -> None:
         self.stride = stride
-        self.column = array("d")
-        self.num = 0.0
-        self.den = 0.0
+        self.nums, self.dens, self.xs = array("d", [0.0]), array("d", [0.0]), array("q", [0])  # mark k: sums after
+        self.num = self.den = 0.0  # k * EMA_MARK points; no finite value yet (den 0) means no last step
         self.last_x: Optional[int] = None
+        self.length = 0  # points folded into num/den
+
+    def mark(self, k: int) -> Tuple[float, float, Optional[int]]:
+        den = self.dens[k]
+        return self.nums[k], den, self.xs[k] if den > 0 else None
 
 
-_EMA_WEIGHTS_KEPT = 2  # EMA columns cached per series (the slider's current and previous value)
+_EMA_WEIGHTS_KEPT = 2  # EMAs cached per series (the slider's current and previous value)
 
 
 def _stride(series: Series) -> int:
@@ -97,7 +108,7 @@ def _stride(series: Series) -> int:
     return best or 1
 
 
-def _ema(series: Series, weight: float) -> array:
+def _ema(series: Series, weight: float) -> _Ema:
     """Debiased exponential moving average over the full-resolution series, aware of step gaps.
 
     Each finite value enters with decay `d = weight ** (Δstep / stride)` (Δstep = its step distance to the
@@ -105,8 +116,8 @@ def _ema(series: Series, weight: float) -> array:
     `num = d·num + (1-d)·v`, `den = d·den + (1-d)`, smoothed = num / den. For evenly logged steps this is
     TensorBoard's debiased EMA; a gap of k strides decays like k points. The value at a point depends only on
     the points before it, so it never changes when the run grows, and it is computed before any bucketing, so
-    zoom cannot change it. Non-finite values are skipped (the smoothed value carries over). The column is
-    cached per weight and extended incrementally."""
+    zoom cannot change it. Non-finite values are skipped (the smoothed value carries over). The sums are
+    cached per weight (`_Ema`) and extended incrementally."""
     stride = _stride(series)
     state = series.smoothed.pop(weight, None)
     if state is None or state.stride != stride:
@@ -114,19 +125,41 @@ def _ema(series: Series, weight: float) -> array:
     series.smoothed[weight] = state  # most recently used last
     while len(series.smoothed) > _EMA_WEIGHTS_KEPT:
         del series.smoothed[next(iter(series.smoothed))]
-    column = state.column
     n = len(series.values)
-    if len(column) >= n:
-        return column
-    state.num, state.den, state.last_x = _fold(series, len(column), n, weight, stride, state.num, state.den,
-                                                state.last_x, column)
-    return column
+    while state.length < n:
+        stop = min(n, (state.length // EMA_MARK + 1) * EMA_MARK)
+        state.num, state.den, state.last_x = _fold(series, state.length, stop, weight, stride, state.num, state.den,
+                                                    state.last_x)
+        state.length = stop
+        if stop % EMA_MARK == 0:
+            state.nums.append(state.num)
+            state.dens.append(state.den)
+            state.xs.append(state.last_x if state.last_x is not None else 0)
+    return state
+
+
+def _ema_at(series: Series, weight: float, state: _Ema, ends: List[int]) -> List[float]:
+    """The full-series EMA at the indexes `ends` (ascending), each folded from the mark before it (or from the
+    end before it, when nearer)."""
+    out: List[float] = []
+    num = den = 0.0
+    last_x: Optional[int] = None
+    pos = -1  # the last index folded into num/den
+    for e in ends:
+        k = e // EMA_MARK
+        if k * EMA_MARK > pos + 1:
+            num, den, last_x = state.mark(k)
+            pos = k * EMA_MARK - 1
+        num, den, last_x = _fold(series, pos + 1, e + 1, weight, state.stride, num, den, last_x)
+        pos = e
+        out.append(num / den if den > 0 else math.nan)
+    return out
 
 
 def _fold(series: Series, a: int, b: int, weight: float, stride: int, num: float, den: float,
-          last_x: Optional[int], column: Optional[array] = None) -> Tuple[float, float, Optional[int]]:
-    """Fold points a..b-1 into the running EMA sums (num, den, last finite step); with `column`, append the
-    smoothed value at each point to it. Non-finite values are skipped (the smoothed value carries over)."""
+          last_x: Optional[int]) -> Tuple[float, float, Optional[int]]:
+    """Fold points a..b-1 into the running EMA sums (num, den, last finite step). Non-finite values are skipped
+    (the smoothed value carries over)."""
     values, steps = series.values, series.steps
     for i in range(a, b):
         v = values[i]
@@ -137,8 +170,6 @@ def _fold(series: Series, a: int, b: int, weight: float, stride: int, num: float
             num = d * num + (1.0 - d) * v
             den = d * den + (1.0 - d)
             last_x = x
-        if column is not None:
-            column.append(num / den if den > 0 else math.nan)
     return num, den, last_x
 
 
@@ -148,15 +179,14 @@ _EMA_EPSILON = 1e-13  # a value whose EMA weight fell below this (relative) is l
 def _smoothed_at(series: Series, weight: float, ends: List[int]) -> Tuple[List[float], Dict[str, Any]]:
     """The EMA of `_ema` at the indexes `ends` (ascending), and the state at the last of them.
 
-    From the cached column when it covers the series. Otherwise, when cheaper than a full pass, each value is
+    From the cached sums (`_Ema`) when they cover the series. Otherwise, when cheaper than a full pass, each value is
     computed over a window: the points within K strides before it, where weight ** K <= 1e-13, so the points
     left out carry less than 1e-13 of the weight (relative error below 1e-13 × max|v| / |EMA|); windows that
-    overlap are scanned once. A full pass (cached, extended as the series grows) is used when the windows
-    would cover half the series or more."""
+    overlap are scanned once. A full pass (its sums cached every EMA_MARK points, extended as the series grows)
+    is used when the windows would cover half the series or more."""
     state = series.smoothed.get(weight)
-    if state is not None and len(state.column) == len(series.values) and state.stride == _stride(series):
-        column = state.column
-        return [column[i] for i in ends], {"den": state.den, "x": state.last_x, "stride": state.stride}
+    if state is not None and state.length == len(series.values) and state.stride == _stride(series):
+        return _ema_at(series, weight, state, ends), {"den": state.den, "x": state.last_x, "stride": state.stride}
     stride = _stride(series)
     reach = stride * math.ceil(math.log(_EMA_EPSILON) / math.log(weight))
     steps = series.steps
@@ -167,13 +197,12 @@ def _smoothed_at(series: Series, weight: float, ends: List[int]) -> Tuple[List[f
         cost += e - max(s_, covered + 1) + 1
         covered = e
     if cost * 2 >= len(series.values):
-        column = _ema(series, weight)
-        state = series.smoothed[weight]
-        if ends[-1] == len(column) - 1:
+        state = _ema(series, weight)
+        if ends[-1] == state.length - 1:
             tail = {"den": state.den, "x": state.last_x, "stride": state.stride}
         else:
             tail = {"den": 1.0, "x": steps[ends[-1]], "stride": stride}
-        return [column[i] for i in ends], tail
+        return _ema_at(series, weight, state, ends), tail
     values, bad = series.values, series.nonfinite
     keep = 1.0 - weight
     out: List[float] = []

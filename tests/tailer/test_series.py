@@ -78,3 +78,27 @@ def test_smoothing_is_the_full_series_ema_at_any_zoom_and_run_length() -> None:
     assert after == before
     _, state = _smoothed_at(short, 0.9, [5_999])
     assert state["x"] == short.steps[-1] and 0 < state["den"] <= 1
+
+
+def test_the_cached_ema_is_the_full_pass_exactly_and_keeps_a_mark_every_16_points() -> None:
+    from mstail.tailer.series import EMA_MARK, _fold
+
+    series = _series(50_000, seed=4, nan_every=101, gaps=True)
+    ends = _bucket_ends(0, 50_000, 660)
+    got, state = _smoothed_at(series, 0.99, ends)  # windows would cover the series: the full pass, cached
+    cached = series.smoothed[0.99]
+    assert len(cached.nums) == 50_000 // EMA_MARK + 1  # 1.5 bytes a point, not a column of 8
+    stride = cached.stride
+    want, num, den, last_x, pos = [], 0.0, 0.0, None, -1
+    for e in ends:  # one sequential pass over every point: what a column of every value held
+        num, den, last_x = _fold(series, pos + 1, e + 1, 0.99, stride, num, den, last_x)
+        pos = e
+        want.append(num / den)
+    assert got == want
+    zoomed = list(range(31_990, 32_050))
+    again, _ = _smoothed_at(series, 0.99, zoomed)  # from the cache now
+    num, den, last_x = _fold(series, 0, 31_990, 0.99, stride, 0.0, 0.0, None)
+    for e, value in zip(zoomed, again):
+        num, den, last_x = _fold(series, e, e + 1, 0.99, stride, num, den, last_x)
+        assert value == num / den
+    assert state == {"den": cached.den, "x": series.steps[-1], "stride": stride}
