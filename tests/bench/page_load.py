@@ -16,7 +16,7 @@ Measured:
   starts after its 100 ms pause). The goal applies to the re-fetch + redraw; the full sum is printed too.
 - browser JS heap after a forced GC (CDP `HeapProfiler.collectGarbage`, `Runtime.getHeapUsage`).
 - /api/series response sizes (bytes) and server times for the first-paint and zoomed requests.
-- mstail's RSS once the log is read (informative).
+- mstail's RSS and its peak once the log is read and at the end (informative).
 
 Scenarios besides it:
 - ranks: --ranks JSONL files (one per rank, 1,024 by default) of --rank-steps steps (2,000) x the same 8 metrics, one
@@ -92,9 +92,10 @@ def get(url: str) -> Tuple[bytes, float]:
     return body, time.perf_counter() - began
 
 
-def rss_mib(pid: int) -> float:
+def rss_mib(pid: int, field: str = "VmRSS") -> float:
+    """A process's resident memory in MiB: now (`VmRSS`), or its peak so far (`VmHWM`)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(field + ":"):
             return int(line.split()[1]) / 1024
     return float("nan")
 
@@ -196,7 +197,7 @@ def session(support: Any, workdir: Path, files: List[Path], records: int,
     try:
         wait_records(support, server, records, 1800)
         print(f"mstail read the log{'s' if len(files) > 1 else ''} in {time.perf_counter() - began:.1f} s; "
-              f"RSS {rss_mib(server.proc.pid):.0f} MiB")
+              f"RSS {rss_mib(server.proc.pid):.0f} MiB (peak {rss_mib(server.proc.pid, 'VmHWM'):.0f} MiB)")
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path="/usr/bin/chromium", headless=True,
                                         args=["--no-sandbox", "--disable-gpu"])
@@ -212,7 +213,8 @@ def session(support: Any, workdir: Path, files: List[Path], records: int,
                 context.close()
             finally:
                 browser.close()
-        print(f"mstail RSS at the end: {rss_mib(server.proc.pid):.0f} MiB; load average {os.getloadavg()[0]:.2f}")
+        print(f"mstail RSS at the end: {rss_mib(server.proc.pid):.0f} MiB (peak {rss_mib(server.proc.pid, 'VmHWM'):.0f} "
+              f"MiB); load average {os.getloadavg()[0]:.2f}")
     finally:
         server.stop(timeout=10)
 

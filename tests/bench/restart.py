@@ -57,13 +57,6 @@ METRICS = ("loss", "lr", "grad_norm", "loss_scale", "overflow", "step_time_ms", 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def peak_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
 def thread_cpu_s(pid: int, tid: int) -> float:
     """CPU seconds (user + system) of one thread of a process."""
     with open(f"/proc/{pid}/task/{tid}/stat", encoding="ascii") as f:
@@ -142,7 +135,7 @@ def run(support: Any, label: str, log: Path, state: Path, work: Path, steps: int
               f"thread {main_cpu:.2f} s, process {all_cpu:.2f} s), tailing "
               f"{tailing:.2f} s after the start; RSS {rss:.0f} MiB with the 8 charts' queries answered, "
               f"{smoothed_rss:.0f} MiB after them again at smoothing 0.99, peak "
-              f"{peak_mib(server.proc.pid):.0f} MiB; load {os.getloadavg()[0]:.2f}", flush=True)
+              f"{rss_mib(server.proc.pid, 'VmHWM'):.0f} MiB; load {os.getloadavg()[0]:.2f}", flush=True)
     finally:
         stopped = time.perf_counter()
         server.stop(timeout=600)
