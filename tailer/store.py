@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
@@ -72,9 +73,11 @@ class SourceInfo:
         }
 
 
-#: items stored since the alert rules' state was last saved that make a commit save it again: what a restart after a
-#: crash replays at most (about 0.3 s of CPU); a clean stop saves it whole
+#: items stored since the alert rules' state was last saved that make a commit save it again (what a restart after a
+#: crash replays, about 0.3 s of CPU; a clean stop saves it whole), unless saving it took more than 1/ALERT_SAVE_COST_SHARE
+#: of the time since (1,024 sources: about 0.1-0.3 s a save, so at most every 10-30 s)
 ALERT_SAVE_ITEMS = 10_000
+ALERT_SAVE_COST_SHARE = 100
 
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
@@ -117,6 +120,7 @@ class Store:
         self._indexed = 0  # how many series `_by_metric` holds
         self._alert_state: Optional[Callable[[], Dict[str, Any]]] = None  # `save_alerts`
         self._alerts_saved = -1  # the seq of the alert rules' state last saved (-1: none saved by this process)
+        self._alerts_next_save = 0.0  # monotonic time before which it is not saved again (but at close)
 
     @property
     def last_seq(self) -> int:
@@ -179,23 +183,27 @@ class Store:
                columns: bool = False, alerts: bool = False) -> None:
         """Make the items added so far durable, together with the sources' checkpoints (id -> (path, checkpoint)),
         the chart columns when `columns` is set or enough records came since they were last saved, and the alert
-        rules' state (`save_alerts`) when `alerts` is set, with the columns, or every ALERT_SAVE_ITEMS items."""
+        rules' state (`save_alerts`) when `alerts` is set or every ALERT_SAVE_ITEMS items (at most 1 % of the time)."""
         flush = None
         if self.db.path is not None and (columns or self._columns.due()):
             flush = self._columns.flush(self._last_seq, {i: _facts(info) for i, info in self.sources.items()})
         state = None
-        if self._alert_state is not None and self.db.path is not None and (
-                alerts or flush is not None or self._last_seq - self._alerts_saved >= ALERT_SAVE_ITEMS):
+        if self._alert_state is not None and self.db.path is not None and (alerts or (
+                self._last_seq - self._alerts_saved >= ALERT_SAVE_ITEMS
+                and time.monotonic() >= self._alerts_next_save)):
+            began = time.monotonic()
             state = {**self._alert_state(), "seq": self._last_seq}
         if self.db.commit(checkpoints or {}, flush, state):
             if flush is not None:
                 self._columns.flushed(flush)
             if state is not None:
                 self._alerts_saved = state["seq"]
+                now = time.monotonic()
+                self._alerts_next_save = now + ALERT_SAVE_COST_SHARE * (now - began)
 
     def save_alerts(self, snapshot: Callable[[], Dict[str, Any]]) -> None:
         """From now on save `snapshot()`, the alert rules' state (`AlertEngine.snapshot`), with the items it has seen,
-        in their transaction: with each flush of the columns, every ALERT_SAVE_ITEMS items and at `close`. A
+        in their transaction: every ALERT_SAVE_ITEMS items (at most 1 % of the time) and at `close`. A
         restart takes it back (`StateDB.saved_alerts`) and replays only the items after it. Call it once the
         rules have seen every stored item (after a replay), never before: a state saved is taken as complete."""
         self._alert_state = snapshot

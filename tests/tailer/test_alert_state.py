@@ -175,3 +175,17 @@ def test_changed_rules_replay_the_history_said_once(tmp_path: Path, caplog: Any,
     [said] = caplog.records
     assert "rules changed" in said.getMessage()
     store.close()
+
+
+def test_after_a_crash_only_the_items_after_the_last_saved_state_are_replayed(tmp_path: Path, monkeypatch: Any) -> None:
+    monkeypatch.setattr("mstail.tailer.store.ALERT_SAVE_ITEMS", 10)
+    log, state = tmp_path / "metrics.jsonl", tmp_path / "state.sqlite"
+    _write(log, range(1, 16))
+    first = _start(log, state)  # 15 records: the state saved with them
+    _write(log, range(16, 21))
+    asyncio.run(first.pass_once())  # 5 more: committed, the state not saved again (fewer than 10 since)
+    first.store.db.close()  # the process dies: nothing more is written
+    second = _start(log, state)
+    assert second.alerts.replayed == 5  # type: ignore[union-attr]
+    assert second.store.last_seq == 20 + 2  # 20 records, the NaN's alert fired and resolved
+    second.store.close()
