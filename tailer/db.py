@@ -450,9 +450,12 @@ class StateDB:
 
     def saved_alerts(self) -> Optional[Dict[str, Any]]:
         """The alert rules' state last committed (`AlertEngine.snapshot` with `seq`, the newest item it has seen),
-        or None (none saved: a state written before mstail saved it, or by `--no-alerts`)."""
+        or None (none saved: a state written before mstail saved it, or by `--no-alerts`); {} when it is no JSON."""
         rows = self._rows("SELECT value FROM meta WHERE key = 'alerts'")
-        return _loads(rows[0][0]) if rows else None
+        try:
+            return _loads(rows[0][0]) if rows else None
+        except ValueError:
+            return {}
 
     def column_blocks(self) -> List[Tuple[str, int, str, bytes, bytes]]:
         """The saved block summaries: (source, segment, metric, mins, maxs)."""

@@ -164,9 +164,9 @@ def _restored_alerts(store: Store, alerts: AlertEngine) -> int:
     saved = store.db.saved_alerts()
     if saved is None:
         return 0
-    seq = saved.get("seq")
+    seq = saved.get("seq") if isinstance(saved, dict) else None
     problem = (alerts.restore(saved) if isinstance(seq, int) and 0 <= seq <= store.last_seq
-               else "it is for items the state does not hold")
+               else "it does not fit the stored items")
     if problem is None:
         return seq  # type: ignore[return-value]
     log.warning("state %s: the alert rules' saved state is not usable (%s): replaying the %d stored items",

@@ -157,11 +157,23 @@ def test_a_state_without_the_rules_state_is_replayed_whole_then_saved(tmp_path: 
     third.store.close()
 
 
-@pytest.mark.parametrize("rules", [{"loss_spike": {"window": 50}}])
-def test_changed_rules_replay_the_history_said_once(tmp_path: Path, caplog: Any, rules: Dict[str, Any]) -> None:
+@pytest.mark.parametrize("rules, damage, said", [
+    ({"loss_spike": {"window": 50}}, None, "rules changed"),
+    ({}, "json_set(value, '$.current', json_array('a999'))", "does not hold together"),
+    ({}, "'{\"seq\": 1, \"vers'", "does not fit the stored items"),  # cut short: no JSON
+    ({}, "'[1, 2]'", "does not fit the stored items"),
+    ({}, "json_set(value, '$.seq', 10000)", "does not fit the stored items"),
+])
+def test_changed_rules_or_a_damaged_saved_state_replay_the_history_said_once(
+        tmp_path: Path, caplog: Any, rules: Dict[str, Any], damage: Any, said: str) -> None:
     log, state = tmp_path / "metrics.jsonl", tmp_path / "state.sqlite"
     _write(log, range(1, 41))
     _start(log, state).store.close()
+    if damage is not None:
+        db = StateDB(state, expected="test")
+        with db.conn:
+            db.conn.execute(f"UPDATE meta SET value = {damage} WHERE key = 'alerts'")
+        db.close()
     config = Config(jsonl=(str(log),), alert_rules=None)
     store = Store(StateDB(state, expected="test"))
     engine = _Counting(load_alert_rules(overrides=rules))
@@ -172,8 +184,8 @@ def test_changed_rules_replay_the_history_said_once(tmp_path: Path, caplog: Any,
     with caplog.at_level(logging.WARNING):
         asyncio.run(_restore_then_tail(store, tailer, stop, {}))
     assert engine.replayed == 42
-    [said] = caplog.records
-    assert "rules changed" in said.getMessage()
+    [warning] = caplog.records
+    assert said in warning.getMessage()
     store.close()
 
 
