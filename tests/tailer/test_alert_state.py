@@ -95,6 +95,15 @@ class _Counting(AlertEngine):
         super().replay(item)
 
 
+def _no_loop(tailer: Tailer) -> None:
+    """`tailer.run` returns at once: the passes are the test's. (Not by setting the stop event: a replay stopped
+    by it leaves the rules' state incomplete, which is then not saved.)"""
+    async def run(stop: asyncio.Event) -> None:
+        return None
+
+    tailer.run = run  # type: ignore[method-assign]
+
+
 def _start(log: Path, state: Path) -> Tailer:
     """What `serve` does at start, without the server: load the history, give the rules back their state, and
     one pass over the log."""
@@ -102,11 +111,10 @@ def _start(log: Path, state: Path) -> Tailer:
     store = Store(StateDB(state, expected="test"))
     tailer = Tailer(config, load_formats(user_dir=Path("/nonexistent")), store, Hub(), alerts=_Counting())
     tailer.resume(store.load())
-    stop = asyncio.Event()
-    stop.set()  # `tailer.run` returns at once: the passes below are the test's
+    _no_loop(tailer)
 
     async def start() -> None:
-        await _restore_then_tail(store, tailer, stop, {})
+        await _restore_then_tail(store, tailer, asyncio.Event(), {})
         await tailer.pass_once()
 
     asyncio.run(start())
@@ -179,10 +187,9 @@ def test_changed_rules_or_a_damaged_saved_state_replay_the_history_said_once(
     engine = _Counting(load_alert_rules(overrides=rules))
     tailer = Tailer(config, load_formats(user_dir=Path("/nonexistent")), store, Hub(), alerts=engine)
     tailer.resume(store.load())
-    stop = asyncio.Event()
-    stop.set()
+    _no_loop(tailer)
     with caplog.at_level(logging.WARNING):
-        asyncio.run(_restore_then_tail(store, tailer, stop, {}))
+        asyncio.run(_restore_then_tail(store, tailer, asyncio.Event(), {}))
     assert engine.replayed == 42
     [warning] = caplog.records
     assert said in warning.getMessage()
@@ -201,3 +208,27 @@ def test_after_a_crash_only_the_items_after_the_last_saved_state_are_replayed(tm
     assert second.alerts.replayed == 5  # type: ignore[union-attr]
     assert second.store.last_seq == 20 + 2  # 20 records, the NaN's alert fired and resolved
     second.store.close()
+
+
+def test_a_replay_cut_short_by_a_stop_saves_no_state(tmp_path: Path, monkeypatch: Any) -> None:
+    log, state = tmp_path / "metrics.jsonl", tmp_path / "state.sqlite"
+    _write(log, range(1, 400))
+    _start(log, state).store.close()
+    db = StateDB(state, expected="test")
+    with db.conn:
+        db.conn.execute("DELETE FROM meta WHERE key = 'alerts'")
+    db.close()
+    monkeypatch.setattr("mstail.tailer.serve.REPLAY_SLICE_S", 0.0)  # the stop is looked at after every batch
+    config = Config(jsonl=(str(log),), alert_rules=None)
+    store = Store(StateDB(state, expected="test"))
+    engine = _Counting()
+    tailer = Tailer(config, load_formats(user_dir=Path("/nonexistent")), store, Hub(), alerts=engine)
+    tailer.resume(store.load())
+    stop = asyncio.Event()
+    stop.set()  # Ctrl-C during the replay
+    asyncio.run(_restore_then_tail(store, tailer, stop, {}))
+    assert 0 < engine.replayed < store.last_seq
+    store.close()
+    reopened = StateDB(state, expected="test")
+    assert reopened.saved_alerts() is None  # an incomplete state is never taken as whole
+    reopened.close()
