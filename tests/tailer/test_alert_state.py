@@ -7,7 +7,7 @@ import asyncio
 import json
 import logging
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import pytest
 
@@ -104,14 +104,29 @@ def _no_loop(tailer: Tailer) -> None:
     tailer.run = run  # type: ignore[method-assign]
 
 
+def _loaded(log: Path, state: Path, engine: Optional[AlertEngine] = None) -> Tailer:
+    """A tailer of `log` with the history in `state` loaded; `engine`: its alert engine (default a `_Counting`)."""
+    config = Config(jsonl=(str(log),), alert_rules=None)
+    store = Store(StateDB(state, expected="test"))
+    tailer = Tailer(config, load_formats(user_dir=Path("/nonexistent")), store, Hub(), alerts=engine or _Counting())
+    tailer.resume(store.load())
+    _no_loop(tailer)
+    return tailer
+
+
+def _alter(state: Path, sql: str) -> None:
+    """Run `sql` on the state file (what an older mstail left, a damaged file)."""
+    db = StateDB(state, expected="test")
+    with db.conn:
+        db.conn.execute(sql)
+    db.close()
+
+
 def _start(log: Path, state: Path) -> Tailer:
     """What `serve` does at start, without the server: load the history, give the rules back their state, and
     one pass over the log."""
-    config = Config(jsonl=(str(log),), alert_rules=None)
-    store = Store(StateDB(state, expected="test"))
-    tailer = Tailer(config, load_formats(user_dir=Path("/nonexistent")), store, Hub(), alerts=_Counting())
-    tailer.resume(store.load())
-    _no_loop(tailer)
+    tailer = _loaded(log, state)
+    store = tailer.store
 
     async def start() -> None:
         await _restore_then_tail(store, tailer, asyncio.Event(), {})
@@ -148,10 +163,7 @@ def test_a_state_without_the_rules_state_is_replayed_whole_then_saved(tmp_path: 
     log, state = tmp_path / "metrics.jsonl", tmp_path / "state.sqlite"
     _write(log, range(1, 41))
     _start(log, state).store.close()
-    db = StateDB(state, expected="test")
-    with db.conn:
-        db.conn.execute("DELETE FROM meta WHERE key = 'alerts'")  # what an mstail before the saved state left
-    db.close()
+    _alter(state, "DELETE FROM meta WHERE key = 'alerts'")  # what an mstail before the saved state left
 
     _write(log, range(41, 46), spike_at=43)
     with caplog.at_level(logging.WARNING):
@@ -178,22 +190,15 @@ def test_changed_rules_or_a_damaged_saved_state_replay_the_history_said_once(
     _write(log, range(1, 41))
     _start(log, state).store.close()
     if damage is not None:
-        db = StateDB(state, expected="test")
-        with db.conn:
-            db.conn.execute(f"UPDATE meta SET value = {damage} WHERE key = 'alerts'")
-        db.close()
-    config = Config(jsonl=(str(log),), alert_rules=None)
-    store = Store(StateDB(state, expected="test"))
+        _alter(state, f"UPDATE meta SET value = {damage} WHERE key = 'alerts'")
     engine = _Counting(load_alert_rules(overrides=rules))
-    tailer = Tailer(config, load_formats(user_dir=Path("/nonexistent")), store, Hub(), alerts=engine)
-    tailer.resume(store.load())
-    _no_loop(tailer)
+    tailer = _loaded(log, state, engine)
     with caplog.at_level(logging.WARNING):
-        asyncio.run(_restore_then_tail(store, tailer, asyncio.Event(), {}))
+        asyncio.run(_restore_then_tail(tailer.store, tailer, asyncio.Event(), {}))
     assert engine.replayed == 42
     [warning] = caplog.records
     assert said in warning.getMessage()
-    store.close()
+    tailer.store.close()
 
 
 def test_after_a_crash_only_the_items_after_the_last_saved_state_are_replayed(tmp_path: Path, monkeypatch: Any) -> None:
@@ -214,21 +219,14 @@ def test_a_replay_cut_short_by_a_stop_saves_no_state(tmp_path: Path, monkeypatch
     log, state = tmp_path / "metrics.jsonl", tmp_path / "state.sqlite"
     _write(log, range(1, 400))
     _start(log, state).store.close()
-    db = StateDB(state, expected="test")
-    with db.conn:
-        db.conn.execute("DELETE FROM meta WHERE key = 'alerts'")
-    db.close()
+    _alter(state, "DELETE FROM meta WHERE key = 'alerts'")
     monkeypatch.setattr("mstail.tailer.serve.REPLAY_SLICE_S", 0.0)  # the stop is looked at after every batch
-    config = Config(jsonl=(str(log),), alert_rules=None)
-    store = Store(StateDB(state, expected="test"))
-    engine = _Counting()
-    tailer = Tailer(config, load_formats(user_dir=Path("/nonexistent")), store, Hub(), alerts=engine)
-    tailer.resume(store.load())
+    tailer = _loaded(log, state)
     stop = asyncio.Event()
     stop.set()  # Ctrl-C during the replay
-    asyncio.run(_restore_then_tail(store, tailer, stop, {}))
-    assert 0 < engine.replayed < store.last_seq
-    store.close()
+    asyncio.run(_restore_then_tail(tailer.store, tailer, stop, {}))
+    assert 0 < tailer.alerts.replayed < tailer.store.last_seq  # type: ignore[union-attr]
+    tailer.store.close()
     reopened = StateDB(state, expected="test")
     assert reopened.saved_alerts() is None  # an incomplete state is never taken as whole
     reopened.close()
