@@ -65,10 +65,12 @@ WRITER_CHECK_S = 5.0
 #: a source silent this long, whose file nobody holds open for writing any more, has "ended" (its run is over)
 ENDED_AFTER_S = 10.0
 #: a source's counters go out on the stream (SSE `source`) at most this often; with many sources less often, so that
-#: all of them cost at most 512 entries a second (an entry and its JSON: ~30 us; 1,024 sources: each every 2 s):
-#: SOURCE_PUSH_S x max(1, sources / SOURCE_PUSH_SHARE). A changed state goes out at once.
+#: all of them cost at most 512 entries a second: SOURCE_PUSH_S x max(1, sources / SOURCE_PUSH_SHARE), but never less
+#: often than SOURCE_PUSH_MAX_S, so the page's counters are at most that far behind (issue 17; 1,024 sources: each
+#: every second, an entry and its JSON ~10 us). A changed state goes out at once.
 SOURCE_PUSH_S = 0.25
 SOURCE_PUSH_SHARE = 128
+SOURCE_PUSH_MAX_S = 1.0
 #: after an unexpected error, a source is left alone this long, the whole loop this long at first (doubling to 30 s).
 FAILURE_BACKOFF_S = 1.0
 #: the alert engine's time-based rules (hang, gone, stragglers: one look at every source) run at most this often;
@@ -354,6 +356,8 @@ class Tailer:
     async def _sleep(self, stop: asyncio.Event, wake: asyncio.Event, timeout: float) -> None:
         if self._planner.holding:
             timeout = min(timeout, self.config.grace_s)
+        if self._push_due:  # counts held back go out when due (`_push_source`), not with the next sweep
+            timeout = min(timeout, max(0.0, self._push_due[0][0] - time.monotonic()))
         waiters = [asyncio.ensure_future(wake.wait()), asyncio.ensure_future(stop.wait())]
         try:
             await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
@@ -533,13 +537,13 @@ class Tailer:
     def _push_source(self, info: Any, changed_state: bool) -> None:
         """Send a source's entry to the stream's clients (in this delivery's one `SourceMessage`): at once when its
         state changed, else when its counts changed and it was last sent SOURCE_PUSH_S (scaled by the number of
-        sources) ago; a change held back goes out with a later pass (one runs at least every `safety_poll_s`), so
-        the page's counters stay live."""
+        sources, at most SOURCE_PUSH_MAX_S) ago; a change held back goes out with a later pass, which the loop runs
+        when it is due (`_sleep`), so the page's counters are at most SOURCE_PUSH_MAX_S behind."""
         counts = (info.records, info.counters.get("lines"), info.counters.get("bytes"), info.problem, len(info.metrics),
                   info.last_step, info.format)
         sent_at, sent = self._pushed.get(info.id, (-math.inf, None))
         now = time.monotonic()
-        every = SOURCE_PUSH_S * max(1.0, len(self.store.sources) / SOURCE_PUSH_SHARE)
+        every = min(SOURCE_PUSH_MAX_S, SOURCE_PUSH_S * max(1.0, len(self.store.sources) / SOURCE_PUSH_SHARE))
         if changed_state or (counts != sent and now - sent_at >= every):
             self._pushed[info.id] = (now, counts)
             self._unpushed.discard(info.id)
