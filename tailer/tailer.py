@@ -428,11 +428,14 @@ class Tailer:
         `start` is monotonic, `now` wall time."""
         if self._planner.discovery_due(self._plan, start):
             self.discover()
-        return self._planner.choose(self._sources.values(), self._plan, lambda source: self._stale(source, now))
+        rotations = self._plan is None or self._plan.rotations
+        return self._planner.choose(self._sources.values(), self._plan,
+                                    lambda source: self._stale(source, now, rotations))
 
-    def _stale(self, source: _Source, now: float) -> bool:
-        """Whether a sweep reads a source events did not name: a stat shows news, or its state changed with time."""
-        return source.follower.may_have_news() or self._state(source, source.id, now) != source.shown_state
+    def _stale(self, source: _Source, now: float, rotations: bool) -> bool:
+        """Whether a sweep reads a source events did not name: a stat shows news (`rotations`: of its path, else of
+        its open file), or its state changed with time."""
+        return source.follower.may_have_news(rotations) or self._state(source, source.id, now) != source.shown_state
 
     def _source_failed(self, source: _Source, exc: Exception) -> None:
         source.failures += 1
