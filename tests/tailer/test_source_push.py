@@ -5,6 +5,8 @@ when it did not read that source, and each entry's JSON is encoded once for ever
 from __future__ import annotations
 
 import asyncio
+import json
+import math
 import time
 from pathlib import Path
 from typing import List
@@ -12,6 +14,7 @@ from typing import List
 import pytest
 
 from mstail.parsers import load_formats
+from mstail.parsers.record import dumps
 from mstail.tailer import tailer as tailer_module
 from mstail.tailer.config import Config
 from mstail.tailer.hub import Hub, ItemsMessage, SourceMessage
@@ -110,3 +113,17 @@ def test_counts_held_back_are_at_most_a_second_behind_with_many_sources(
 
     behind = asyncio.run(scenario())
     assert 0.25 < behind <= tailer_module.SOURCE_PUSH_MAX_S + 0.3, behind  # held back, then sent when due
+
+
+@pytest.mark.parametrize("data", [
+    {"id": "rank_0", "problem": None, "run": None, "last_time": 1.5e9, "metrics": ["loss"], "counters": {"lines": 3}},
+    {"id": "rank_0", "problem": None, "last_time": math.nan},  # a None and a NaN: both would be `null` by orjson
+    {"id": "null/rank_0", "problem": None, "last_time": math.inf},  # "null" in a string does not hide the Infinity
+    {"id": "rank_0", "nested": [{"a": None, "b": -math.inf}]},
+    [{"seq": 1, "loss": math.nan, "time": None}, {"seq": 2, "loss": 0.5, "step": 1 << 70}],  # an int orjson refuses
+])
+def test_stream_json_keeps_the_names_of_non_finite_numbers_and_every_value(data: object) -> None:
+    """The stream's JSON (orjson where its text holds the same values) reads back as the json module's with the
+    non-finite numbers by name (`dumps`), the record contract's encoding."""
+    body = frame(3, "source", data).split(b"data: ", 1)[1]
+    assert body.endswith(b"\n\n") and json.loads(body) == json.loads(dumps(data))
