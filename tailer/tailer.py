@@ -65,9 +65,10 @@ WRITER_CHECK_S = 5.0
 #: a source silent this long, whose file nobody holds open for writing any more, has "ended" (its run is over)
 ENDED_AFTER_S = 10.0
 #: a source's counters go out on the stream (SSE `source`) at most this often; with many sources less often, so that
-#: all of them cost at most 512 entries a second: SOURCE_PUSH_S x max(1, sources / SOURCE_PUSH_SHARE), but never less
-#: often than SOURCE_PUSH_MAX_S, so the page's counters are at most that far behind (issue 17; 1,024 sources: each
-#: every second, an entry and its JSON ~10 us). A changed state goes out at once.
+#: all of them cost at most 512 entries a second: SOURCE_PUSH_S x max(1, sources / SOURCE_PUSH_SHARE), but at least
+#: every SOURCE_PUSH_MAX_S - SOURCE_PUSH_S; the loop wakes for held ones at most every SOURCE_PUSH_S, so the page's
+#: counters are at most SOURCE_PUSH_MAX_S behind (issue 17; 1,024 sources at a step a second: an entry per step, about
+#: 10 us with its JSON). A changed state goes out at once.
 SOURCE_PUSH_S = 0.25
 SOURCE_PUSH_SHARE = 128
 SOURCE_PUSH_MAX_S = 1.0
@@ -153,6 +154,7 @@ class Tailer:
         self._unpushed: Set[str] = set()  # sources whose changed counts were held back (sent by a later delivery)
         self._push_due: List[Tuple[float, str]] = []  # a heap of (monotonic time it may go, source id) of those
         self._pushing: List[Dict[str, Any]] = []  # the sources' entries this delivery sends (one SourceMessage)
+        self._delivered = -math.inf  # monotonic time of the last delivery (`_sleep` wakes for held entries after it)
         self.passes = 0
         self._deliver_s_per_item = 20e-6  # storing + publishing one item on the event loop (measured, see _deliver)
         self.notices = Notices(log)
@@ -356,8 +358,10 @@ class Tailer:
     async def _sleep(self, stop: asyncio.Event, wake: asyncio.Event, timeout: float) -> None:
         if self._planner.holding:
             timeout = min(timeout, self.config.grace_s)
-        if self._push_due:  # counts held back go out when due (`_push_source`), not with the next sweep
-            timeout = min(timeout, max(0.0, self._push_due[0][0] - time.monotonic()))
+        if self._push_due:  # counts held back go out when due, not with the next sweep; a pass for all that are due
+            # then, at most every SOURCE_PUSH_S (due times spread over the second: a pass per entry would spin)
+            due = max(self._push_due[0][0], self._delivered + SOURCE_PUSH_S)
+            timeout = min(timeout, max(0.0, due - time.monotonic()))
         waiters = [asyncio.ensure_future(wake.wait()), asyncio.ensure_future(stop.wait())]
         try:
             await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
@@ -463,7 +467,7 @@ class Tailer:
         return fold_amends(items)
 
     def _deliver(self, results: List[Tuple[_Source, List[Item]]]) -> None:
-        started = time.monotonic()
+        started = self._delivered = time.monotonic()
         self._deliver_items(results)
         count = sum(len(items) for _, items in results)
         if count >= 100:  # a moving average of the cost per item, which the next passes plan with
@@ -540,13 +544,15 @@ class Tailer:
     def _push_source(self, info: Any, changed_state: bool) -> None:
         """Send a source's entry to the stream's clients (in this delivery's one `SourceMessage`): at once when its
         state changed, else when its counts changed and it was last sent SOURCE_PUSH_S (scaled by the number of
-        sources, at most SOURCE_PUSH_MAX_S) ago; a change held back goes out with a later pass, which the loop runs
-        when it is due (`_sleep`), so the page's counters are at most SOURCE_PUSH_MAX_S behind."""
+        sources, at most SOURCE_PUSH_MAX_S - SOURCE_PUSH_S) ago; a change held back goes out with a later pass, which
+        the loop runs when it is due (`_sleep`, within SOURCE_PUSH_S), so the counters are at most SOURCE_PUSH_MAX_S
+        behind."""
         counts = (info.records, info.counters.get("lines"), info.counters.get("bytes"), info.problem, len(info.metrics),
                   info.last_step, info.format)
         sent_at, sent = self._pushed.get(info.id, (-math.inf, None))
         now = time.monotonic()
-        every = min(SOURCE_PUSH_MAX_S, SOURCE_PUSH_S * max(1.0, len(self.store.sources) / SOURCE_PUSH_SHARE))
+        scaled = SOURCE_PUSH_S * max(1.0, len(self.store.sources) / SOURCE_PUSH_SHARE)
+        every = min(SOURCE_PUSH_MAX_S - SOURCE_PUSH_S, scaled)
         if changed_state or (counts != sent and now - sent_at >= every):
             self._pushed[info.id] = (now, counts)
             self._unpushed.discard(info.id)
