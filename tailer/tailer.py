@@ -358,8 +358,9 @@ class Tailer:
     async def _sleep(self, stop: asyncio.Event, wake: asyncio.Event, timeout: float) -> None:
         if self._planner.holding:
             timeout = min(timeout, self.config.grace_s)
-        if self._push_due:  # counts held back go out when due, not with the next sweep; a pass for all that are due
-            # then, at most every SOURCE_PUSH_S (due times spread over the second: a pass per entry would spin)
+        if self._push_due and self.config.poll_s is None:  # counts held back go out when due, not with the next
+            # sweep; a pass for all that are due then, at most every SOURCE_PUSH_S (due times spread over the second:
+            # a pass per entry would spin). Polling (`--poll`) sends them with its passes (an early one reads all).
             due = max(self._push_due[0][0], self._delivered + SOURCE_PUSH_S)
             timeout = min(timeout, max(0.0, due - time.monotonic()))
         waiters = [asyncio.ensure_future(wake.wait()), asyncio.ensure_future(stop.wait())]
@@ -476,6 +477,7 @@ class Tailer:
 
     def _deliver_items(self, results: List[Tuple[_Source, List[Item]]]) -> None:
         now = time.time()
+        push_now, push_every = time.monotonic(), self._push_every()
         batch = []
         self._learn_remote(source for source, _ in results)
         for source, items in results:
@@ -502,8 +504,8 @@ class Tailer:
                             changes += self.alerts.observe(source_id, data, now, history=self._history(source, item))
                         batch += self._store_alerts(source_id, changes)
                 info.state = self._state(source, source_id, now)
-                self._push_source(info, info.state != old_state)
-        self._push_held()
+                self._push_source(info, info.state != old_state, push_now, push_every)
+        self._push_held(push_now, push_every)
         if self.alerts is not None and self._tick_due():
             states, infos = {}, self.store.sources
             for source in self._sources.values():
@@ -529,30 +531,31 @@ class Tailer:
         self._ticked = time.monotonic()
         return True
 
-    def _push_held(self) -> None:
+    def _push_every(self) -> float:
+        """How long a source's changed counts wait after its last entry (`_push_source`)."""
+        scaled = SOURCE_PUSH_S * max(1.0, len(self.store.sources) / SOURCE_PUSH_SHARE)
+        return min(SOURCE_PUSH_MAX_S - SOURCE_PUSH_S, scaled)
+
+    def _push_held(self, now: float, every: float) -> None:
         """Send the counts held back before whose time has come (of sources this pass may not have read): a
         look at the few that are due, not at every source held back (a thousand at a thousand sources)."""
-        now = time.monotonic()
         due = self._push_due
         while due and due[0][0] <= now:
             _, source_id = heapq.heappop(due)
             if source_id in self._unpushed:  # else sent since, with a pass that read it
                 self._unpushed.discard(source_id)
                 if source_id in self.store.sources:
-                    self._push_source(self.store.sources[source_id], False)  # held again if the wait grew
+                    self._push_source(self.store.sources[source_id], False, now, every)  # held again: wait grew
 
-    def _push_source(self, info: Any, changed_state: bool) -> None:
+    def _push_source(self, info: Any, changed_state: bool, now: float, every: float) -> None:
         """Send a source's entry to the stream's clients (in this delivery's one `SourceMessage`): at once when its
         state changed, else when its counts changed and it was last sent SOURCE_PUSH_S (scaled by the number of
         sources, at most SOURCE_PUSH_MAX_S - SOURCE_PUSH_S) ago; a change held back goes out with a later pass, which
         the loop runs when it is due (`_sleep`, within SOURCE_PUSH_S), so the counters are at most SOURCE_PUSH_MAX_S
-        behind."""
+        behind. `now` (monotonic) and `every` (`_push_every`) are the delivery's, worked out once for all sources."""
         counts = (info.records, info.counters.get("lines"), info.counters.get("bytes"), info.problem, len(info.metrics),
                   info.last_step, info.format)
         sent_at, sent = self._pushed.get(info.id, (-math.inf, None))
-        now = time.monotonic()
-        scaled = SOURCE_PUSH_S * max(1.0, len(self.store.sources) / SOURCE_PUSH_SHARE)
-        every = min(SOURCE_PUSH_MAX_S - SOURCE_PUSH_S, scaled)
         if changed_state or (counts != sent and now - sent_at >= every):
             self._pushed[info.id] = (now, counts)
             self._unpushed.discard(info.id)
