@@ -215,19 +215,21 @@ class FileFollower:
         """The path the source stands for (its history's, its checkpoint's): the followed path."""
         return self.path
 
-    def may_have_news(self) -> bool:
-        """False only when one `stat` shows nothing a read would find: the path still names the open file, whose
-        size is what has been read, and no older file is being drained. Only where attributes are current (a
-        local filesystem; NFS may show an old size) and as a check behind file events: a rewrite in place to
-        the very same size passes it (the event of that write does not)."""
+    def may_have_news(self, rotation: bool = True) -> bool:
+        """False only when one `stat` shows nothing a read would find: the open file's size is what has been read,
+        no older file is being drained, and (`rotation`, default) the path still names the open file. Without
+        `rotation` the open file's own `fstat` is taken (no path lookup: about half the cost), blind to a new file
+        at the path. Only where attributes are current (a local filesystem; NFS may show an old size) and as a
+        check behind file events: a rewrite in place to the very same size passes it (the event of that write
+        does not)."""
         current = self.current
         if current is None or self.draining or self.state != "following":
             return True
         try:
-            st = os.stat(self.path)
+            st = os.stat(self.path) if rotation else os.fstat(current.fd)
         except OSError:
             return True
-        return (st.st_dev, st.st_ino) != current.identity or st.st_size != current.pos
+        return (rotation and (st.st_dev, st.st_ino) != current.identity) or st.st_size != current.pos
 
     def close(self) -> None:
         for handle in self.draining + ([self.current] if self.current else []):

@@ -26,6 +26,9 @@ from .watch import Changes
 REDISCOVER_S = 10.0
 #: events naming new paths a pattern may name look for new files at most this often (the rest wait for a pass).
 DISCOVER_EVENT_S = 0.1
+#: one sweep in this many stats the files' paths (a rotation events missed); the others each open file (`fstat`: no
+#: path lookup, a third of the cost, the most of an idle mstail's time with a thousand files).
+ROTATION_SWEEP_EVERY = 5
 
 S = TypeVar("S")
 
@@ -43,6 +46,7 @@ class Pacer:
         self.poll_s, self.sweep_s = poll_s, sweep_s
         self._next = 0.0  # monotonic time of the next full pass (polling) or sweep
         self._full = True  # the first pass reads every file
+        self._sweeps = 0
 
     def full_pass_next(self) -> None:
         """The watcher was (re)started: what changed while none looked is found by reading every file."""
@@ -60,7 +64,8 @@ class Pacer:
         sweep = now >= self._next
         if sweep:
             self._next = now + self.sweep_s
-        return Plan(paths, sweep)
+            self._sweeps += 1
+        return Plan(paths, sweep, rotations=not sweep or self._sweeps % ROTATION_SWEEP_EVERY == 1)
 
     def timeout(self) -> float:
         """How long the loop may sleep before the next pass is due."""
@@ -70,10 +75,12 @@ class Pacer:
 @dataclass(frozen=True)
 class Plan:
     """What the tailer loop asks of one pass: `changed` are the paths file events named since the last pass;
-    `sweep` adds every source a stat shows may have news. No plan (None) is a full pass."""
+    `sweep` adds every source a stat shows may have news, by a stat of its path (`rotations`: a new file there
+    too) or of its open file. No plan (None) is a full pass."""
 
     changed: Set[str]
     sweep: bool = False
+    rotations: bool = True
 
 
 class Planner(Generic[S]):

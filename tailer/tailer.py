@@ -65,10 +65,13 @@ WRITER_CHECK_S = 5.0
 #: a source silent this long, whose file nobody holds open for writing any more, has "ended" (its run is over)
 ENDED_AFTER_S = 10.0
 #: a source's counters go out on the stream (SSE `source`) at most this often; with many sources less often, so that
-#: all of them cost at most 512 entries a second (an entry and its JSON: ~30 us; 1,024 sources: each every 2 s):
-#: SOURCE_PUSH_S x max(1, sources / SOURCE_PUSH_SHARE). A changed state goes out at once.
+#: all of them cost at most 512 entries a second: SOURCE_PUSH_S x max(1, sources / SOURCE_PUSH_SHARE), but at least
+#: every SOURCE_PUSH_MAX_S - SOURCE_PUSH_S; the loop wakes for held ones at most every SOURCE_PUSH_S, so the page's
+#: counters are at most SOURCE_PUSH_MAX_S behind (issue 17; 1,024 sources at a step a second: an entry per step, about
+#: 10 us with its JSON). A changed state goes out at once.
 SOURCE_PUSH_S = 0.25
 SOURCE_PUSH_SHARE = 128
+SOURCE_PUSH_MAX_S = 1.0
 #: after an unexpected error, a source is left alone this long, the whole loop this long at first (doubling to 30 s).
 FAILURE_BACKOFF_S = 1.0
 #: the alert engine's time-based rules (hang, gone, stragglers: one look at every source) run at most this often;
@@ -151,6 +154,7 @@ class Tailer:
         self._unpushed: Set[str] = set()  # sources whose changed counts were held back (sent by a later delivery)
         self._push_due: List[Tuple[float, str]] = []  # a heap of (monotonic time it may go, source id) of those
         self._pushing: List[Dict[str, Any]] = []  # the sources' entries this delivery sends (one SourceMessage)
+        self._delivered = -math.inf  # monotonic time of the last delivery (`_sleep` wakes for held entries after it)
         self.passes = 0
         self._deliver_s_per_item = 20e-6  # storing + publishing one item on the event loop (measured, see _deliver)
         self.notices = Notices(log)
@@ -354,6 +358,11 @@ class Tailer:
     async def _sleep(self, stop: asyncio.Event, wake: asyncio.Event, timeout: float) -> None:
         if self._planner.holding:
             timeout = min(timeout, self.config.grace_s)
+        if self._push_due and self.config.poll_s is None:  # counts held back go out when due, not with the next
+            # sweep; a pass for all that are due then, at most every SOURCE_PUSH_S (due times spread over the second:
+            # a pass per entry would spin). Polling (`--poll`) sends them with its passes (an early one reads all).
+            due = max(self._push_due[0][0], self._delivered + SOURCE_PUSH_S)
+            timeout = min(timeout, max(0.0, due - time.monotonic()))
         waiters = [asyncio.ensure_future(wake.wait()), asyncio.ensure_future(stop.wait())]
         try:
             await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
@@ -424,11 +433,14 @@ class Tailer:
         `start` is monotonic, `now` wall time."""
         if self._planner.discovery_due(self._plan, start):
             self.discover()
-        return self._planner.choose(self._sources.values(), self._plan, lambda source: self._stale(source, now))
+        rotations = self._plan is None or self._plan.rotations
+        return self._planner.choose(self._sources.values(), self._plan,
+                                    lambda source: self._stale(source, now, rotations))
 
-    def _stale(self, source: _Source, now: float) -> bool:
-        """Whether a sweep reads a source events did not name: a stat shows news, or its state changed with time."""
-        return source.follower.may_have_news() or self._state(source, source.id, now) != source.shown_state
+    def _stale(self, source: _Source, now: float, rotations: bool) -> bool:
+        """Whether a sweep reads a source events did not name: a stat shows news (`rotations`: of its path, else of
+        its open file), or its state changed with time."""
+        return source.follower.may_have_news(rotations) or self._state(source, source.id, now) != source.shown_state
 
     def _source_failed(self, source: _Source, exc: Exception) -> None:
         source.failures += 1
@@ -456,7 +468,7 @@ class Tailer:
         return fold_amends(items)
 
     def _deliver(self, results: List[Tuple[_Source, List[Item]]]) -> None:
-        started = time.monotonic()
+        started = self._delivered = time.monotonic()
         self._deliver_items(results)
         count = sum(len(items) for _, items in results)
         if count >= 100:  # a moving average of the cost per item, which the next passes plan with
@@ -465,6 +477,7 @@ class Tailer:
 
     def _deliver_items(self, results: List[Tuple[_Source, List[Item]]]) -> None:
         now = time.time()
+        push_now, push_every = time.monotonic(), self._push_every()
         batch = []
         self._learn_remote(source for source, _ in results)
         for source, items in results:
@@ -491,8 +504,8 @@ class Tailer:
                             changes += self.alerts.observe(source_id, data, now, history=self._history(source, item))
                         batch += self._store_alerts(source_id, changes)
                 info.state = self._state(source, source_id, now)
-                self._push_source(info, info.state != old_state)
-        self._push_held()
+                self._push_source(info, info.state != old_state, push_now, push_every)
+        self._push_held(push_now, push_every)
         if self.alerts is not None and self._tick_due():
             states, infos = {}, self.store.sources
             for source in self._sources.values():
@@ -518,28 +531,31 @@ class Tailer:
         self._ticked = time.monotonic()
         return True
 
-    def _push_held(self) -> None:
+    def _push_every(self) -> float:
+        """How long a source's changed counts wait after its last entry (`_push_source`)."""
+        scaled = SOURCE_PUSH_S * max(1.0, len(self.store.sources) / SOURCE_PUSH_SHARE)
+        return min(SOURCE_PUSH_MAX_S - SOURCE_PUSH_S, scaled)
+
+    def _push_held(self, now: float, every: float) -> None:
         """Send the counts held back before whose time has come (of sources this pass may not have read): a
         look at the few that are due, not at every source held back (a thousand at a thousand sources)."""
-        now = time.monotonic()
         due = self._push_due
         while due and due[0][0] <= now:
             _, source_id = heapq.heappop(due)
             if source_id in self._unpushed:  # else sent since, with a pass that read it
                 self._unpushed.discard(source_id)
                 if source_id in self.store.sources:
-                    self._push_source(self.store.sources[source_id], False)  # held again if the wait grew
+                    self._push_source(self.store.sources[source_id], False, now, every)  # held again: wait grew
 
-    def _push_source(self, info: Any, changed_state: bool) -> None:
+    def _push_source(self, info: Any, changed_state: bool, now: float, every: float) -> None:
         """Send a source's entry to the stream's clients (in this delivery's one `SourceMessage`): at once when its
         state changed, else when its counts changed and it was last sent SOURCE_PUSH_S (scaled by the number of
-        sources) ago; a change held back goes out with a later pass (one runs at least every `safety_poll_s`), so
-        the page's counters stay live."""
+        sources, at most SOURCE_PUSH_MAX_S - SOURCE_PUSH_S) ago; a change held back goes out with a later pass, which
+        the loop runs when it is due (`_sleep`, within SOURCE_PUSH_S), so the counters are at most SOURCE_PUSH_MAX_S
+        behind. `now` (monotonic) and `every` (`_push_every`) are the delivery's, worked out once for all sources."""
         counts = (info.records, info.counters.get("lines"), info.counters.get("bytes"), info.problem, len(info.metrics),
                   info.last_step, info.format)
         sent_at, sent = self._pushed.get(info.id, (-math.inf, None))
-        now = time.monotonic()
-        every = SOURCE_PUSH_S * max(1.0, len(self.store.sources) / SOURCE_PUSH_SHARE)
         if changed_state or (counts != sent and now - sent_at >= every):
             self._pushed[info.id] = (now, counts)
             self._unpushed.discard(info.id)

@@ -23,7 +23,7 @@ from mstail.tailer.discovery import PatternFilter, SourceNamer
 from mstail.tailer.follower import FileFollower
 from mstail.tailer.hub import Hub
 from mstail.tailer import planner
-from mstail.tailer.planner import Pacer, Plan
+from mstail.tailer.planner import ROTATION_SWEEP_EVERY, Pacer, Plan
 from mstail.tailer.store import Store
 from mstail.tailer.tailer import Tailer
 from mstail.tailer.watch import Changes
@@ -67,6 +67,9 @@ def test_an_event_pass_reads_the_named_files_and_a_sweep_finds_what_no_event_nam
         assert _steps(tailer)["rank_2"] == [1, 2]
         await tailer.pass_once(Plan(set(), sweep=True))  # the event for rank_0 was missed: one stat sees it
         assert _steps(tailer) == {"rank_0": [1, 2], "rank_1": [1, 2], "rank_2": [1, 2]}
+        _append(logs[0], 3)
+        await tailer.pass_once(Plan(set(), sweep=True, rotations=False))  # missed again: the open file's stat sees it
+        assert _steps(tailer)["rank_0"] == [1, 2, 3]
 
     asyncio.run(scenario())
 
@@ -109,7 +112,10 @@ def test_a_stat_tells_whether_a_read_may_find_anything(tmp_path: Path) -> None:
     assert not follower.may_have_news()
     os.rename(log, tmp_path / "info.log.1")
     _append(log, 3)
+    assert not follower.may_have_news(rotation=False)  # the open file's own stat: nothing new in it
     assert follower.may_have_news()  # another file at the path
+    _append(tmp_path / "info.log.1", 3)
+    assert follower.may_have_news(rotation=False)  # the open file grew
     follower.close()
 
 
@@ -158,6 +164,11 @@ def test_the_pacer_reads_everything_when_polling_or_blind_and_sweeps_on_its_time
         changes.add(["/logs/rank_0/info.log"])
         assert events.plan(changes) == Plan({"/logs/rank_0/info.log"}, sweep=False)
         assert not changes.event.is_set() and events.plan(changes) == Plan(set(), sweep=False)
+        await asyncio.sleep(events.timeout())
+        assert events.plan(changes) == Plan(set(), sweep=True)  # its stats name the paths (rotations)
+        for _ in range(ROTATION_SWEEP_EVERY - 1):  # the next sweeps stat the open files only
+            await asyncio.sleep(events.timeout())
+            assert events.plan(changes) == Plan(set(), sweep=True, rotations=False)
         await asyncio.sleep(events.timeout())
         assert events.plan(changes) == Plan(set(), sweep=True)
         events.full_pass_next()  # a watcher (re)started
