@@ -15,7 +15,7 @@ import pytest
 from mstail.parsers import Item, SourceParser
 from mstail.parsers.amends import settled
 from mstail.parsers.interleave import InterleavedParser
-from mstail.tailer import tailer as tailer_module
+from mstail.tailer import catchup, tailer as tailer_module
 from mstail.tailer.config import Config
 from mstail.tailer.hub import Hub
 from mstail.tailer.store import Store
@@ -25,17 +25,29 @@ from tests.parsers.support import FORMATS, READ_TIME
 from tests.tailer.test_offline_chains import LOGS, mixed_log, whole_file_lines
 
 
+@pytest.mark.parametrize("child", [False, True], ids=["passes", "child"])
 @pytest.mark.parametrize("name", [p.name for p in LOGS] + ["mixed.log"])
-def test_the_catch_up_gives_what_feeding_every_line_gives(name: str, tmp_path: Path,
+def test_the_catch_up_gives_what_feeding_every_line_gives(name: str, child: bool, tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """`child`: the history after the first 1 KiB goes to a catch-up child (`tailer.catchup`) in 4 KiB batches,
+    handed over to the source's own follower and parser at the end."""
     monkeypatch.setattr(tailer_module.time, "time", lambda: READ_TIME)  # one read time, as in the line-by-line parse
+    children = []
+    if child:
+        monkeypatch.setattr(tailer_module, "CATCH_UP_SLICE", 1024)
+        monkeypatch.setattr(tailer_module, "BULK_MIN_BYTES", 1)
+        monkeypatch.setattr(catchup, "BULK_BLOCK_BYTES", 4096)
+        monkeypatch.setattr(tailer_module, "CatchUp", lambda *args: children.append(catchup.CatchUp(*args)) or
+                            children[-1])
     path = tmp_path / name
     source = next((p for p in LOGS if p.name == name), None)
     if source is None:
         path.write_text("\n".join(mixed_log()) + "\n", encoding="utf-8")
     else:
         shutil.copy(source, path)
-    tailer = Tailer(Config(logs=(str(path),), persist=False), FORMATS, Store(), Hub())
+    # with a child, one round per pass: the first pass reads 1 KiB, the rest goes to the child
+    tailer = Tailer(Config(logs=(str(path),), persist=False, pass_time_s=0.0 if child else 0.01), FORMATS, Store(),
+                    Hub())
     parsed: List[Item] = []  # the parser's items, as each pass hands them to the store
     deliver = tailer._deliver
 
@@ -59,3 +71,4 @@ def test_the_catch_up_gives_what_feeding_every_line_gives(name: str, tmp_path: P
     expected += reference.flush(READ_TIME, force=True)
     assert [repr(item) for item in settled(parsed)] == [repr(item) for item in settled(expected)]
     assert followed.parser.counts == reference.counts
+    assert followed.catch_up is None and bool(children) == (child and path.stat().st_size > 1024)
