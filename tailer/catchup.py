@@ -23,7 +23,6 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
-import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any, List, Optional, Tuple
@@ -61,11 +60,11 @@ class Batch:
 
 
 def eligible(follower: Any, parser: Any) -> bool:
-    """Whether a source's follower and parser can go to a child: a plain log file open with no older file being
-    drained, a line parser without launcher-tagged parts (a new part needs a source on the parent's side), holding
-    nothing (its state is a resume point)."""
-    return (type(follower) is FileFollower and follower.current is not None and not follower.draining
-            and isinstance(parser, InterleavedParser) and not parser.parts and not parser.holding)
+    """Whether a source's follower and parser can go to a child: a plain log file open (older files it still drains
+    are read first, as a pass does), a line parser without launcher-tagged parts (a new part needs a source on the
+    parent's side), holding nothing (its state is a resume point)."""
+    return (type(follower) is FileFollower and follower.current is not None and isinstance(parser, InterleavedParser)
+            and not parser.parts and not parser.holding)
 
 
 def children_allowed() -> int:
@@ -89,7 +88,7 @@ class CatchUp:
         follower: the source's follower, at a resume point (its copy goes on in the child).
         parser: the source's parser there (likewise).
         checkpoint: the resume point: the parent's source checkpoint taken just now.
-        now: the read time of lines without a timestamp in the first block (each block takes its own).
+        now: the read time of the history's lines (the time a line without a timestamp is given), as for a pass.
     """
 
     def __init__(self, follower: FileFollower, parser: InterleavedParser, checkpoint: SourceCheckpoint,
@@ -146,7 +145,7 @@ def _child(follower: FileFollower, parser: InterleavedParser, end: int, conn: Co
     try:
         _as_a_child(parent)
         current = follower.current
-        while follower.current is current and not follower.draining and current.pos < end:  # type: ignore[union-attr]
+        while follower.current is current and current.pos < end:  # type: ignore[union-attr]
             failures: List[Tuple[int, str]] = []
 
             def failed(number: int, exc: Exception) -> None:
@@ -154,7 +153,11 @@ def _child(follower: FileFollower, parser: InterleavedParser, end: int, conn: Co
 
             items: List[Item] = []
             budget = min(BULK_BLOCK_BYTES, end - current.pos)  # type: ignore[union-attr]
-            for line in follower.read(budget, now, blocks=True):
+            before = follower.counters["bytes"]
+            lines = follower.read(budget, now, blocks=True)
+            if follower.counters["bytes"] == before:
+                break  # the file changed under it (truncated, replaced): the parent's passes take it from here
+            for line in lines:
                 if isinstance(line, Block):
                     items += feed_block(parser, line.data, line.number, now, line.decode, line.start, failed)
                     continue
@@ -168,7 +171,6 @@ def _child(follower: FileFollower, parser: InterleavedParser, end: int, conn: Co
             checkpoint = None if parser.holding else SourceCheckpoint(follower.checkpoint(), parser.snapshot_json(),
                                                                       emitted_at=parser.emitted)
             conn.send(Batch(items, checkpoint, parser.emitted, failures))
-            now = time.time()
     except BaseException:  # noqa: BLE001 - the parent resumes from the last batch; nothing here may outlive it
         pass
     finally:

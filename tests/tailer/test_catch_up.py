@@ -6,9 +6,10 @@ pass, the store the others)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 from pathlib import Path
-from typing import List
+from typing import Any, Dict, List, Tuple
 
 import pytest
 
@@ -17,6 +18,7 @@ from mstail.parsers.amends import settled
 from mstail.parsers.interleave import InterleavedParser
 from mstail.tailer import catchup, tailer as tailer_module
 from mstail.tailer.config import Config
+from mstail.tailer.db import open_state
 from mstail.tailer.hub import Hub
 from mstail.tailer.store import Store
 from mstail.tailer.tailer import Tailer
@@ -72,3 +74,71 @@ def test_the_catch_up_gives_what_feeding_every_line_gives(name: str, child: bool
     assert [repr(item) for item in settled(parsed)] == [repr(item) for item in settled(expected)]
     assert followed.parser.counts == reference.counts
     assert followed.catch_up is None and bool(children) == (child and path.stat().st_size > 1024)
+
+
+@pytest.mark.parametrize("batches", [0, 1, 3, 7])
+@pytest.mark.parametrize("kill", [False, True], ids=["stopped", "killed"])
+def test_a_restart_during_a_childs_catch_up_loses_and_repeats_nothing(batches: int, kill: bool, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """mstail stopped (or killed before its last pass's commit) after the child's `batches`-th batch was stored: the
+    restarted mstail resumes from the checkpoint committed with the batches (or, inside a traceback, from the one
+    before them, skipping what was stored since), and the history ends as one uninterrupted line-by-line read has it:
+    every item once, in order, seqs without a gap."""
+    monkeypatch.setattr(tailer_module.time, "time", lambda: READ_TIME)
+    monkeypatch.setattr(tailer_module, "CATCH_UP_SLICE", 1024)
+    monkeypatch.setattr(tailer_module, "BULK_MIN_BYTES", 1)
+    monkeypatch.setattr(tailer_module, "BULK_DELIVERY_S", 0.0)  # one batch's worth a pass (at least 100 items)
+    monkeypatch.setattr(catchup, "BULK_BLOCK_BYTES", 2048)
+    path = tmp_path / "logs" / "info.log"
+    path.parent.mkdir()
+    path.write_text("\n".join(mixed_log() * 4) + "\n", encoding="utf-8")  # tracebacks across batch ends
+    config = Config(logs=(str(path),), state_dir=str(tmp_path / "state"), pass_time_s=0.0, alert_rules=None)
+
+    def boot() -> Tuple[Store, Tailer]:
+        store = Store(open_state(config, FORMATS))
+        checkpoints = store.load()
+        tailer = Tailer(config, FORMATS, store, Hub())
+        tailer.resume(checkpoints)
+        return store, tailer
+
+    def stop(store: Store, tailer: Tailer) -> None:
+        tailer.stop_catch_ups()
+        for source in tailer._sources.values():
+            source.follower.close()
+        store.close()
+
+    store, tailer = boot()
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(tailer.pass_once())  # the first KiB, and the child started
+        (followed,) = tailer._sources.values()
+        assert followed.catch_up is not None
+        for _ in range(batches):
+            loop.run_until_complete(tailer.pass_once())
+        if kill:
+            store.commit = lambda *args, **kwargs: None  # type: ignore[method-assign]  # dies before COMMIT
+            loop.run_until_complete(tailer.pass_once())
+        stop(store, tailer)
+        store, tailer = boot()
+        for _ in range(1000):
+            if not loop.run_until_complete(tailer.pass_once()):
+                break
+        (followed,) = tailer._sources.values()
+        assert followed.caught_up and followed.catch_up is None
+        tail = followed.parser.flush(READ_TIME, force=True)  # a finished log: what it still holds
+        stored = store.items_after(0, 1 << 30)
+    finally:
+        stop(store, tailer)
+        loop.close()
+    assert [item["seq"] for item in stored] == list(range(1, len(stored) + 1))
+    reference = InterleavedParser(lambda: SourceParser(FORMATS))
+    expected = [item for text, number in whole_file_lines(path) for item in reference.feed(text, number, READ_TIME)]
+    expected = settled(expected + reference.flush(READ_TIME, force=True))
+    got = [{k: v for k, v in item.items() if k not in ("seq", "source")} for item in stored if item.get("kind") != "amend"]
+    got += [dict(item.data) for item in settled(tail)]
+    assert list(map(_sorted_json, got)) == [_sorted_json({k: v for k, v in item.data.items() if k != "line"})
+                                            for item in expected]
+
+
+def _sorted_json(data: Dict[str, Any]) -> str:
+    return json.dumps(data, sort_keys=True)  # NaN as a token: equal to itself
