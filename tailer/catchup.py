@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import queue
 import signal
+import threading
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any, List, Optional, Tuple
@@ -42,9 +44,11 @@ if TYPE_CHECKING:
 #: a file catching up with at least this much left to read is parsed by a child process (smaller ones are read by
 #: the passes: a fork and its hand-over cost a few ms)
 BULK_MIN_BYTES = 8 << 20
-#: bytes the child reads and parses between two batches (about 600 steps of a MindFormers log): each batch is a
+#: bytes the child reads and parses between two batches (about 160 steps of a MindFormers log): each batch is a
 #: pickled message the parent decodes and stores in a few ms, and a resume point for a restart
-BULK_BLOCK_BYTES = 1 << 20
+BULK_BLOCK_BYTES = 256 << 10
+#: batches the child may have parsed ahead of what the parent took (each about 100 KB of pickled items)
+SEND_AHEAD = 32
 
 
 @dataclass
@@ -141,9 +145,24 @@ class CatchUp:
 
 def _child(follower: FileFollower, parser: InterleavedParser, end: int, conn: Connection, now: float,
            parent: int) -> None:
-    """The child's work: parse from the resume point to `end` (the size seen at the fork), a batch per block."""
+    """The child's work: parse from the resume point to `end` (the size seen at the fork), a batch per block. A
+    thread sends the batches, up to SEND_AHEAD behind, so parsing goes on while the parent is busy storing."""
+    outbox: "queue.Queue[Optional[Batch]]" = queue.Queue(SEND_AHEAD)
+
+    def send() -> None:
+        while True:
+            batch = outbox.get()
+            if batch is None:
+                return
+            try:
+                conn.send(batch)
+            except OSError:  # the parent stopped it, or is gone: nothing is left to do
+                os._exit(0)
+
+    sender = threading.Thread(target=send, daemon=True)
     try:
         _as_a_child(parent)
+        sender.start()
         current = follower.current
         while follower.current is current and current.pos < end:  # type: ignore[union-attr]
             failures: List[Tuple[int, str]] = []
@@ -170,10 +189,13 @@ def _child(follower: FileFollower, parser: InterleavedParser, end: int, conn: Co
                 break  # a launcher tag: the parent reads on from the last resume point, with sources for the parts
             checkpoint = None if parser.holding else SourceCheckpoint(follower.checkpoint(), parser.snapshot_json(),
                                                                       emitted_at=parser.emitted)
-            conn.send(Batch(items, checkpoint, parser.emitted, failures))
+            outbox.put(Batch(items, checkpoint, parser.emitted, failures))
     except BaseException:  # noqa: BLE001 - the parent resumes from the last batch; nothing here may outlive it
         pass
     finally:
+        if sender.is_alive():
+            outbox.put(None)
+            sender.join()
         conn.close()
         os._exit(0)
 

@@ -58,7 +58,7 @@ READ_SLICE = 8 << 10
 #: cost as much again to store, so live files still wait about one short pass.
 CATCH_UP_SLICE = 64 << 10
 #: a delivery of a child's catch-up batches may keep the event loop this long (live files wait for it at most once)
-BULK_DELIVERY_S = 0.04
+BULK_DELIVERY_S = 0.02
 #: how long a pass with nothing else to read waits for a catch-up child's next batch (it ends at once when one comes)
 BULK_WAIT_S = 0.02
 #: a read pass running longer than this is a stall: /healthz says so (a pass normally takes milliseconds).
