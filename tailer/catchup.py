@@ -21,10 +21,12 @@ so nothing of the parent's (the SQLite connection, uvicorn) is finalised twice.
 from __future__ import annotations
 
 import multiprocessing
+import contextlib
 import os
 import queue
 import signal
 import threading
+import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any, List, Optional, Tuple
@@ -44,11 +46,11 @@ if TYPE_CHECKING:
 #: a file catching up with at least this much left to read is parsed by a child process (smaller ones are read by
 #: the passes: a fork and its hand-over cost a few ms)
 BULK_MIN_BYTES = 8 << 20
-#: bytes the child reads and parses between two batches (about 160 steps of a MindFormers log): each batch is a
+#: bytes the child reads and parses between two batches (about 80 steps of a MindFormers log): each batch is a
 #: pickled message the parent decodes and stores in a few ms, and a resume point for a restart
-BULK_BLOCK_BYTES = 256 << 10
-#: batches the child may have parsed ahead of what the parent took (each about 100 KB of pickled items)
-SEND_AHEAD = 32
+BULK_BLOCK_BYTES = 128 << 10
+#: batches received and not taken yet at most (each about 50 KB of pickled items): a child further ahead waits
+AHEAD = 64
 
 
 @dataclass
@@ -109,16 +111,32 @@ class CatchUp:
             name="mstail-catch-up")
         self._process.start()
         child_end.close()
+        # A thread of its own receives the batches, so that a pass never waits for a child the scheduler left
+        # halfway through a message; None after the last one. Bounded: a child far ahead waits to send.
+        self._inbox: "queue.Queue[Optional[Batch]]" = queue.Queue(AHEAD)
+        self._reader = threading.Thread(target=self._receive, daemon=True, name="mstail-catch-up-reader")
+        self._reader.start()
+
+    def _receive(self) -> None:
+        try:
+            while True:
+                self._inbox.put(self._conn.recv())
+        except (EOFError, OSError):  # the child is done (or was stopped, or died)
+            pass
+        finally:
+            self._inbox.put(None)
 
     def take(self, limit: int, wait_s: float) -> List[Batch]:
         """Batches the child has sent, until they hold `limit` items or none is there; waits up to `wait_s` for
         the first. Each delivered batch moves `emitted` and, with a checkpoint, `resume`."""
         out: List[Batch] = []
         count = 0
-        while not self.done and count < limit and self._conn.poll(wait_s if not out else 0):
+        while not self.done and count < limit:
             try:
-                batch: Batch = self._conn.recv()
-            except (EOFError, OSError):
+                batch = self._inbox.get(timeout=wait_s) if wait_s > 0 and not out else self._inbox.get_nowait()
+            except queue.Empty:
+                break
+            if batch is None:
                 self.stop()
                 break
             out.append(batch)
@@ -129,12 +147,17 @@ class CatchUp:
         return out
 
     def stop(self) -> None:
-        """End the child (done or not) and reap it; later `take`s give nothing."""
+        """End the child (done or not), its reader and the pipe; later `take`s give nothing."""
         self.done = True
-        self._conn.close()
         if self._process.is_alive():
             self._process.kill()
         self._process.join(timeout=5)
+        deadline = time.monotonic() + 5
+        while self._reader.is_alive() and time.monotonic() < deadline:  # it may wait for room to put its last
+            with contextlib.suppress(queue.Empty):
+                self._inbox.get_nowait()
+            self._reader.join(timeout=0.01)
+        self._conn.close()
 
     def hand_over(self) -> SourceCheckpoint:
         """The checkpoint the source resumes from (the newest delivered), with every item delivered counted as
@@ -145,24 +168,9 @@ class CatchUp:
 
 def _child(follower: FileFollower, parser: InterleavedParser, end: int, conn: Connection, now: float,
            parent: int) -> None:
-    """The child's work: parse from the resume point to `end` (the size seen at the fork), a batch per block. A
-    thread sends the batches, up to SEND_AHEAD behind, so parsing goes on while the parent is busy storing."""
-    outbox: "queue.Queue[Optional[Batch]]" = queue.Queue(SEND_AHEAD)
-
-    def send() -> None:
-        while True:
-            batch = outbox.get()
-            if batch is None:
-                return
-            try:
-                conn.send(batch)
-            except OSError:  # the parent stopped it, or is gone: nothing is left to do
-                os._exit(0)
-
-    sender = threading.Thread(target=send, daemon=True)
+    """The child's work: parse from the resume point to `end` (the size seen at the fork), a batch per block."""
     try:
         _as_a_child(parent)
-        sender.start()
         current = follower.current
         while follower.current is current and current.pos < end:  # type: ignore[union-attr]
             failures: List[Tuple[int, str]] = []
@@ -189,13 +197,10 @@ def _child(follower: FileFollower, parser: InterleavedParser, end: int, conn: Co
                 break  # a launcher tag: the parent reads on from the last resume point, with sources for the parts
             checkpoint = None if parser.holding else SourceCheckpoint(follower.checkpoint(), parser.snapshot_json(),
                                                                       emitted_at=parser.emitted)
-            outbox.put(Batch(items, checkpoint, parser.emitted, failures))
+            conn.send(Batch(items, checkpoint, parser.emitted, failures))
     except BaseException:  # noqa: BLE001 - the parent resumes from the last batch; nothing here may outlive it
         pass
     finally:
-        if sender.is_alive():
-            outbox.put(None)
-            sender.join()
         conn.close()
         os._exit(0)
 

@@ -57,10 +57,8 @@ READ_SLICE = 8 << 10
 #: through the parsers' fast path (`parsers.blocks`): a round's parsing costs a few ms, and its records (about 40)
 #: cost as much again to store, so live files still wait about one short pass.
 CATCH_UP_SLICE = 64 << 10
-#: a delivery of a child's catch-up batches may keep the event loop this long (live files wait for it at most once)
-BULK_DELIVERY_S = 0.02
 #: how long a pass with nothing else to read waits for a catch-up child's next batch (it ends at once when one comes)
-BULK_WAIT_S = 0.02
+BULK_WAIT_S = 0.005
 #: a read pass running longer than this is a stall: /healthz says so (a pass normally takes milliseconds).
 STALL_S = 10.0
 #: a `--log` pattern naming nothing for this long, in a folder that does not exist, is said on stderr.
@@ -432,12 +430,12 @@ class Tailer:
         return results, more or bool(unfinished) or bool(bulk)
 
     def _take_batches(self, source: _Source, wait_s: float) -> List[Item]:
-        """The items of the batches a source's catch-up child has sent (as many as BULK_DELIVERY_S of storing
-        takes), waiting up to `wait_s` for the first; the newest resume point delivered is the source's snapshot.
+        """The items of the batches a source's catch-up child has sent (as many as `pass_time_s` of storing takes,
+        as a pass reads: live files wait for them at most once), waiting up to `wait_s` for the first; the newest resume point delivered is the source's snapshot.
         When the child is done, the source's own follower and parser take over from there (`_hand_over`)."""
         catch_up = source.catch_up
         assert catch_up is not None
-        limit = max(100, int(BULK_DELIVERY_S / self._deliver_s_per_item))
+        limit = max(1, int(self.config.pass_time_s / self._deliver_s_per_item))
         items: List[Item] = []
         for batch in catch_up.take(limit, wait_s):
             items += batch.items

@@ -87,11 +87,11 @@ def test_a_restart_during_a_childs_catch_up_loses_and_repeats_nothing(batches: i
     monkeypatch.setattr(tailer_module.time, "time", lambda: READ_TIME)
     monkeypatch.setattr(tailer_module, "CATCH_UP_SLICE", 1024)
     monkeypatch.setattr(tailer_module, "BULK_MIN_BYTES", 1)
-    monkeypatch.setattr(tailer_module, "BULK_DELIVERY_S", 0.0)  # one batch's worth a pass (at least 100 items)
     monkeypatch.setattr(catchup, "BULK_BLOCK_BYTES", 2048)
     path = tmp_path / "logs" / "info.log"
     path.parent.mkdir()
     path.write_text("\n".join(mixed_log() * 4) + "\n", encoding="utf-8")  # tracebacks across batch ends
+    # pass_time_s 0: one round a pass, one batch a pass
     config = Config(logs=(str(path),), state_dir=str(tmp_path / "state"), pass_time_s=0.0, alert_rules=None)
 
     def boot() -> Tuple[Store, Tailer]:
