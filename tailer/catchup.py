@@ -22,11 +22,9 @@ from __future__ import annotations
 
 import multiprocessing
 import contextlib
+import fcntl
 import os
-import queue
 import signal
-import threading
-import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any, List, Optional, Tuple
@@ -49,8 +47,10 @@ BULK_MIN_BYTES = 8 << 20
 #: bytes the child reads and parses between two batches (about 80 steps of a MindFormers log): each batch is a
 #: pickled message the parent decodes and stores in a few ms, and a resume point for a restart
 BULK_BLOCK_BYTES = 128 << 10
-#: batches received and not taken yet at most (each about 50 KB of pickled items): a child further ahead waits
-AHEAD = 64
+#: the pipe's capacity asked for (Linux; at most /proc/sys/fs/pipe-max-size, 1 MiB by default): about 20 batches
+#: the child may send ahead before it waits for the parent, whose passes then never wait for a half-written one
+PIPE_BYTES = 1 << 20
+_F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)  # Python 3.10+ names it
 
 
 @dataclass
@@ -106,37 +106,22 @@ class CatchUp:
         end = follower.current.pos + left_to_read(follower)  # type: ignore[union-attr]  # the size seen now
         context = multiprocessing.get_context("fork")
         self._conn, child_end = context.Pipe(duplex=False)
+        _widen(child_end)
         self._process: BaseProcess = context.Process(
             target=_child, args=(follower, parser, end, child_end, now, os.getpid()), daemon=True,
             name="mstail-catch-up")
         self._process.start()
         child_end.close()
-        # A thread of its own receives the batches, so that a pass never waits for a child the scheduler left
-        # halfway through a message; None after the last one. Bounded: a child far ahead waits to send.
-        self._inbox: "queue.Queue[Optional[Batch]]" = queue.Queue(AHEAD)
-        self._reader = threading.Thread(target=self._receive, daemon=True, name="mstail-catch-up-reader")
-        self._reader.start()
-
-    def _receive(self) -> None:
-        try:
-            while True:
-                self._inbox.put(self._conn.recv())
-        except (EOFError, OSError):  # the child is done (or was stopped, or died)
-            pass
-        finally:
-            self._inbox.put(None)
 
     def take(self, limit: int, wait_s: float) -> List[Batch]:
         """Batches the child has sent, until they hold `limit` items or none is there; waits up to `wait_s` for
         the first. Each delivered batch moves `emitted` and, with a checkpoint, `resume`."""
         out: List[Batch] = []
         count = 0
-        while not self.done and count < limit:
+        while not self.done and count < limit and self._conn.poll(wait_s if not out else 0):
             try:
-                batch = self._inbox.get(timeout=wait_s) if wait_s > 0 and not out else self._inbox.get_nowait()
-            except queue.Empty:
-                break
-            if batch is None:
+                batch: Batch = self._conn.recv()  # the pipe holds all of it, or the child is writing the rest now
+            except (EOFError, OSError):  # the child is done (or died)
                 self.stop()
                 break
             out.append(batch)
@@ -147,23 +132,32 @@ class CatchUp:
         return out
 
     def stop(self) -> None:
-        """End the child (done or not), its reader and the pipe; later `take`s give nothing."""
+        """End the child (done or not) and reap it; later `take`s give nothing."""
         self.done = True
+        self._conn.close()
         if self._process.is_alive():
             self._process.kill()
         self._process.join(timeout=5)
-        deadline = time.monotonic() + 5
-        while self._reader.is_alive() and time.monotonic() < deadline:  # it may wait for room to put its last
-            with contextlib.suppress(queue.Empty):
-                self._inbox.get_nowait()
-            self._reader.join(timeout=0.01)
-        self._conn.close()
+
+    @property
+    def failed(self) -> Optional[str]:
+        """Why the child ended before its end (an error, a signal) in words, or None (it finished, or was stopped)."""
+        code = self._process.exitcode
+        if not code or code == -signal.SIGKILL:  # SIGKILL: `stop`'s
+            return None
+        return f"exit status {code}" if code > 0 else f"signal {-code}"
 
     def hand_over(self) -> SourceCheckpoint:
         """The checkpoint the source resumes from (the newest delivered), with every item delivered counted as
         emitted, so that the restore skips what was stored after it."""
         resume = self.resume
         return SourceCheckpoint(resume.follower, resume.parser_json, resume.emitted_at, self.emitted)
+
+
+def _widen(conn: Connection) -> None:
+    """Ask for a pipe of PIPE_BYTES (a smaller one works too, with more waits)."""
+    with contextlib.suppress(OSError):
+        fcntl.fcntl(conn.fileno(), _F_SETPIPE_SZ, PIPE_BYTES)
 
 
 def _child(follower: FileFollower, parser: InterleavedParser, end: int, conn: Connection, now: float,
@@ -198,8 +192,8 @@ def _child(follower: FileFollower, parser: InterleavedParser, end: int, conn: Co
             checkpoint = None if parser.holding else SourceCheckpoint(follower.checkpoint(), parser.snapshot_json(),
                                                                       emitted_at=parser.emitted)
             conn.send(Batch(items, checkpoint, parser.emitted, failures))
-    except BaseException:  # noqa: BLE001 - the parent resumes from the last batch; nothing here may outlive it
-        pass
+    except BaseException:  # noqa: BLE001 - the parent resumes from the last batch and says so; nothing may outlive it
+        os._exit(1)
     finally:
         conn.close()
         os._exit(0)

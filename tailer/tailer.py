@@ -453,6 +453,9 @@ class Tailer:
         assert catch_up is not None
         catch_up.stop()
         source.catch_up = None
+        if catch_up.failed is not None:
+            self.notices.say((source.id, "catch-up"), f"{source.follower.path}: the process reading its history ended "
+                             f"early ({catch_up.failed}); reading on from where it got to", logging.WARNING)
         follower = source.follower
         source.follower = FileFollower(follower.path, self.config.max_line_bytes)
         follower.close()

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import os
 import shutil
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
@@ -17,6 +19,7 @@ from mstail.parsers import Item, SourceParser
 from mstail.parsers.amends import settled
 from mstail.parsers.interleave import InterleavedParser
 from mstail.tailer import catchup, tailer as tailer_module
+from mstail.tailer.checkpoint import SourceCheckpoint
 from mstail.tailer.config import Config
 from mstail.tailer.db import open_state
 from mstail.tailer.hub import Hub
@@ -142,3 +145,46 @@ def test_a_restart_during_a_childs_catch_up_loses_and_repeats_nothing(batches: i
 
 def _sorted_json(data: Dict[str, Any]) -> str:
     return json.dumps(data, sort_keys=True)  # NaN as a token: equal to itself
+
+
+def test_a_child_that_dies_leaves_the_history_to_the_passes_and_is_said(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                      caplog: pytest.LogCaptureFixture) -> None:
+    """The child fails after its second batch (here: taking a checkpoint raises): the source resumes from the last
+    checkpoint delivered, its passes read the rest, every item is stored once, and a warning says what happened."""
+    monkeypatch.setattr(tailer_module.time, "time", lambda: READ_TIME)
+    monkeypatch.setattr(tailer_module, "CATCH_UP_SLICE", 1024)
+    monkeypatch.setattr(tailer_module, "BULK_MIN_BYTES", 1)
+    monkeypatch.setattr(catchup, "BULK_BLOCK_BYTES", 2048)
+    taken, parent = [], os.getpid()
+
+    def checkpoint(*args: Any, **kwargs: Any) -> Any:
+        taken.append(os.getpid())
+        if taken.count(os.getpid()) > 2 and os.getpid() != parent:
+            raise RuntimeError("a bug in the child")
+        return SourceCheckpoint(*args, **kwargs)
+
+    monkeypatch.setattr(catchup, "SourceCheckpoint", checkpoint)
+    path = tmp_path / "info.log"
+    path.write_text("\n".join(mixed_log() * 4) + "\n", encoding="utf-8")
+    store = Store()
+    tailer = Tailer(Config(logs=(str(path),), persist=False, pass_time_s=0.0, alert_rules=None), FORMATS, store, Hub())
+
+    async def catch_up() -> None:
+        for _ in range(1000):
+            if not await tailer.pass_once():
+                break
+
+    with caplog.at_level(logging.WARNING, logger="mstail.sidecar"):
+        asyncio.run(catch_up())
+    (followed,) = tailer._sources.values()
+    assert followed.caught_up and followed.catch_up is None
+    assert any("ended early (exit status 1)" in record.getMessage() for record in caplog.records)
+    tail = followed.parser.flush(READ_TIME, force=True)
+    stored = store.items_after(0, 1 << 30)
+    got = [{k: v for k, v in item.items() if k not in ("seq", "source")} for item in stored if item.get("kind") != "amend"]
+    got += [dict(item.data) for item in settled(tail)]
+    reference = InterleavedParser(lambda: SourceParser(FORMATS))
+    expected = [item for text, number in whole_file_lines(path) for item in reference.feed(text, number, READ_TIME)]
+    expected = settled(expected + reference.flush(READ_TIME, force=True))
+    assert list(map(_sorted_json, got)) == [_sorted_json({k: v for k, v in item.data.items() if k != "line"})
+                                            for item in expected]
