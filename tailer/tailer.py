@@ -57,6 +57,9 @@ READ_SLICE = 8 << 10
 #: through the parsers' fast path (`parsers.blocks`): a round's parsing costs a few ms, and its records (about 40)
 #: cost as much again to store, so live files still wait about one short pass.
 CATCH_UP_SLICE = 64 << 10
+#: items a pass takes from a catch-up child at least, however slow storing seemed (on a loaded machine the cost per
+#: item measured in wall time grows, and each pass has its fixed costs: a commit, the sources' entries)
+BULK_ITEMS_MIN = 400
 #: how long a pass with nothing else to read waits for a catch-up child's next batch (it ends at once when one comes)
 BULK_WAIT_S = 0.005
 #: a read pass running longer than this is a stall: /healthz says so (a pass normally takes milliseconds).
@@ -108,6 +111,8 @@ class _Source:
     remote: Optional[bool] = None  # its file is on a network filesystem (asked once: writers there are not seen)
     run: Optional[str] = None  # the run it belongs to, for a file found below a folder (`mstail DIR`)
     catch_up: Optional[CatchUp] = None  # the child process parsing its history, while one does (`tailer.catchup`)
+    #: this pass's items from a catch-up child as `Store.add` takes them (`store.prepare`), or None
+    prepared: Optional[List[Any]] = None
 
 
 class Tailer:
@@ -376,6 +381,7 @@ class Tailer:
         sources = [s for s in self._choose(start, now) if s.failed_until <= start]
         for source in sources:
             source.in_history = not source.caught_up
+            source.prepared = None
         items: Dict[str, List[Item]] = {s.id: [] for s in sources}
         taken = dict.fromkeys(items, 0)
         more = False  # some file has more than its budget allowed: the next pass starts at once
@@ -435,16 +441,19 @@ class Tailer:
         When the child is done, the source's own follower and parser take over from there (`_hand_over`)."""
         catch_up = source.catch_up
         assert catch_up is not None
-        limit = max(1, int(self.config.pass_time_s / self._deliver_s_per_item))
+        limit = max(BULK_ITEMS_MIN, int(self.config.pass_time_s / self._deliver_s_per_item))
         items: List[Item] = []
+        prepared: List[Any] = []
         for batch in catch_up.take(limit, wait_s):
-            items += batch.items
+            items += batch.items  # amends joined to their records in the child, batch by batch
+            prepared += batch.prepared
             for number, error in batch.failures:
                 self._line_failed(source, number, RuntimeError(error))
+        source.prepared = prepared
         source.snapshot = catch_up.resume
         if catch_up.done:
             self._hand_over(source)
-        return fold_amends(items)
+        return items
 
     def _hand_over(self, source: _Source) -> None:
         """A finished (or stopped) catch-up child: the source resumes at the newest checkpoint it delivered, as after
@@ -542,7 +551,8 @@ class Tailer:
                 info.hang_rule = "time bound" if source.remote else "writer"
                 info.run = source.run
                 if part_items:
-                    stored = self.store.add(source_id, part_items)
+                    # a catch-up child's items come prepared (it never hands over launcher-tagged parts)
+                    stored = self.store.add(source_id, part_items, source.prepared if source_id == source.id else None)
                     batch += stored
                     if self.alerts is not None:  # the rules judge whole records and events; amends are not theirs
                         observed = [item for item in part_items if item.kind != "amend"]
@@ -552,6 +562,7 @@ class Tailer:
                         batch += self._store_alerts(source_id, changes)
                 info.state = self._state(source, source_id, now)
                 self._push_source(info, info.state != old_state)
+            source.prepared = None
         self._push_held()
         if self.alerts is not None and self._tick_due():
             states, infos = {}, self.store.sources

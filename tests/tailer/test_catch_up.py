@@ -21,7 +21,7 @@ from mstail.parsers.interleave import InterleavedParser
 from mstail.tailer import catchup, tailer as tailer_module
 from mstail.tailer.checkpoint import SourceCheckpoint
 from mstail.tailer.config import Config
-from mstail.tailer.db import open_state
+from mstail.tailer.db import _item_json, _loads, open_state
 from mstail.tailer.hub import Hub
 from mstail.tailer.store import Store
 from mstail.tailer.tailer import Tailer
@@ -77,6 +77,10 @@ def test_the_catch_up_gives_what_feeding_every_line_gives(name: str, child: bool
     assert [repr(item) for item in settled(parsed)] == [repr(item) for item in settled(expected)]
     assert followed.parser.counts == reference.counts
     assert followed.catch_up is None and bool(children) == (child and path.stat().st_size > 1024)
+    store = tailer.store
+    store.commit()
+    for (text,) in store.db._rows("SELECT data FROM items"):  # the texts a child prepared are the store's own
+        assert text == _item_json(_loads(text))
 
 
 @pytest.mark.parametrize("batches", [0, 1, 3, 7])
