@@ -57,9 +57,6 @@ READ_SLICE = 8 << 10
 #: through the parsers' fast path (`parsers.blocks`): a round's parsing costs a few ms, and its records (about 40)
 #: cost as much again to store, so live files still wait about one short pass.
 CATCH_UP_SLICE = 64 << 10
-#: items a pass takes from a catch-up child at least, however slow storing seemed (on a loaded machine the cost per
-#: item measured in wall time grows, and each pass has its fixed costs: a commit, the sources' entries)
-BULK_ITEMS_MIN = 400
 #: how long a pass with nothing else to read waits for a catch-up child's next batch (it ends at once when one comes)
 BULK_WAIT_S = 0.005
 #: a read pass running longer than this is a stall: /healthz says so (a pass normally takes milliseconds).
@@ -170,6 +167,7 @@ class Tailer:
         self._pass_started: Optional[float] = None  # monotonic start of the pass in progress
         self._write_error: Optional[str] = None  # the history write failure last reported
         self._missing_checked = False
+        self._children = 0  # catch-up children running (`_start_catch_up`)
 
     def resume(self, checkpoints: Dict[str, Optional[SourceCheckpoint]]) -> None:
         """Continue from the state's checkpoints (source id -> checkpoint; `Store.load`) before the first pass:
@@ -441,7 +439,7 @@ class Tailer:
         When the child is done, the source's own follower and parser take over from there (`_hand_over`)."""
         catch_up = source.catch_up
         assert catch_up is not None
-        limit = max(BULK_ITEMS_MIN, int(self.config.pass_time_s / self._deliver_s_per_item))
+        limit = max(1, int(self.config.pass_time_s / self._deliver_s_per_item))
         items: List[Item] = []
         prepared: List[Any] = []
         for batch in catch_up.take(limit, wait_s):
@@ -462,6 +460,7 @@ class Tailer:
         assert catch_up is not None
         catch_up.stop()
         source.catch_up = None
+        self._children -= 1
         if catch_up.failed is not None:
             self.notices.say((source.id, "catch-up"), f"{source.follower.path}: the process reading its history ended "
                              f"early ({catch_up.failed}); reading on from where it got to", logging.WARNING)
@@ -476,9 +475,14 @@ class Tailer:
         if (source.caught_up or source.catch_up is not None or source.skip or source.snapshot is None
                 or not eligible(source.follower, source.parser) or left_to_read(source.follower) < BULK_MIN_BYTES):
             return
-        if sum(s.catch_up is not None for s in self._sources.values()) >= children_allowed():
+        if self._children >= children_allowed():
             return
-        source.catch_up = CatchUp(source.follower, source.parser, source.snapshot, now)
+        try:
+            source.catch_up = CatchUp(source.follower, source.parser, source.snapshot, now)
+            self._children += 1
+        except (OSError, ValueError) as exc:  # no fork (EAGAIN, ENOMEM; no fork start method): the passes read it
+            self.notices.say(("catch-up", type(exc)), f"cannot start a process for a file's history ({exc}); reading "
+                             "it in the passes", logging.WARNING)
 
     def stop_catch_ups(self) -> None:
         """End the catch-up children (at shutdown): the committed history resumes where their last batch ended."""
@@ -486,6 +490,7 @@ class Tailer:
             if source.catch_up is not None:
                 source.catch_up.stop()
                 source.catch_up = None
+                self._children -= 1
 
     def _choose(self, start: float, now: float) -> List[_Source]:
         """Look for new files when that is due, and pick the sources this pass reads (`mstail.tailer.planner`);

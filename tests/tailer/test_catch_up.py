@@ -30,12 +30,13 @@ from tests.parsers.support import FORMATS, READ_TIME
 from tests.tailer.test_offline_chains import LOGS, mixed_log, whole_file_lines
 
 
-@pytest.mark.parametrize("child", [False, True], ids=["passes", "child"])
+@pytest.mark.parametrize("child", [False, True, "no fork"], ids=["passes", "child", "no-fork"])
 @pytest.mark.parametrize("name", [p.name for p in LOGS] + ["mixed.log"])
 def test_the_catch_up_gives_what_feeding_every_line_gives(name: str, child: bool, tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """`child`: the history after the first 1 KiB goes to a catch-up child (`tailer.catchup`) in 4 KiB batches,
-    handed over to the source's own follower and parser at the end."""
+    handed over to the source's own follower and parser at the end; "no fork": the child cannot be started (said),
+    the passes read it."""
     monkeypatch.setattr(tailer_module.time, "time", lambda: READ_TIME)  # one read time, as in the line-by-line parse
     children = []
     if child:
@@ -44,6 +45,8 @@ def test_the_catch_up_gives_what_feeding_every_line_gives(name: str, child: bool
         monkeypatch.setattr(catchup, "BULK_BLOCK_BYTES", 4096)
         monkeypatch.setattr(tailer_module, "CatchUp", lambda *args: children.append(catchup.CatchUp(*args)) or
                             children[-1])
+    if child == "no fork":
+        monkeypatch.setattr(tailer_module, "CatchUp", lambda *args: children.append(None) or _no_fork())
     path = tmp_path / name
     source = next((p for p in LOGS if p.name == name), None)
     if source is None:
@@ -76,7 +79,7 @@ def test_the_catch_up_gives_what_feeding_every_line_gives(name: str, child: bool
     expected += reference.flush(READ_TIME, force=True)
     assert [repr(item) for item in settled(parsed)] == [repr(item) for item in settled(expected)]
     assert followed.parser.counts == reference.counts
-    assert followed.catch_up is None and bool(children) == (child and path.stat().st_size > 1024)
+    assert followed.catch_up is None and bool(children) == bool(child and path.stat().st_size > 1024)
     store = tailer.store
     store.commit()
     for (text,) in store.db._rows("SELECT data FROM items"):  # the texts a child prepared are the store's own
@@ -145,6 +148,10 @@ def test_a_restart_during_a_childs_catch_up_loses_and_repeats_nothing(batches: i
     got += [dict(item.data) for item in settled(tail)]
     assert list(map(_sorted_json, got)) == [_sorted_json({k: v for k, v in item.data.items() if k != "line"})
                                             for item in expected]
+
+
+def _no_fork() -> None:
+    raise BlockingIOError(11, "Resource temporarily unavailable")
 
 
 def _sorted_json(data: Dict[str, Any]) -> str:
