@@ -11,10 +11,9 @@ polls /api/sources until it counts every record (what `mstail parse` gives for t
 revision REV, on the same history (--rounds of each).
 
 Printed: the time from starting mstail to its serving line, to the first points of the history and to the full
-history served through /api/series; the
-catch-up's rate in MB/s; live latency (arrival - the writer's time just before it wrote the step line) p50/p99/max
-of the records written during the catch-up and after it; mstail's CPU and RSS; the machine's load average. mstail's CPU counts its
-catch-up child's once the child is done (the sidecar waits for it).
+history served through /api/series; the catch-up's rate in MB/s; live latency (arrival - the writer's time just before
+it wrote the step line) p50/p99/max of the records written during the catch-up and after it; mstail's CPU (and its
+catch-up child's, once the sidecar has waited for it) and RSS; the machine's load average.
 
 Run: python tests/bench/catch_up.py [--size-mb 100] [--live 4] [--rate 10] [--keep DIR] [--before REV --rounds N]
      [--nice -10]
