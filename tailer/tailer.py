@@ -429,14 +429,18 @@ class Tailer:
                 self._source_failed(source, exc)
         waiting = not any(items.values())
         for source in bulk:
-            results.append((source, self._take_batches(source, BULK_WAIT_S if waiting else 0.0)))
+            try:
+                results.append((source, self._take_batches(source, BULK_WAIT_S if waiting else 0.0)))
+            except Exception as exc:  # noqa: BLE001 - as for a pass's end: this source's trouble, not the others'
+                self._source_failed(source, exc)
         self._planner.settle(sources, unfinished + bulk + [s for s in sources if taken[s.id] >= budget], _holds)
         return results, more or bool(unfinished) or bool(bulk)
 
     def _take_batches(self, source: _Source, wait_s: float) -> List[Item]:
         """The items of the batches a source's catch-up child has sent (as many as `pass_time_s` of storing takes,
-        as a pass reads: live files wait for them at most once), waiting up to `wait_s` for the first; the newest resume point delivered is the source's snapshot.
-        When the child is done, the source's own follower and parser take over from there (`_hand_over`)."""
+        as a pass reads: live files wait for them at most once), waiting up to `wait_s` for the first; the newest
+        resume point delivered is the source's snapshot. When the child is done, the source's own follower and
+        parser take over from there (`_hand_over`)."""
         catch_up = source.catch_up
         assert catch_up is not None
         limit = max(1, int(self.config.pass_time_s / self._deliver_s_per_item))
