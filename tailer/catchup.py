@@ -37,7 +37,7 @@ from mstail.parsers.interleave import InterleavedParser
 from .checkpoint import SourceCheckpoint
 from .follower import FileFollower
 from .lines import Block
-from .store import Prepared, prepare
+from .store import prepare
 from .offline.parallel import _usable_cpus, _worker_init  # `mstail parse`'s: a forked helper's set-up
 
 if TYPE_CHECKING:
@@ -57,16 +57,15 @@ _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)  # Python 3.10+ names it
 
 @dataclass
 class Batch:
-    """What the child parsed from one block: its items (those `feed` would give, the flush of the pass included,
-    amends joined to their records among them: `prepared`), the checkpoint after them (None inside a multi-line
-    event), the items emitted in all by then, line failures (line number, the error in words)."""
+    """What the child parsed from one block: its items (those `feed` would give, the flush of the pass included;
+    amends joined to their records among them, each as the store keeps it: `store.prepare`), the checkpoint after
+    them (None inside a multi-line event), the items emitted in all by then, line failures (line number, the error in
+    words)."""
 
     items: List[Item]
     checkpoint: Optional[SourceCheckpoint]
     emitted: int
     failures: List[Tuple[int, str]] = field(default_factory=list)
-    #: per item, what `Store.add` takes from the child (`store.Prepared`), or None for an amend
-    prepared: List[Optional[Prepared]] = field(default_factory=list)
 
 
 def eligible(follower: Any, parser: Any) -> bool:
@@ -195,8 +194,7 @@ def _child(follower: FileFollower, parser: InterleavedParser, end: int, conn: Co
                 break  # a launcher tag: the parent reads on from the last resume point, with sources for the parts
             checkpoint = None if parser.holding else SourceCheckpoint(follower.checkpoint(), parser.snapshot_json(),
                                                                       emitted_at=parser.emitted)
-            items = fold_amends(items)
-            conn.send(Batch(items, checkpoint, parser.emitted, failures, list(map(prepare, items))))
+            conn.send(Batch(list(map(prepare, fold_amends(items))), checkpoint, parser.emitted, failures))
     except BaseException:  # noqa: BLE001 - the parent resumes from the last batch and says so; nothing may outlive it
         os._exit(1)
     finally:

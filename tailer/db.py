@@ -320,14 +320,9 @@ class StateDB:
         return None
 
     # -- writing ----------------------------------------------------------------------------------------------
-    def insert(self, items: Sequence[Dict[str, Any]], texts: Optional[Sequence[Optional[str]]] = None) -> None:
-        """Queue stored items (with their seq) for the next `commit`; readers see them at once. `texts`: per item,
-        its JSON text made beforehand (what `_item_json` gives), or None to make it here (default: every one)."""
-        if texts is None:
-            self._unsaved += [(item["seq"], item["source"], item.get("kind"), _item_json(item)) for item in items]
-        else:
-            self._unsaved += [(item["seq"], item["source"], item.get("kind"), text or _item_json(item))
-                              for item, text in zip(items, texts)]
+    def insert(self, items: Sequence[Dict[str, Any]]) -> None:
+        """Queue stored items (with their seq) for the next `commit`; readers see them at once."""
+        self._unsaved += [(item["seq"], item["source"], item.get("kind"), _item_json(item)) for item in items]
 
     def replace(self, item: Dict[str, Any]) -> None:
         """Queue a stored item's new content (an amended record, same seq) for the next `commit`; readers see it

@@ -19,9 +19,7 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
-import orjson
-
-from mstail.parsers.record import RESERVED, Item, finite_or_name, orjson_exact, ordered
+from mstail.parsers.record import RESERVED, Item, finite_or_name, ordered
 
 from .checkpoint import SourceCheckpoint
 from .aggregate import AggregateCache, Turns, aggregate
@@ -85,19 +83,12 @@ def _float(value: Any) -> float:
         return math.nan
 
 
-#: a record or event as `Store.add` stores it, made beforehand (by a catch-up child, `tailer.catchup`): its data in
-#: stored order without `seq`, `source` and `line`, and the JSON text of that (orjson's, None where it may differ from
-#: the stored text's rules, `db._item_json`)
-Prepared = Tuple[Dict[str, Any], Optional[str]]
-
-
-def prepare(item: Item) -> Optional[Prepared]:
-    """`item` as `Store.add` would store it, but for its seq and source (None for an amend: the store applies it)."""
+def prepare(item: Item) -> Item:
+    """`item` with its data as `Store.add` stores it but for the seq and source (their places left out: reserved keys
+    first, no `line`), made beforehand (by a catch-up child, `tailer.catchup`); an amend as it is."""
     if item.kind == "amend":
-        return None
-    data = ordered({key: value for key, value in item.data.items() if key not in _ADDED})
-    text = orjson_exact(data)
-    return data, text.decode() if text is not None else None
+        return item
+    return Item(item.kind, ordered({key: value for key, value in item.data.items() if key not in _ADDED}))
 
 
 _ADDED = ("seq", "source", "line")  # what the store sets, and drops (line numbers belong to `mstail parse` output only)
@@ -144,45 +135,34 @@ class Store:
             info.path = path  # a source known from its items only (a part of a file: `ID/rank3`) until now
         return info
 
-    def add(self, source_id: str, items: Sequence[Item],
-            prepared: Optional[Sequence[Optional[Prepared]]] = None) -> List[Dict[str, Any]]:
+    def add(self, source_id: str, items: Iterable[Item], prepared: bool = False) -> List[Dict[str, Any]]:
         """Append a source's parsed items; returns them as stored (with `seq` and `source`). They are visible
         to queries at once and durable after the next `commit`. An amend (values a later line adds to the source's
         newest record, mstail.parsers.amends) replaces that record in the database with the values added, extends
         its charts, and is stored as an item of kind "amend" (so a stream replay after any seq applies it too);
-        one that matches no stored record is dropped. `prepared` (default None): per item, its `prepare` made
-        beforehand, so that storing it is adding the seq and source."""
+        one that matches no stored record is dropped. `prepared` (default False): the items come from `prepare`, so
+        that storing one is adding its seq and source."""
         info = self.sources[source_id]
         stored = []
-        texts: List[Optional[str]] = []
-        source_json = orjson.dumps(source_id).decode()
-        if "null" in source_json:
-            prepared = None  # the stored text is the json module's then (`db._item_json`): not the prepared one's
-        for i, item in enumerate(items):
+        for item in items:
             if item.kind == "amend":
                 amend = self._amend(info, item.data)
                 if amend is not None:
                     stored.append(amend)
-                    texts.append(None)
                 continue
             self._last_seq += 1
-            made = prepared[i] if prepared is not None else None
-            if made is None:
+            if prepared:
+                data = {"seq": self._last_seq, "source": source_id, **item.data}  # the stored order (`ordered`)
+            else:
                 data = {key: value for key, value in item.data.items() if key not in _ADDED}
                 data["seq"] = self._last_seq
                 data["source"] = source_id
                 data = ordered(data)
-                texts.append(None)
-            else:
-                data = {"seq": self._last_seq, "source": source_id, **made[0]}  # in stored order already
-                tail = made[1]
-                texts.append(None if tail is None or tail == "{}" else
-                             f'{{"seq":{self._last_seq},"source":{source_json},{tail[1:]}')
             if item.kind == "record":
                 self._index_record(info, data)
                 self._last_record[source_id] = data
             stored.append(data)
-        self.db.insert(stored, texts)
+        self.db.insert(stored)
         return stored
 
     def _amend(self, info: SourceInfo, values: Dict[str, Any]) -> Optional[Dict[str, Any]]:

@@ -108,8 +108,7 @@ class _Source:
     remote: Optional[bool] = None  # its file is on a network filesystem (asked once: writers there are not seen)
     run: Optional[str] = None  # the run it belongs to, for a file found below a folder (`mstail DIR`)
     catch_up: Optional[CatchUp] = None  # the child process parsing its history, while one does (`tailer.catchup`)
-    #: this pass's items from a catch-up child as `Store.add` takes them (`store.prepare`), or None
-    prepared: Optional[List[Any]] = None
+    prepared: bool = False  # this pass's items come from a catch-up child, as the store keeps them (`store.prepare`)
 
 
 class Tailer:
@@ -379,7 +378,7 @@ class Tailer:
         sources = [s for s in self._choose(start, now) if s.failed_until <= start]
         for source in sources:
             source.in_history = not source.caught_up
-            source.prepared = None
+            source.prepared = False
         items: Dict[str, List[Item]] = {s.id: [] for s in sources}
         taken = dict.fromkeys(items, 0)
         more = False  # some file has more than its budget allowed: the next pass starts at once
@@ -445,13 +444,11 @@ class Tailer:
         assert catch_up is not None
         limit = max(1, int(self.config.pass_time_s / self._deliver_s_per_item))
         items: List[Item] = []
-        prepared: List[Any] = []
         for batch in catch_up.take(limit, wait_s):
             items += batch.items  # amends joined to their records in the child, batch by batch
-            prepared += batch.prepared
             for number, error in batch.failures:
                 self._line_failed(source, number, RuntimeError(error))
-        source.prepared = prepared
+        source.prepared = True
         source.snapshot = catch_up.resume
         if catch_up.done:
             self._hand_over(source)
@@ -561,7 +558,7 @@ class Tailer:
                 info.run = source.run
                 if part_items:
                     # a catch-up child's items come prepared (it never hands over launcher-tagged parts)
-                    stored = self.store.add(source_id, part_items, source.prepared if source_id == source.id else None)
+                    stored = self.store.add(source_id, part_items, source.prepared and source_id == source.id)
                     batch += stored
                     if self.alerts is not None:  # the rules judge whole records and events; amends are not theirs
                         observed = [item for item in part_items if item.kind != "amend"]
@@ -571,7 +568,7 @@ class Tailer:
                         batch += self._store_alerts(source_id, changes)
                 info.state = self._state(source, source_id, now)
                 self._push_source(info, info.state != old_state)
-            source.prepared = None
+            source.prepared = False
         self._push_held()
         if self.alerts is not None and self._tick_due():
             states, infos = {}, self.store.sources
