@@ -90,6 +90,17 @@ def _float(value: Any) -> float:
         return math.nan
 
 
+def prepare(item: Item) -> Item:
+    """`item` with its data as `Store.add` stores it but for the seq and source (their places left out: reserved keys
+    first, no `line`), made beforehand (by a catch-up child, `tailer.catchup`); an amend as it is."""
+    if item.kind == "amend":
+        return item
+    return Item(item.kind, ordered({key: value for key, value in item.data.items() if key not in _ADDED}))
+
+
+_ADDED = ("seq", "source", "line")  # what the store sets, and drops (line numbers belong to `mstail parse` output only)
+
+
 def _facts(info: SourceInfo) -> Dict[str, Any]:
     """What of a source the saved columns' manifest keeps: the facts its records gave."""
     return {"records": info.records, "first_step": info.first_step, "last_step": info.last_step,
@@ -134,12 +145,13 @@ class Store:
             info.path = path  # a source known from its items only (a part of a file: `ID/rank3`) until now
         return info
 
-    def add(self, source_id: str, items: Iterable[Item]) -> List[Dict[str, Any]]:
+    def add(self, source_id: str, items: Iterable[Item], prepared: bool = False) -> List[Dict[str, Any]]:
         """Append a source's parsed items; returns them as stored (with `seq` and `source`). They are visible
         to queries at once and durable after the next `commit`. An amend (values a later line adds to the source's
         newest record, mstail.parsers.amends) replaces that record in the database with the values added, extends
         its charts, and is stored as an item of kind "amend" (so a stream replay after any seq applies it too);
-        one that matches no stored record is dropped."""
+        one that matches no stored record is dropped. `prepared` (default False): the items come from `prepare`, so
+        that storing one is adding its seq and source."""
         info = self.sources[source_id]
         stored = []
         for item in items:
@@ -148,12 +160,14 @@ class Store:
                 if amend is not None:
                     stored.append(amend)
                 continue
-            data = dict(item.data)
-            data.pop("line", None)  # line numbers belong to `mstail parse` output only
             self._last_seq += 1
-            data["seq"] = self._last_seq
-            data["source"] = source_id
-            data = ordered(data)
+            if prepared:
+                data = {"seq": self._last_seq, "source": source_id, **item.data}  # the stored order (`ordered`)
+            else:
+                data = {key: value for key, value in item.data.items() if key not in _ADDED}
+                data["seq"] = self._last_seq
+                data["source"] = source_id
+                data = ordered(data)
             if item.kind == "record":
                 self._index_record(info, data)
                 self._last_record[source_id] = data

@@ -33,6 +33,7 @@ from mstail.parsers.interleave import MAX_PARTS, InterleavedParser
 from mstail.parsers.record import PART_KEY
 
 from .alerts import AlertEngine
+from .catchup import BULK_MIN_BYTES, CatchUp, children_allowed, eligible, left_to_read
 from .checkpoint import SourceCheckpoint
 from .config import Config
 from .discovery import PatternFilter, SourceNamer, expand, glob_free_prefix, visible, watch_roots
@@ -56,6 +57,8 @@ READ_SLICE = 8 << 10
 #: through the parsers' fast path (`parsers.blocks`): a round's parsing costs a few ms, and its records (about 40)
 #: cost as much again to store, so live files still wait about one short pass.
 CATCH_UP_SLICE = 64 << 10
+#: how long a pass with nothing else to read waits for a catch-up child's next batch (it ends at once when one comes)
+BULK_WAIT_S = 0.005
 #: a read pass running longer than this is a stall: /healthz says so (a pass normally takes milliseconds).
 STALL_S = 10.0
 #: a `--log` pattern naming nothing for this long, in a folder that does not exist, is said on stderr.
@@ -107,6 +110,8 @@ class _Source:
     shown_state: Optional[str] = None  # the state its last delivery showed (None: never delivered)
     remote: Optional[bool] = None  # its file is on a network filesystem (asked once: writers there are not seen)
     run: Optional[str] = None  # the run it belongs to, for a file found below a folder (`mstail DIR`)
+    catch_up: Optional[CatchUp] = None  # the child process parsing its history, while one does (`tailer.catchup`)
+    prepared: bool = False  # this pass's items come from a catch-up child, as the store keeps them (`store.prepare`)
 
 
 class Tailer:
@@ -165,6 +170,7 @@ class Tailer:
         self._pass_started: Optional[float] = None  # monotonic start of the pass in progress
         self._write_error: Optional[str] = None  # the history write failure last reported
         self._missing_checked = False
+        self._children = 0  # catch-up children running (`_start_catch_up`)
 
     def resume(self, checkpoints: Dict[str, Optional[SourceCheckpoint]]) -> None:
         """Continue from the state's checkpoints (source id -> checkpoint; `Store.load`) before the first pass:
@@ -313,6 +319,7 @@ class Tailer:
                     backoff = min(backoff * 2, 30.0)
         finally:
             self.running = False
+            self.stop_catch_ups()
             watcher_stop.set()
             if watcher is not None:
                 with contextlib.suppress(asyncio.CancelledError):
@@ -380,10 +387,12 @@ class Tailer:
         sources = [s for s in self._choose(start, now) if s.failed_until <= start]
         for source in sources:
             source.in_history = not source.caught_up
+            source.prepared = False
         items: Dict[str, List[Item]] = {s.id: [] for s in sources}
         taken = dict.fromkeys(items, 0)
         more = False  # some file has more than its budget allowed: the next pass starts at once
-        unfinished = sources
+        bulk = [s for s in sources if s.catch_up is not None]  # their history comes from a child (`_take_batches`)
+        unfinished = [s for s in sources if s.catch_up is None]
         while unfinished:
             behind = []
             for source in unfinished:
@@ -422,11 +431,76 @@ class Tailer:
         results = []
         for source in sources:
             try:
-                results.append((source, self._finish_pass(source, items[source.id], now)))
+                finished = items[source.id] if source in bulk else self._finish_pass(source, items[source.id], now)
+                results.append((source, finished))
             except Exception as exc:  # noqa: BLE001 - as for a line: this source's pass is lost, not the others'
                 self._source_failed(source, exc)
-        self._planner.settle(sources, unfinished + [s for s in sources if taken[s.id] >= budget], _holds)
-        return results, more or bool(unfinished)
+        waiting = not any(items.values())
+        for source in bulk:
+            try:
+                results.append((source, self._take_batches(source, BULK_WAIT_S if waiting else 0.0)))
+            except Exception as exc:  # noqa: BLE001 - as for a pass's end: this source's trouble, not the others'
+                self._source_failed(source, exc)
+        self._planner.settle(sources, unfinished + bulk + [s for s in sources if taken[s.id] >= budget], _holds)
+        return results, more or bool(unfinished) or bool(bulk)
+
+    def _take_batches(self, source: _Source, wait_s: float) -> List[Item]:
+        """The items of the batches a source's catch-up child has sent (as many as `pass_time_s` of storing takes,
+        as a pass reads: live files wait for them at most once), waiting up to `wait_s` for the first; the newest
+        resume point delivered is the source's snapshot. When the child is done, the source's own follower and
+        parser take over from there (`_hand_over`)."""
+        catch_up = source.catch_up
+        assert catch_up is not None
+        limit = max(1, int(self.config.pass_time_s / self._deliver_s_per_item))
+        items: List[Item] = []
+        for batch in catch_up.take(limit, wait_s):
+            items += batch.items  # amends joined to their records in the child, batch by batch
+            for number, error in batch.failures:
+                self._line_failed(source, number, RuntimeError(error))
+        source.prepared = True
+        source.snapshot = catch_up.resume
+        if catch_up.done:
+            self._hand_over(source)
+        return items
+
+    def _hand_over(self, source: _Source) -> None:
+        """A finished (or stopped) catch-up child: the source resumes at the newest checkpoint it delivered, as after
+        a restart (with a new follower; what was stored after that checkpoint is skipped when read again)."""
+        catch_up = source.catch_up
+        assert catch_up is not None
+        catch_up.stop()
+        source.catch_up = None
+        self._children -= 1
+        if catch_up.failed is not None:
+            self.notices.say((source.id, "catch-up"), f"{source.follower.path}: the process reading its history ended "
+                             f"early ({catch_up.failed}); reading on from where it got to", logging.WARNING)
+        follower = source.follower
+        source.follower = FileFollower(follower.path, self.config.max_line_bytes)
+        follower.close()
+        self._restore(source, catch_up.hand_over())
+
+    def _start_catch_up(self, source: _Source, now: float) -> None:
+        """Hand a source's history to a child process (`tailer.catchup`) when it still has BULK_MIN_BYTES to read
+        and fewer children than spare CPUs run; called at the end of its pass, at a resume point."""
+        if (source.caught_up or source.catch_up is not None or source.skip or source.snapshot is None
+                or not eligible(source.follower, source.parser) or left_to_read(source.follower) < BULK_MIN_BYTES):
+            return
+        if self._children >= children_allowed():
+            return
+        try:
+            source.catch_up = CatchUp(source.follower, source.parser, source.snapshot, now)
+            self._children += 1
+        except (OSError, ValueError) as exc:  # no fork (EAGAIN, ENOMEM; no fork start method): the passes read it
+            self.notices.say(("catch-up", type(exc)), f"cannot start a process for a file's history ({exc}); reading "
+                             "it in the passes", logging.WARNING)
+
+    def stop_catch_ups(self) -> None:
+        """End the catch-up children (at shutdown): the committed history resumes where their last batch ended."""
+        for source in self._sources.values():
+            if source.catch_up is not None:
+                source.catch_up.stop()
+                source.catch_up = None
+                self._children -= 1
 
     def _choose(self, start: float, now: float) -> List[_Source]:
         """Look for new files when that is due, and pick the sources this pass reads (`mstail.tailer.planner`);
@@ -465,6 +539,7 @@ class Tailer:
         if not parser.holding:
             source.snapshot = SourceCheckpoint(source.follower.checkpoint(), parser.snapshot_json(),
                                                emitted_at=parser.emitted)
+            self._start_catch_up(source, now)
         return fold_amends(items)
 
     def _deliver(self, results: List[Tuple[_Source, List[Item]]]) -> None:
@@ -495,7 +570,8 @@ class Tailer:
                 info.hang_rule = "time bound" if source.remote else "writer"
                 info.run = source.run
                 if part_items:
-                    stored = self.store.add(source_id, part_items)
+                    # a catch-up child's items come prepared (it never hands over launcher-tagged parts)
+                    stored = self.store.add(source_id, part_items, source.prepared and source_id == source.id)
                     batch += stored
                     if self.alerts is not None:  # the rules judge whole records and events; amends are not theirs
                         observed = [item for item in part_items if item.kind != "amend"]
@@ -505,6 +581,7 @@ class Tailer:
                         batch += self._store_alerts(source_id, changes)
                 info.state = self._state(source, source_id, now)
                 self._push_source(info, info.state != old_state, push_now, push_every)
+            source.prepared = False
         self._push_held(push_now, push_every)
         if self.alerts is not None and self._tick_due():
             states, infos = {}, self.store.sources
@@ -571,7 +648,7 @@ class Tailer:
             if source.snapshot is not None:
                 snapshot = source.snapshot
                 checkpoint = SourceCheckpoint(snapshot.follower, snapshot.parser_json, snapshot.emitted_at,
-                                              source.parser.emitted)
+                                              _emitted(source))
                 if checkpoint != source.committed:  # an idle source costs no write
                     out[source.id] = (visible(str(source.follower.source_path)), checkpoint)
                     source.committed = checkpoint
@@ -719,6 +796,12 @@ GUESSED_STEPS = ("global steps are estimates: the log prints the step within the
 
 def _holds(source: _Source) -> bool:
     return source.parser.holding
+
+
+def _emitted(source: _Source) -> int:
+    """The items a source has stored: its catch-up child's, or its parser's and those it will skip when it reads
+    them again (after a restart or a hand-over), so that a checkpoint taken meanwhile skips them too."""
+    return source.catch_up.emitted if source.catch_up is not None else source.parser.emitted + source.skip
 
 
 #: What a source says whose records are epoch summaries read by the generic reader (`SourceParser._global_step`).

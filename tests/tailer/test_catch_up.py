@@ -6,36 +6,56 @@ pass, the store the others)."""
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
+import os
 import shutil
 from pathlib import Path
-from typing import List
+from typing import Any, Dict, List, Tuple
 
 import pytest
 
 from mstail.parsers import Item, SourceParser
 from mstail.parsers.amends import settled
 from mstail.parsers.interleave import InterleavedParser
-from mstail.tailer import tailer as tailer_module
+from mstail.tailer import catchup, tailer as tailer_module
+from mstail.tailer.checkpoint import SourceCheckpoint
 from mstail.tailer.config import Config
+from mstail.tailer.db import _item_json, _loads, open_state
 from mstail.tailer.hub import Hub
-from mstail.tailer.store import Store
+from mstail.tailer.store import Store, prepare
 from mstail.tailer.tailer import Tailer
 
 from tests.parsers.support import FORMATS, READ_TIME
-from tests.tailer.test_offline_chains import LOGS, mixed_log, whole_file_lines
+from tests.tailer.test_offline_chains import LOGS, TRACEBACK, mixed_log, whole_file_lines
 
 
+@pytest.mark.parametrize("child", [False, True, "no fork"], ids=["passes", "child", "no-fork"])
 @pytest.mark.parametrize("name", [p.name for p in LOGS] + ["mixed.log"])
-def test_the_catch_up_gives_what_feeding_every_line_gives(name: str, tmp_path: Path,
+def test_the_catch_up_gives_what_feeding_every_line_gives(name: str, child: bool, tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """`child`: the history after the first 1 KiB goes to a catch-up child (`tailer.catchup`) in 4 KiB batches,
+    handed over to the source's own follower and parser at the end; "no fork": the child cannot be started (said),
+    the passes read it."""
     monkeypatch.setattr(tailer_module.time, "time", lambda: READ_TIME)  # one read time, as in the line-by-line parse
+    children = []
+    if child:
+        monkeypatch.setattr(tailer_module, "CATCH_UP_SLICE", 1024)
+        monkeypatch.setattr(tailer_module, "BULK_MIN_BYTES", 1)
+        monkeypatch.setattr(catchup, "BULK_BLOCK_BYTES", 4096)
+        monkeypatch.setattr(tailer_module, "CatchUp", lambda *args: children.append(catchup.CatchUp(*args)) or
+                            children[-1])
+    if child == "no fork":
+        monkeypatch.setattr(tailer_module, "CatchUp", lambda *args: children.append(None) or _no_fork())
     path = tmp_path / name
     source = next((p for p in LOGS if p.name == name), None)
     if source is None:
         path.write_text("\n".join(mixed_log()) + "\n", encoding="utf-8")
     else:
         shutil.copy(source, path)
-    tailer = Tailer(Config(logs=(str(path),), persist=False), FORMATS, Store(), Hub())
+    # with a child, one round per pass: the first pass reads 1 KiB, the rest goes to the child
+    tailer = Tailer(Config(logs=(str(path),), persist=False, pass_time_s=0.0 if child else 0.01), FORMATS, Store(),
+                    Hub())
     parsed: List[Item] = []  # the parser's items, as each pass hands them to the store
     deliver = tailer._deliver
 
@@ -57,5 +77,137 @@ def test_the_catch_up_gives_what_feeding_every_line_gives(name: str, tmp_path: P
     reference = InterleavedParser(lambda: SourceParser(FORMATS))
     expected = [item for text, number in whole_file_lines(path) for item in reference.feed(text, number, READ_TIME)]
     expected += reference.flush(READ_TIME, force=True)
-    assert [repr(item) for item in settled(parsed)] == [repr(item) for item in settled(expected)]
+    # a child's items come as the store keeps them (`store.prepare`: no line numbers, reserved keys first)
+    as_kept = prepare if child else (lambda item: item)
+    assert [repr(as_kept(item)) for item in settled(parsed)] == [repr(as_kept(item)) for item in settled(expected)]
     assert followed.parser.counts == reference.counts
+    assert followed.catch_up is None and bool(children) == bool(child and path.stat().st_size > 1024)
+    store = tailer.store
+    store.commit()
+    for (text,) in store.db._rows("SELECT data FROM items"):  # the texts a child prepared are the store's own
+        assert text == _item_json(_loads(text))
+
+
+@pytest.mark.parametrize("batches", [0, 1, 3, 7, "hand-over"])
+@pytest.mark.parametrize("kill", [False, True], ids=["stopped", "killed"])
+def test_a_restart_during_a_childs_catch_up_loses_and_repeats_nothing(batches: Any, kill: bool, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """mstail stopped (or killed before its last pass's commit) after the child's `batches`-th batch was stored: the
+    restarted mstail resumes from the checkpoint committed with the batches (or, inside a traceback, from the one
+    before them, skipping what was stored since), and the history ends as one uninterrupted line-by-line read has it:
+    every item once, in order, seqs without a gap."""
+    monkeypatch.setattr(tailer_module.time, "time", lambda: READ_TIME)
+    monkeypatch.setattr(tailer_module, "CATCH_UP_SLICE", 1024)
+    monkeypatch.setattr(tailer_module, "BULK_MIN_BYTES", 1)
+    monkeypatch.setattr(catchup, "BULK_BLOCK_BYTES", 2048)
+    path = tmp_path / "logs" / "info.log"
+    path.parent.mkdir()
+    # tracebacks across batch ends; one still open at the end, so the hand-over resumes before it, with items to skip
+    path.write_text("\n".join(mixed_log() * 4 + TRACEBACK.splitlines()) + "\n", encoding="utf-8")
+    # pass_time_s 0: one round a pass, one batch a pass
+    config = Config(logs=(str(path),), state_dir=str(tmp_path / "state"), pass_time_s=0.0, alert_rules=None)
+
+    def boot() -> Tuple[Store, Tailer]:
+        store = Store(open_state(config, FORMATS))
+        checkpoints = store.load()
+        tailer = Tailer(config, FORMATS, store, Hub())
+        tailer.resume(checkpoints)
+        return store, tailer
+
+    def stop(store: Store, tailer: Tailer) -> None:
+        tailer.stop_catch_ups()
+        for source in tailer._sources.values():
+            source.follower.close()
+        store.close()
+
+    store, tailer = boot()
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(tailer.pass_once())  # the first KiB, and the child started
+        (followed,) = tailer._sources.values()
+        assert followed.catch_up is not None
+        for _ in range(batches if isinstance(batches, int) else 0):
+            loop.run_until_complete(tailer.pass_once())
+        if batches == "hand-over":  # until the hand-over, and a pass that reads a KiB of what it skips
+            for _ in range(1000):
+                loop.run_until_complete(tailer.pass_once())
+                if followed.catch_up is None:
+                    break
+            assert followed.skip > 0
+            monkeypatch.setattr(tailer_module, "CATCH_UP_SLICE", 64)
+            loop.run_until_complete(tailer.pass_once())
+            assert followed.skip > 0  # the restart comes while items are still to be skipped
+        if kill:
+            store.commit = lambda *args, **kwargs: None  # type: ignore[method-assign]  # dies before COMMIT
+            loop.run_until_complete(tailer.pass_once())
+        stop(store, tailer)
+        store, tailer = boot()
+        for _ in range(1000):
+            if not loop.run_until_complete(tailer.pass_once()):
+                break
+        (followed,) = tailer._sources.values()
+        assert followed.caught_up and followed.catch_up is None
+        tail = followed.parser.flush(READ_TIME, force=True)  # a finished log: what it still holds
+        stored = store.items_after(0, 1 << 30)
+    finally:
+        stop(store, tailer)
+        loop.close()
+    assert [item["seq"] for item in stored] == list(range(1, len(stored) + 1))
+    reference = InterleavedParser(lambda: SourceParser(FORMATS))
+    expected = [item for text, number in whole_file_lines(path) for item in reference.feed(text, number, READ_TIME)]
+    expected = settled(expected + reference.flush(READ_TIME, force=True))
+    got = [{k: v for k, v in item.items() if k not in ("seq", "source")} for item in stored if item.get("kind") != "amend"]
+    got += [{k: v for k, v in item.data.items() if k != "line"} for item in settled(tail)]
+    assert list(map(_sorted_json, got)) == [_sorted_json({k: v for k, v in item.data.items() if k != "line"})
+                                            for item in expected]
+
+
+def _no_fork() -> None:
+    raise BlockingIOError(11, "Resource temporarily unavailable")
+
+
+def _sorted_json(data: Dict[str, Any]) -> str:
+    return json.dumps(data, sort_keys=True)  # NaN as a token: equal to itself
+
+
+def test_a_child_that_dies_leaves_the_history_to_the_passes_and_is_said(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                      caplog: pytest.LogCaptureFixture) -> None:
+    """The child fails after its second batch (here: taking a checkpoint raises): the source resumes from the last
+    checkpoint delivered, its passes read the rest, every item is stored once, and a warning says what happened."""
+    monkeypatch.setattr(tailer_module.time, "time", lambda: READ_TIME)
+    monkeypatch.setattr(tailer_module, "CATCH_UP_SLICE", 1024)
+    monkeypatch.setattr(tailer_module, "BULK_MIN_BYTES", 1)
+    monkeypatch.setattr(catchup, "BULK_BLOCK_BYTES", 2048)
+    taken, parent = [], os.getpid()
+
+    def checkpoint(*args: Any, **kwargs: Any) -> Any:
+        taken.append(os.getpid())
+        if taken.count(os.getpid()) > 2 and os.getpid() != parent:
+            raise RuntimeError("a bug in the child")
+        return SourceCheckpoint(*args, **kwargs)
+
+    monkeypatch.setattr(catchup, "SourceCheckpoint", checkpoint)
+    path = tmp_path / "info.log"
+    path.write_text("\n".join(mixed_log() * 4) + "\n", encoding="utf-8")
+    store = Store()
+    tailer = Tailer(Config(logs=(str(path),), persist=False, pass_time_s=0.0, alert_rules=None), FORMATS, store, Hub())
+
+    async def catch_up() -> None:
+        for _ in range(1000):
+            if not await tailer.pass_once():
+                break
+
+    with caplog.at_level(logging.WARNING, logger="mstail.sidecar"):
+        asyncio.run(catch_up())
+    (followed,) = tailer._sources.values()
+    assert followed.caught_up and followed.catch_up is None
+    assert any("ended early (exit status 1)" in record.getMessage() for record in caplog.records)
+    tail = followed.parser.flush(READ_TIME, force=True)
+    stored = store.items_after(0, 1 << 30)
+    got = [{k: v for k, v in item.items() if k not in ("seq", "source")} for item in stored if item.get("kind") != "amend"]
+    got += [{k: v for k, v in item.data.items() if k != "line"} for item in settled(tail)]
+    reference = InterleavedParser(lambda: SourceParser(FORMATS))
+    expected = [item for text, number in whole_file_lines(path) for item in reference.feed(text, number, READ_TIME)]
+    expected = settled(expected + reference.flush(READ_TIME, force=True))
+    assert list(map(_sorted_json, got)) == [_sorted_json({k: v for k, v in item.data.items() if k != "line"})
+                                            for item in expected]

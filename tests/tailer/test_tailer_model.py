@@ -72,6 +72,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition,
 
 import mstail.tailer.tailer as sidecar_module
 from mstail.parsers import load_formats
+from mstail.tailer import catchup
 from mstail.tailer.config import Config
 from mstail.tailer.follower import FileFollower, _signature
 from mstail.tailer.hub import Hub
@@ -109,6 +110,8 @@ class FakeClock:
 
 
 class TailerModel(RuleBasedStateMachine):
+    PASS_TIME_S = 0.01  # `Config.pass_time_s`
+
     # -- set-up -----------------------------------------------------------------------------------------------
     def __init__(self) -> None:
         super().__init__()
@@ -124,7 +127,7 @@ class TailerModel(RuleBasedStateMachine):
         self.path = self.root / "logs" / "info.log"
         self.config = Config(
             logs=(str(self.path),), patterns=(PATTERN,), format="pattern", alert_rules=None,
-            state_dir=str(self.root / "state"), poll_s=0.1, read_budget_bytes=budget,
+            state_dir=str(self.root / "state"), poll_s=0.1, read_budget_bytes=budget, pass_time_s=self.PASS_TIME_S,
         )
         self.formats = load_formats(patterns=self.config.patterns, user_dir=Path("/nonexistent"))
         self.clock = FakeClock()
@@ -172,6 +175,7 @@ class TailerModel(RuleBasedStateMachine):
 
     def _close_tailer(self) -> None:
         assert self.tailer is not None and self.store is not None
+        self.tailer.stop_catch_ups()
         for source in self.tailer._sources.values():
             source.follower.close()
         self.store.close()
@@ -482,6 +486,33 @@ TailerModel.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 TestTailerModel = TailerModel.TestCase
+
+
+class ChildCatchUpModel(TailerModel):
+    """The same with every catch-up handed to a child process (`tailer.catchup`) after one 64-byte round, in batches
+    of 100 bytes: batches committed with their resume points, hand-overs, kills while a child parses."""
+
+    PASS_TIME_S = 0.0  # one round per pass: a file's first pass leaves the rest of its history to a child
+
+    @initialize(budget=st.sampled_from([1 << 20, 150]))
+    def start(self, budget: int) -> None:
+        self._saved_constants = {name: getattr(sidecar_module, name) for name in ("CATCH_UP_SLICE", "BULK_MIN_BYTES")}
+        self._saved_block = catchup.BULK_BLOCK_BYTES
+        sidecar_module.CATCH_UP_SLICE, sidecar_module.BULK_MIN_BYTES, catchup.BULK_BLOCK_BYTES = 64, 1, 100
+        super().start(budget)
+
+    def teardown(self) -> None:
+        try:
+            super().teardown()
+        finally:
+            if hasattr(self, "_saved_constants"):
+                for name, value in self._saved_constants.items():
+                    setattr(sidecar_module, name, value)
+                catchup.BULK_BLOCK_BYTES = self._saved_block
+
+
+ChildCatchUpModel.TestCase.settings = TailerModel.TestCase.settings
+TestChildCatchUpModel = ChildCatchUpModel.TestCase
 
 
 # -- regressions the machine found (FileFollower directly, real files) ------------------------------------------

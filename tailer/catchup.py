@@ -1,0 +1,212 @@
+"""A big history parsed in a process of its own, handed over to the live follower at a resume point.
+
+What a file holds when mstail reaches it (a run that has been logging for days) would keep the tailer's pass thread
+busy for tens of seconds, one 64 KiB round at a time, beside the live files. When a file that is catching up still
+has at least BULK_MIN_BYTES to read, the tailer forks: the child continues with copies of that file's follower and
+parser, exactly where the parent's stopped (a pass end where the parser held nothing: a resume point), reads up to
+the size the file had then in blocks of BULK_BLOCK_BYTES through the same fast path (`parsers.blocks.feed_block`)
+and sends, block by block, the items it got and a `SourceCheckpoint` where its parser held nothing after the block.
+The parent stores each batch as a pass's items and commits it with that checkpoint (or, inside a multi-line event,
+with the resume point before it and the count of items emitted since: a restart skips those), so the history a
+restart finds is always one the line-by-line path would have committed. When the child is done (or stopped early:
+a launcher-tagged line, whose part the parent has no source for yet; the file rotated; the child died), the
+parent's follower and parser restore the newest checkpoint it delivered (the restart path) and go on live from
+there, skipping what it already stored after that checkpoint.
+
+The child inherits the formats (compiled regexes, closures: not picklable) by fork, as `mstail parse`'s workers do,
+and touches nothing but its copies of the follower and parser and its end of the pipe; it leaves with `os._exit`,
+so nothing of the parent's (the SQLite connection, uvicorn) is finalised twice.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import contextlib
+import fcntl
+import os
+import signal
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import TYPE_CHECKING, Any, List, Optional, Tuple
+
+from mstail.parsers import Item
+from mstail.parsers.amends import fold_amends
+from mstail.parsers.blocks import feed_block
+from mstail.parsers.interleave import InterleavedParser
+
+from .checkpoint import SourceCheckpoint
+from .follower import FileFollower
+from .lines import Block
+from .store import prepare
+from .offline.parallel import _usable_cpus, _worker_init  # `mstail parse`'s: a forked helper's set-up
+
+if TYPE_CHECKING:
+    from multiprocessing.process import BaseProcess
+
+#: a file catching up with at least this much left to read is parsed by a child process (smaller ones are read by
+#: the passes: a fork and its hand-over cost a few ms)
+BULK_MIN_BYTES = 8 << 20
+#: bytes the child reads and parses between two batches (about 80 steps of a MindFormers log): each batch is a
+#: pickled message the parent decodes and stores in a few ms, and a resume point for a restart
+BULK_BLOCK_BYTES = 128 << 10
+#: the pipe's capacity asked for (Linux; at most /proc/sys/fs/pipe-max-size, 1 MiB by default): about 20 batches
+#: the child may send ahead before it waits for the parent, whose passes then never wait for a half-written one
+PIPE_BYTES = 1 << 20
+_F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)  # Python 3.10+ names it
+
+
+@dataclass
+class Batch:
+    """What the child parsed from one block: its items (those `feed` would give, the flush of the pass included;
+    amends joined to their records among them, each as the store keeps it: `store.prepare`), the checkpoint after
+    them (None inside a multi-line event), the items emitted in all by then, line failures (line number, the error in
+    words)."""
+
+    items: List[Item]
+    checkpoint: Optional[SourceCheckpoint]
+    emitted: int
+    failures: List[Tuple[int, str]] = field(default_factory=list)
+
+
+def eligible(follower: Any, parser: Any) -> bool:
+    """Whether a source's follower and parser can go to a child: a plain log file open (older files it still drains
+    are read first, as a pass does), a line parser without launcher-tagged parts (a new part needs a source on the
+    parent's side), holding nothing (its state is a resume point)."""
+    return (type(follower) is FileFollower and follower.current is not None and isinstance(parser, InterleavedParser)
+            and not parser.parts and not parser.holding)
+
+
+def children_allowed() -> int:
+    """How many catch-up children may run at once: one per CPU but the one the sidecar itself needs, at least one."""
+    return max(1, _usable_cpus() - 1)
+
+
+def left_to_read(follower: FileFollower) -> int:
+    """Bytes of the current file not read yet (0 when it cannot be told)."""
+    current = follower.current
+    try:
+        return os.fstat(current.fd).st_size - current.pos if current is not None else 0
+    except OSError:
+        return 0
+
+
+class CatchUp:
+    """One child parsing a file's history (see the module docstring); used in the tailer's pass thread.
+
+    Args:
+        follower: the source's follower, at a resume point (its copy goes on in the child).
+        parser: the source's parser there (likewise).
+        checkpoint: the resume point: the parent's source checkpoint taken just now.
+        now: the read time of the history's lines (the time a line without a timestamp is given), as for a pass.
+    """
+
+    def __init__(self, follower: FileFollower, parser: InterleavedParser, checkpoint: SourceCheckpoint,
+                 now: float) -> None:
+        self.start = checkpoint
+        self.emitted = checkpoint.emitted_at  # the items the source has emitted, those delivered from here included
+        self.resume: SourceCheckpoint = checkpoint  # the newest checkpoint delivered
+        self.done = False  # the child's pipe is closed: nothing more comes
+        end = follower.current.pos + left_to_read(follower)  # type: ignore[union-attr]  # the size seen now
+        context = multiprocessing.get_context("fork")
+        self._conn, child_end = context.Pipe(duplex=False)
+        _widen(child_end)
+        self._process: BaseProcess = context.Process(
+            target=_child, args=(follower, parser, end, child_end, now, os.getpid()), daemon=True,
+            name="mstail-catch-up")
+        self._process.start()
+        child_end.close()
+
+    def take(self, limit: int, wait_s: float) -> List[Batch]:
+        """Batches the child has sent, until they hold `limit` items or none is there; waits up to `wait_s` for
+        the first. Each delivered batch moves `emitted` and, with a checkpoint, `resume`."""
+        out: List[Batch] = []
+        count = 0
+        while not self.done and count < limit and self._conn.poll(wait_s if not out else 0):
+            try:
+                batch: Batch = self._conn.recv()  # the pipe holds all of it, or the child is writing the rest now
+            except (EOFError, OSError):  # the child is done (or died)
+                self.stop()
+                break
+            out.append(batch)
+            count += len(batch.items)
+            self.emitted = batch.emitted
+            if batch.checkpoint is not None:
+                self.resume = batch.checkpoint
+        return out
+
+    def stop(self) -> None:
+        """End the child (done or not) and reap it; later `take`s give nothing."""
+        self.done = True
+        self._conn.close()
+        if self._process.is_alive():
+            self._process.kill()
+        self._process.join(timeout=5)
+
+    @property
+    def failed(self) -> Optional[str]:
+        """Why the child ended before its end (an error, a signal) in words, or None (it finished, or was stopped)."""
+        code = self._process.exitcode
+        if not code or code == -signal.SIGKILL:  # SIGKILL: `stop`'s
+            return None
+        return f"exit status {code}" if code > 0 else f"signal {-code}"
+
+    def hand_over(self) -> SourceCheckpoint:
+        """The checkpoint the source resumes from (the newest delivered), with every item delivered counted as
+        emitted, so that the restore skips what was stored after it."""
+        resume = self.resume
+        return SourceCheckpoint(resume.follower, resume.parser_json, resume.emitted_at, self.emitted)
+
+
+def _widen(conn: Connection) -> None:
+    """Ask for a pipe of PIPE_BYTES (a smaller one works too, with more waits)."""
+    with contextlib.suppress(OSError):
+        fcntl.fcntl(conn.fileno(), _F_SETPIPE_SZ, PIPE_BYTES)
+
+
+def _child(follower: FileFollower, parser: InterleavedParser, end: int, conn: Connection, now: float,
+           parent: int) -> None:
+    """The child's work: parse from the resume point to `end` (the size seen at the fork), a batch per block."""
+    try:
+        _as_a_child(parent)
+        current = follower.current
+        while follower.current is current and current.pos < end:  # type: ignore[union-attr]
+            failures: List[Tuple[int, str]] = []
+
+            def failed(number: int, exc: Exception) -> None:
+                failures.append((number, f"{type(exc).__name__}: {exc}"))
+
+            items: List[Item] = []
+            budget = min(BULK_BLOCK_BYTES, end - current.pos)  # type: ignore[union-attr]
+            before = follower.counters["bytes"]
+            lines = follower.read(budget, now, blocks=True)
+            if follower.counters["bytes"] == before:
+                break  # the file changed under it (truncated, replaced): the parent's passes take it from here
+            for line in lines:
+                if isinstance(line, Block):
+                    items += feed_block(parser, line.data, line.number, now, line.decode, line.start, failed)
+                    continue
+                try:
+                    items += parser.feed(line.text, line.number, now)
+                except Exception as exc:  # noqa: BLE001 - as the pass does: the line is skipped, said by the parent
+                    failed(line.number, exc)
+            items += parser.flush(now)
+            if parser.parts:
+                break  # a launcher tag: the parent reads on from the last resume point, with sources for the parts
+            checkpoint = None if parser.holding else SourceCheckpoint(follower.checkpoint(), parser.snapshot_json(),
+                                                                      emitted_at=parser.emitted)
+            conn.send(Batch(list(map(prepare, fold_amends(items))), checkpoint, parser.emitted, failures))
+    except BaseException:  # noqa: BLE001 - the parent resumes from the last batch and says so; nothing may outlive it
+        os._exit(1)
+    finally:
+        conn.close()
+        os._exit(0)
+
+
+def _as_a_child(parent: int) -> None:
+    """Signals as a forked helper of the sidecar wants them (`mstail parse`'s workers' set-up: Ctrl-C is the
+    parent's, SIGTERM ends it, it dies with the parent), and the parent loop's wake-up pipe no longer told of them."""
+    _worker_init(parent)
+    try:
+        signal.set_wakeup_fd(-1)
+    except ValueError:  # forked from a thread other than the main one: nothing was set in this one
+        pass
