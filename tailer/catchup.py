@@ -25,6 +25,7 @@ import contextlib
 import fcntl
 import os
 import signal
+import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any, List, Optional, Tuple
@@ -52,6 +53,9 @@ BULK_BLOCK_BYTES = 128 << 10
 #: the pipe's capacity asked for (Linux; at most /proc/sys/fs/pipe-max-size, 1 MiB by default): about 20 batches
 #: the child may send ahead before it waits for the parent, whose passes then never wait for a half-written one
 PIPE_BYTES = 1 << 20
+#: a child that sends no batch for this long (a block takes milliseconds) is stuck — a lock held by another of the
+#: parent's threads at the fork, a filesystem that stopped answering —: it is stopped and the passes read on
+STALL_S = 30.0
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)  # Python 3.10+ names it
 
 
@@ -106,6 +110,8 @@ class CatchUp:
         self.emitted = checkpoint.emitted_at  # the items the source has emitted, those delivered from here included
         self.resume: SourceCheckpoint = checkpoint  # the newest checkpoint delivered
         self.done = False  # the child's pipe is closed: nothing more comes
+        self.stalled = False  # stopped after STALL_S without a batch
+        self._heard = time.monotonic()  # when the child last sent a batch (or started)
         end = follower.current.pos + left_to_read(follower)  # type: ignore[union-attr]  # the size seen now
         context = multiprocessing.get_context("fork")
         self._conn, child_end = context.Pipe(duplex=False)
@@ -128,10 +134,14 @@ class CatchUp:
                 self.stop()
                 break
             out.append(batch)
+            self._heard = time.monotonic()
             count += len(batch.items)
             self.emitted = batch.emitted
             if batch.checkpoint is not None:
                 self.resume = batch.checkpoint
+        if not out and not self.done and time.monotonic() - self._heard >= STALL_S:
+            self.stalled = True
+            self.stop()
         return out
 
     def stop(self) -> None:
@@ -145,6 +155,8 @@ class CatchUp:
     @property
     def failed(self) -> Optional[str]:
         """Why the child ended before its end (an error, a signal) in words, or None (it finished, or was stopped)."""
+        if self.stalled:
+            return f"no batch for {STALL_S:g} s"
         code = self._process.exitcode
         if not code or code == -signal.SIGKILL:  # SIGKILL: `stop`'s
             return None

@@ -112,6 +112,7 @@ class _Source:
     run: Optional[str] = None  # the run it belongs to, for a file found below a folder (`mstail DIR`)
     catch_up: Optional[CatchUp] = None  # the child process parsing its history, while one does (`tailer.catchup`)
     prepared: bool = False  # this pass's items come from a catch-up child, as the store keeps them (`store.prepare`)
+    no_child: bool = False  # a catch-up child of this source ended early: the passes read the rest (no fork loop)
 
 
 class Tailer:
@@ -472,6 +473,7 @@ class Tailer:
         source.catch_up = None
         self._children -= 1
         if catch_up.failed is not None:
+            source.no_child = True
             self.notices.say((source.id, "catch-up"), f"{source.follower.path}: the process reading its history ended "
                              f"early ({catch_up.failed}); reading on from where it got to", logging.WARNING)
         follower = source.follower
@@ -482,7 +484,7 @@ class Tailer:
     def _start_catch_up(self, source: _Source, now: float) -> None:
         """Hand a source's history to a child process (`tailer.catchup`) when it still has BULK_MIN_BYTES to read
         and fewer children than spare CPUs run; called at the end of its pass, at a resume point."""
-        if (source.caught_up or source.catch_up is not None or source.skip or source.snapshot is None
+        if (source.caught_up or source.catch_up is not None or source.no_child or source.skip or source.snapshot is None
                 or not eligible(source.follower, source.parser) or left_to_read(source.follower) < BULK_MIN_BYTES):
             return
         if self._children >= children_allowed():

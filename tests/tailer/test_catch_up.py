@@ -170,23 +170,30 @@ def _sorted_json(data: Dict[str, Any]) -> str:
     return json.dumps(data, sort_keys=True)  # NaN as a token: equal to itself
 
 
-def test_a_child_that_dies_leaves_the_history_to_the_passes_and_is_said(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                                      caplog: pytest.LogCaptureFixture) -> None:
-    """The child fails after its second batch (here: taking a checkpoint raises): the source resumes from the last
-    checkpoint delivered, its passes read the rest, every item is stored once, and a warning says what happened."""
+def _catch_up_with_a_failing_child(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                   caplog: pytest.LogCaptureFixture, fail: Any) -> str:
+    """Catch a mixed log up through children whose third checkpoint calls `fail()`; asserts the source ends caught
+    up with every item stored once (the passes read what the child did not) and one child started; returns the
+    warnings said."""
     monkeypatch.setattr(tailer_module.time, "time", lambda: READ_TIME)
     monkeypatch.setattr(tailer_module, "CATCH_UP_SLICE", 1024)
     monkeypatch.setattr(tailer_module, "BULK_MIN_BYTES", 1)
     monkeypatch.setattr(catchup, "BULK_BLOCK_BYTES", 2048)
-    taken, parent = [], os.getpid()
+    taken, parent, started = [], os.getpid(), []
 
     def checkpoint(*args: Any, **kwargs: Any) -> Any:
         taken.append(os.getpid())
         if taken.count(os.getpid()) > 2 and os.getpid() != parent:
-            raise RuntimeError("a bug in the child")
+            fail()
         return SourceCheckpoint(*args, **kwargs)
 
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        started.append(1)
+        return real_catch_up(*args, **kwargs)
+
+    real_catch_up = tailer_module.CatchUp
     monkeypatch.setattr(catchup, "SourceCheckpoint", checkpoint)
+    monkeypatch.setattr(tailer_module, "CatchUp", counted)
     path = tmp_path / "info.log"
     path.write_text("\n".join(mixed_log() * 4) + "\n", encoding="utf-8")
     store = Store()
@@ -201,7 +208,7 @@ def test_a_child_that_dies_leaves_the_history_to_the_passes_and_is_said(tmp_path
         asyncio.run(catch_up())
     (followed,) = tailer._sources.values()
     assert followed.caught_up and followed.catch_up is None
-    assert any("ended early (exit status 1)" in record.getMessage() for record in caplog.records)
+    assert len(started) == 1  # a child that ended early is not forked again for that file
     tail = followed.parser.flush(READ_TIME, force=True)
     stored = store.items_after(0, 1 << 30)
     got = [{k: v for k, v in item.items() if k not in ("seq", "source")} for item in stored if item.get("kind") != "amend"]
@@ -211,3 +218,23 @@ def test_a_child_that_dies_leaves_the_history_to_the_passes_and_is_said(tmp_path
     expected = settled(expected + reference.flush(READ_TIME, force=True))
     assert list(map(_sorted_json, got)) == [_sorted_json({k: v for k, v in item.data.items() if k != "line"})
                                             for item in expected]
+    return "\n".join(record.getMessage() for record in caplog.records)
+
+
+def test_a_child_that_dies_leaves_the_history_to_the_passes_and_is_said(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                      caplog: pytest.LogCaptureFixture) -> None:
+    """The child fails after its second batch (here: taking a checkpoint raises): the source resumes from the last
+    checkpoint delivered, its passes read the rest, every item is stored once, and a warning says what happened."""
+    def bug() -> None:
+        raise RuntimeError("a bug in the child")
+
+    assert "ended early (exit status 1)" in _catch_up_with_a_failing_child(tmp_path, monkeypatch, caplog, bug)
+
+
+def test_a_child_that_stops_sending_is_stopped_and_the_passes_read_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                    caplog: pytest.LogCaptureFixture) -> None:
+    """A child stuck after its second batch (a lock another thread held at the fork, a filesystem that stopped
+    answering: here a sleep) is stopped after STALL_S without a batch, said once, and the passes read the rest."""
+    monkeypatch.setattr(catchup, "STALL_S", 0.5)
+    said = _catch_up_with_a_failing_child(tmp_path, monkeypatch, caplog, lambda: catchup.time.sleep(120))
+    assert "ended early (no batch for 0.5 s)" in said, said
