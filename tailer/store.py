@@ -13,6 +13,7 @@ Threads: a Store is touched from the event loop only (the tailer's passes delive
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 from bisect import bisect_right
@@ -29,6 +30,9 @@ from .heatmap import heatmap
 from .series import Series, finite_or_none, window
 
 log = logging.getLogger("mstail.state")
+WARM_SOURCES_MIN = 16  # the page's MANY_LINES: a metric of more sources is drawn as the mean of every source
+WARM_SHARE = 0.1  # of a core at most for keeping folds warm (a fold of 1,024 ranks x 2,000 steps: 0.2-0.4 s)
+WARM_CHECK_S = 1.0  # how often the warmer looks for a fold that fell behind, when none was
 
 
 @dataclass
@@ -350,6 +354,43 @@ class Store:
         return {"seq": fold.seq, "aggregate": summary,
                 "series": self.series(metric, sources=drawn, start=start, end=end, points=points, smooth=smooth)
                 if drawn else []}
+
+    async def keep_folds_warm(self, stop: asyncio.Event) -> None:
+        """Until `stop`: keep the fold the page asks first (every source of a metric that more than
+        WARM_SOURCES_MIN sources log) current as the run grows, so a first visit does not wait for cold folds.
+        One fold at a time, the stalest first, in the fold thread; after each it waits ten times its cost
+        (WARM_SHARE of a core at most; a fold of 1,024 ranks x 2,000 steps: 0.2-0.4 s), so a growing run's
+        metrics are folded again in turn, and a fold the page finds too old (aggregate.STALE_FOR_S) it makes."""
+        said = False
+        while not stop.is_set():
+            cost = 0.0
+            try:
+                cost = await self._warm_stalest()
+            except Exception:  # noqa: BLE001 - a failed fold leaves the request path to fold; said once
+                if not said:
+                    log.exception("keeping the across-source folds warm failed (the page folds when it asks)")
+                    said = True
+            try:
+                await asyncio.wait_for(stop.wait(), cost / WARM_SHARE if cost else WARM_CHECK_S)
+            except asyncio.TimeoutError:
+                pass
+
+    async def _warm_stalest(self) -> float:
+        """Fold again the stalest default selection (or one never folded); returns the seconds it took, 0 if none
+        was behind."""
+        self._metric_keys("")  # the index current
+        stalest: Optional[Tuple[float, str, List[SeriesKey]]] = None
+        for metric, keys in self._by_metric.items():
+            if len({key[0] for key in keys}) <= WARM_SOURCES_MIN:
+                continue
+            age = self._folds.age((metric, tuple(keys)), [(key[0], self._series[key]) for key in keys])
+            if age is not None and (stalest is None or age > stalest[0]):
+                stalest = (age, metric, keys)
+        if stalest is None:
+            return 0.0
+        _, metric, keys = stalest
+        fold = await self._folds.fold((metric, tuple(keys)), [(key[0], self._series[key]) for key in keys], fresh=True)
+        return fold.cost
 
     async def heatmap(self, metric: str, exclude: Sequence[str] = (), start: Optional[int] = None,
                       end: Optional[int] = None, columns: int = 120, rows: int = 32) -> Dict[str, Any]:
