@@ -32,6 +32,7 @@ from .series import Series, finite_or_none, window
 log = logging.getLogger("mstail.state")
 WARM_SOURCES_MIN = 16  # the page's MANY_LINES: a metric of more sources is drawn as the mean of every source
 WARM_SHARE = 0.1  # of a core at most for keeping folds warm (a fold of 1,024 ranks x 2,000 steps: 0.2-0.4 s)
+HEATMAPS_KEPT = 16  # heatmap answers kept (a few KiB each) while their series do not grow
 WARM_CHECK_S = 1.0  # how often the warmer looks for a fold that fell behind, when none was
 
 
@@ -113,6 +114,7 @@ class Store:
         self.sources: Dict[str, SourceInfo] = {}
         self._turns = Turns(lambda: self._last_seq)  # copies of series computed in the fold thread, one at a time
         self._folds = AggregateCache(self._turns)  # across-source folds for `aggregate`
+        self._heatmaps: Dict[Any, Tuple[int, Dict[str, Any]]] = {}  # the last heatmap answers, by question
         self._by_metric: Dict[str, List[SeriesKey]] = {}  # metric -> its series' keys (`_metric_keys`)
         self._indexed = 0  # how many series `_by_metric` holds
 
@@ -395,9 +397,21 @@ class Store:
     async def heatmap(self, metric: str, exclude: Sequence[str] = (), start: Optional[int] = None,
                       end: Optional[int] = None, columns: int = 120, rows: int = 32) -> Dict[str, Any]:
         """The metric across every source but `exclude` as a matrix of at most `rows` x `columns`
-        (`mstail.tailer.heatmap`), computed in a worker thread from a copy of the series taken here."""
-        chosen = [(key[0], self._series[key]) for key in self._keys_of(metric, None, exclude)]
-        return await self._turns.run(chosen, heatmap, start, end, columns, rows)
+        (`mstail.tailer.heatmap`), computed in a worker thread from a copy of the series taken here; the last
+        HEATMAPS_KEPT answers are given again while their series have not grown."""
+        keys = self._keys_of(metric, None, exclude)
+        chosen = [(key[0], self._series[key]) for key in keys]
+        # the same question about the same points (a finished run; each visit and a zoom back out ask it again)
+        asked, version = (metric, tuple(keys), start, end, columns, rows), sum(len(s) for _, s in chosen)
+        known = self._heatmaps.get(asked)
+        if known is not None and known[0] == version:
+            return known[1]
+        answer = await self._turns.run(chosen, heatmap, start, end, columns, rows)
+        self._heatmaps.pop(asked, None)
+        self._heatmaps[asked] = (version, answer)
+        while len(self._heatmaps) > HEATMAPS_KEPT:
+            self._heatmaps.pop(next(iter(self._heatmaps)))
+        return answer
 
     def _keys_of(self, metric: str, sources: Optional[Sequence[str]], exclude: Sequence[str]) -> List[SeriesKey]:
         """The (source, metric, segment) keys of `metric` of `sources` (default every one) but `exclude`."""

@@ -99,9 +99,20 @@ def rss_mib(pid: int) -> float:
     return float("nan")
 
 
-def open_page(browser: Any, url: str) -> Tuple[Any, Any, float]:
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process `pid` so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def open_page(browser: Any, url: str, pid: int) -> Tuple[Any, Any, float]:
+    """A new browser context on the page until its first paint; prints the page's timeline, the main thread's busy
+    time (Chromium's own counters, less swayed by the machine's load than wall times) and mstail's CPU meanwhile."""
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     page = context.new_page()
+    cdp = context.new_cdp_session(page)
+    cdp.send("Performance.enable")
+    server_cpu = cpu_s(pid)
     errors: List[str] = []
     page.on("console", lambda m: m.type in ("error", "warning") and errors.append(m.text))
     page.on("pageerror", lambda e: errors.append(str(e)))
@@ -112,13 +123,18 @@ def open_page(browser: Any, url: str) -> Tuple[Any, Any, float]:
             raise SystemExit("the page did not paint within 120 s")
         page.wait_for_timeout(20)
     first = page.evaluate("() => performance.getEntriesByName('mstail-first-paint')[0].startTime")
+    server_cpu = cpu_s(pid) - server_cpu
+    busy = {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
     slow = page.evaluate("t => performance.getEntriesByType('resource').filter(e => e.name.includes('/api/')"
                          " && e.startTime < t).sort((a, b) => b.duration - a.duration).slice(0, 4)"
                          ".map(e => [e.name.split('/api/')[1].slice(0, 70), Math.round(e.startTime), Math.round(e.duration),"
                          " e.encodedBodySize])", first)
     marks = page.evaluate("() => ['mstail-boot', 'mstail-sources', 'mstail-boxes', 'mstail-data', 'mstail-first-paint']"
                           ".map(n => [n.slice(7), Math.round(performance.getEntriesByName(n)[0].startTime)])")
-    print("  page timeline (ms after navigation): " + ", ".join(f"{name} {ms}" for name, ms in marks))
+    print("  page timeline (ms after navigation): " + ", ".join(f"{name} {ms}" for name, ms in marks)
+          + f"; the page's main thread busy {busy['TaskDuration'] * 1000:.0f} ms (script {busy['ScriptDuration'] * 1000:.0f},"
+          f" layout {busy['LayoutDuration'] * 1000:.0f}), mstail's CPU {server_cpu * 1000:.0f} ms; load average"
+          f" {os.getloadavg()[0]:.2f}")
     print("  slowest requests before the first paint (path, start ms, took ms, bytes): "
           + "; ".join(f"{p} @{s} {d} ms {b / 1024:.0f} KiB" for p, s, d, b in slow))
     if errors:
@@ -201,12 +217,12 @@ def session(support: Any, workdir: Path, files: List[Path], records: int,
             browser = p.chromium.launch(executable_path="/usr/bin/chromium", headless=True,
                                         args=["--no-sandbox", "--disable-gpu"])
             try:
-                context, page, cold = open_page(browser, server.url)
+                context, page, cold = open_page(browser, server.url, server.proc.pid)
                 later = []
                 for _ in range(max(1, visits - 1)):
                     settle(page)  # the visit before is over (its heatmap and late requests answered)
                     context.close()
-                    context, page, first = open_page(browser, server.url)
+                    context, page, first = open_page(browser, server.url, server.proc.pid)
                     later.append(first)
                 yield server, context, page, cold, later
                 context.close()

@@ -153,6 +153,34 @@ def test_32_ranks_draw_the_servers_mean_hide_a_rank_and_follow_live(ranks32: Any
     watched.assert_clean()
 
 
+@pytest.mark.timeout(90)
+def test_a_zoom_asks_for_the_heatmap_only_once_it_is_on_screen(ranks32: Any) -> None:
+    # The heatmap's answer costs the server a pass over every rank's points (0.5 s at 1,024 ranks), which the
+    # charts' answers of the next zoom waited behind: off screen it is not asked; scrolled to, it is, zoomed.
+    server, watched = ranks32
+    page = watched.page
+    asked = "() => performance.getEntriesByType('resource').filter(e => e.name.includes('/api/heatmap')).map(e => e.name)"
+    wait_js(page, "() => Number(document.getElementById('heatmap').dataset.cells || 0) > 0")
+    page.set_viewport_size({"width": 1400, "height": 700})
+    page.evaluate("() => window.scrollTo(0, 0)")
+    assert page.evaluate("() => document.getElementById('heatmap').getBoundingClientRect().top") > 800  # off screen
+    before = len(page.evaluate(asked))
+    page.evaluate("() => window.mstail.zoomTo(40, 80)")
+    wait_js(page, "() => document.body.dataset.busy === '0'")
+    page.wait_for_timeout(300)
+    assert len(page.evaluate(asked)) == before
+    page.evaluate("() => document.getElementById('heatmap').scrollIntoView()")
+    wait_js(page, "n => performance.getEntriesByType('resource').filter(e => e.name.includes('/api/heatmap')).length > n",
+            arg=before)
+    assert "start=40&end=80" in page.evaluate(asked)[-1]
+    wait_js(page, "() => document.body.dataset.busy === '0'")
+    assert page.evaluate("() => document.getElementById('heatmap').dataset.columns") == "41"  # steps 40..80
+    page.evaluate("() => window.mstail.zoomTo(null, null)")
+    page.set_viewport_size({"width": 1400, "height": 1000})
+    page.evaluate("() => window.scrollTo(0, 0)")
+    watched.assert_clean()
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("stride,steps", [(1, 50), (1, 1000), (2, 400), (10, 300)])
 def test_heatmap_has_no_empty_columns(browser: Any, tmp_path: Path, stride: int, steps: int) -> None:

@@ -215,7 +215,7 @@ function renderNow() {
   // The sources' strip at most once a second from here (its own timer keeps it current): 1,024 ranks' table is
   // tens of ms to rebuild, which a zoom's redraw and every live batch would otherwise pay.
   if (performance.now() - page.sourcesAt >= SOURCES_REFRESH_MS) renderSourcesNow();
-  if (performance.now() - state.heatmapAt > HEATMAP_REFRESH_MS) refreshHeatmap();
+  if (performance.now() - state.heatmapAt > HEATMAP_REFRESH_MS) refreshHeatmap(true);
 }
 
 function renderSourcesNow() {
@@ -279,7 +279,7 @@ async function refetchVisible() {
   renderNow();
   document.body.dataset.zoomFetchMs = String(Math.round(fetched - began));
   document.body.dataset.zoomMs = String(Math.round(performance.now() - began));
-  redraw(nearScreen).then(() => refreshHeatmap());
+  redraw(nearScreen).then(() => refreshHeatmap(true));
 }
 
 async function zoomTo(from, to) {
@@ -460,6 +460,7 @@ async function boot() {
   connect();
   await Promise.all([loadAlerts(), loadRecentStepTimes(sources).catch((err) => console.warn("step times unavailable", err))]);
   renderAllNow();
+  renderSourcesNow();  // the step times and alerts just came: the sources' facts (step time, ETA, state) now
   await refreshHeatmap();
   window.addEventListener("resize", () => {
     state.plotSize = null;
