@@ -359,40 +359,50 @@ class Store:
 
     async def keep_folds_warm(self, stop: asyncio.Event) -> None:
         """Until `stop`: keep the fold the page asks first (every source of a metric that more than
-        WARM_SOURCES_MIN sources log) current as the run grows, so a first visit does not wait for cold folds.
-        One fold at a time, the stalest first, in the fold thread; after each it waits ten times its cost
-        (WARM_SHARE of a core at most; a fold of 1,024 ranks x 2,000 steps: 0.2-0.4 s), so a growing run's
-        metrics are folded again in turn, and a fold the page finds too old (aggregate.STALE_FOR_S) it makes."""
+        WARM_SOURCES_MIN sources log) current, so a first visit does not wait for cold folds (a fold of 1,024
+        ranks x 2,000 steps: 0.2-0.4 s each, one after another). One fold at a time, in the fold thread. A metric
+        that stopped growing (a finished run, the end of a catch-up, a restart) is folded at once, the next after
+        a pause as long as the fold; one still growing (a live run) is folded again in turn, the stalest first,
+        then a pause of ten times the fold (WARM_SHARE of a core at most), so its fold is often older than the page
+        takes (aggregate.STALE_FOR_S) and the page's first answer folds it then, as before."""
         said = False
+        seen: Dict[str, int] = {}  # metric -> its points at the last look (unchanged: it stopped growing)
         while not stop.is_set():
-            cost = 0.0
+            pause = WARM_CHECK_S
             try:
-                cost = await self._warm_stalest()
+                folded = await self._warm_next(seen)
+                if folded is not None:
+                    cost, settled = folded
+                    pause = cost if settled else cost / WARM_SHARE
             except Exception:  # noqa: BLE001 - a failed fold leaves the request path to fold; said once
                 if not said:
                     log.exception("keeping the across-source folds warm failed (the page folds when it asks)")
                     said = True
             try:
-                await asyncio.wait_for(stop.wait(), cost / WARM_SHARE if cost else WARM_CHECK_S)
+                await asyncio.wait_for(stop.wait(), pause)
             except asyncio.TimeoutError:
                 pass
 
-    async def _warm_stalest(self) -> float:
-        """Fold again the stalest default selection (or one never folded); returns the seconds it took, 0 if none
-        was behind."""
+    async def _warm_next(self, seen: Dict[str, int]) -> Optional[Tuple[float, bool]]:
+        """Fold again the default selection of a metric whose fold is behind (or missing): one that stopped
+        growing first, else the stalest. Returns (seconds the fold took, whether its metric had stopped growing),
+        or None when no fold was behind."""
         self._metric_keys("")  # the index current
-        stalest: Optional[Tuple[float, str, List[SeriesKey]]] = None
+        best: Optional[Tuple[bool, float, str, List[SeriesKey]]] = None
         for metric, keys in self._by_metric.items():
             if len({key[0] for key in keys}) <= WARM_SOURCES_MIN:
                 continue
-            age = self._folds.age((metric, tuple(keys)), [(key[0], self._series[key]) for key in keys])
-            if age is not None and (stalest is None or age > stalest[0]):
-                stalest = (age, metric, keys)
-        if stalest is None:
-            return 0.0
-        _, metric, keys = stalest
+            chosen = [(key[0], self._series[key]) for key in keys]
+            points = sum(len(series) for _, series in chosen)
+            settled, seen[metric] = seen.get(metric) == points, points
+            age = self._folds.age((metric, tuple(keys)), chosen)
+            if age is not None and (best is None or (settled, age) > best[:2]):
+                best = (settled, age, metric, keys)
+        if best is None:
+            return None
+        settled, _, metric, keys = best
         fold = await self._folds.fold((metric, tuple(keys)), [(key[0], self._series[key]) for key in keys], fresh=True)
-        return fold.cost
+        return fold.cost, settled
 
     async def heatmap(self, metric: str, exclude: Sequence[str] = (), start: Optional[int] = None,
                       end: Optional[int] = None, columns: int = 120, rows: int = 32) -> Dict[str, Any]:

@@ -234,3 +234,24 @@ def test_an_expensive_fold_is_served_while_young_and_says_what_it_holds(monkeypa
         assert get_json(app, "/api/series", metric="loss", aggregate="mean")["aggregate"]["x"][-1] == 53
     finally:
         store.close()
+
+
+def test_a_metric_that_stopped_growing_is_warmed_before_one_still_growing() -> None:
+    # At the end of a catch-up every fold is behind; those whose series stopped growing are folded first (and at
+    # once), a live one in turn under the share of a core.
+    store = ranks_store(RANKS, lambda rank: [{"step": s, "time": T0 + s, "loss": 1.0, "lr": 0.1} for s in range(1, 31)])
+    try:
+        def chosen(metric: str) -> Any:
+            keys = store._keys_of(metric, None, ())
+            return (metric, tuple(keys)), [(k[0], store._series[k]) for k in keys]
+
+        points = RANKS * 30
+        seen = {"loss": points - 1, "lr": points}  # loss grew since the last look, lr did not
+        cost, settled = asyncio.run(store._warm_next(seen))
+        assert settled and store._folds.age(*chosen("lr")) is None and store._folds.age(*chosen("loss")) == math.inf
+        assert seen == {"loss": points, "lr": points}
+        cost, settled = asyncio.run(store._warm_next(seen))  # loss has not grown since: settled now
+        assert settled and store._folds.age(*chosen("loss")) is None and cost >= 0
+        assert asyncio.run(store._warm_next(seen)) is None  # nothing behind
+    finally:
+        store.close()
