@@ -225,7 +225,10 @@ def _per_step(points: Points, np: Any) -> Tuple[Any, ...]:
     """Per distinct step with at least one finite value: (steps, mean, min, max, count, mean time), and for each
     point its step's index in them (-1 for a non-finite value)."""
     finite = np.isfinite(points.values)
-    steps, values, times = points.steps[finite], points.values[finite], points.times[finite]
+    if finite.all():  # the usual case: no copies of 2 M points through a mask
+        steps, values, times = points.steps, points.values, points.times
+    else:
+        steps, values, times = points.steps[finite], points.values[finite], points.times[finite]
     position = np.full(len(points.values), -1, dtype=np.int64)
     if not len(steps):
         return (np.zeros(0, np.int64),) + tuple(np.zeros(0) for _ in range(5)) + (position,)
