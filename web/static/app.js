@@ -276,10 +276,10 @@ async function refetchVisible() {
   }));
   await redraw(onScreenNow);
   const fetched = performance.now();
-  renderNow();
   document.body.dataset.zoomFetchMs = String(Math.round(fetched - began));
   document.body.dataset.zoomMs = String(Math.round(performance.now() - began));
-  redraw(nearScreen).then(() => refreshHeatmap(true));
+  // The rest (the near charts, the sources' strip, the heatmap when on screen) after the first screen is drawn.
+  redraw(nearScreen).then(() => { scheduleRender(); refreshHeatmap(true); });
 }
 
 async function zoomTo(from, to) {
