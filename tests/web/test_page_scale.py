@@ -154,6 +154,37 @@ def test_32_ranks_draw_the_servers_mean_hide_a_rank_and_follow_live(ranks32: Any
 
 
 @pytest.mark.timeout(90)
+def test_the_band_of_the_mean_sets_the_y_axis(browser: Any, tmp_path: Path) -> None:
+    # Each rank has a one-step spike (at a step of its own, so none is an outlier drawn on top) far above the mean
+    # of 20 ranks: the y axis reaches it only through the band's highs (the band's data carries each point's low
+    # and high, both on the y axis), so the band is never cut off.
+    files = []
+    for rank in range(20):
+        lines = [{"step": s, "time": T0 + s, "loss": 1000.0 if s == 10 + 4 * rank else 2.0 + 0.01 * rank}
+                 for s in range(1, 101)]
+        path = tmp_path / "job" / f"rank_{rank}" / "metrics.jsonl"
+        _write(path, lines)
+        files.append(str(path))
+    server = start_mstail([], tmp_path / "mstail", args=["--jsonl", *files])
+    try:
+        server.wait_records(20 * 100, timeout=60)
+        with dashboard(browser, server.url) as watched:
+            page = watched.page
+            wait_js(page, "() => document.querySelector(\"section.chart[data-metric='loss']\").dataset.aggregate === 'server'")
+            facts = page.evaluate("() => { const c = window.mstail.state.charts.get('loss');"
+                                  " const i = c.agg.x.indexOf(50);"
+                                  " const drawn = window.mstail.option('loss').series.filter(s => s.id.endsWith('|raw'));"
+                                  " return {extent: c.chart.getModel().getComponent('yAxis', 0).axis.scale.getExtent(),"
+                                  " high: c.agg.max[i], mean: c.agg.last[i], drawn: drawn.length}; }")
+            assert facts["high"] == 1000.0 and facts["mean"] < 60 and facts["drawn"] == 0, facts
+            assert facts["extent"][1] >= 1000.0, facts
+            watched.assert_clean()
+    finally:
+        code = server.stop()
+    assert code is not None and "Traceback" not in server.stderr, server.stderr
+
+
+@pytest.mark.timeout(90)
 def test_a_zoom_asks_for_the_heatmap_only_once_it_is_on_screen(ranks32: Any) -> None:
     # The heatmap's answer costs the server a pass over every rank's points (0.5 s at 1,024 ranks), which the
     # charts' answers of the next zoom waited behind: off screen it is not asked; scrolled to, it is, zoomed.

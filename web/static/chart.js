@@ -892,13 +892,14 @@ export class ChartView {
 }
 
 // A min/max band as one custom series: polygons over the runs of points that have both bounds. Its data (each
-// point's low and high) also sets the y extent, so the band is never cut off.
+// point's x, low and high, both on the y axis) also sets the y extent, so the band is never cut off; one item per
+// point, as ECharts matches a custom series' items against its previous ones at each redraw (with two per point,
+// ECharts' script time over a 1,024-rank visit and 4 zooms was 955 ms in a CPU profile; 678 ms with one).
 function bandSeries(id, name, color, band) {
-  const data = [];
-  for (const [x, lo, hi] of band) if (x !== null && lo !== null && hi !== null) data.push([x, lo], [x, hi]);
+  const data = band.filter(([x, lo, hi]) => x !== null && lo !== null && hi !== null);
   return {
     id, name, type: "custom", data, color, silent: true, clip: true, z: 1, tooltip: { show: false },
-    encode: { x: 0, y: 1 },
+    encode: { x: 0, y: [1, 2] },
     renderItem(params, api) {
       if (params.dataIndex !== 0) return null;
       const children = [];
