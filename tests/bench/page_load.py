@@ -13,7 +13,8 @@ Measured:
 - zoom: `window.mstail.zoomTo(a, b)`, for several ranges, in phases: the zoom itself (every chart redrawn and
   painted at once with the data it holds, what a wheel shows while it turns), then the re-fetch of every
   chart's visible range, each chart redrawn as its answer arrives, and the last paint (what a wheel zoom
-  starts after its 100 ms pause). The goal applies to the re-fetch + redraw; the full sum is printed too.
+  starts after its 100 ms pause). The goal applies to the re-fetch + redraw of the charts on screen (those near it
+  are re-fetched and drawn after them; each zoom starts once the one before is over); the full sum is printed too.
 - browser JS heap after a forced GC (CDP `HeapProfiler.collectGarbage`, `Runtime.getHeapUsage`).
 - /api/series response sizes (bytes) and server times for the first-paint and zoomed requests.
 - mstail's RSS once the log is read (informative).
@@ -182,6 +183,7 @@ def heap_mib(context: Any, page: Any) -> float:
 def time_zooms(page: Any, ranges: List[Tuple[Any, Any]]) -> Tuple[List[float], List[float]]:
     phases = []
     for a, b in ranges:
+        settle(page)  # the zoom before is over, the charts near the screen (drawn after the first screen) included
         phase = page.evaluate("([a, b]) => window.mstail.zoomTo(a, b)", [a, b])
         phases.append(phase)
         what = "all" if a is None else f"{int(a)}-{int(b)}"
