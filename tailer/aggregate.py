@@ -20,6 +20,7 @@ queries); the fold of that copy runs in a worker thread (`AggregateCache.fold`: 
 from __future__ import annotations
 
 import asyncio
+import time
 from bisect import bisect_left, bisect_right
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
@@ -69,11 +70,17 @@ class AggregateCache:
         self._folds: Dict[Any, "_Fold"] = {}
         self._folding: Dict[Any, "asyncio.Future[_Fold]"] = {}  # folds under way, shared by callers
 
-    async def fold(self, key: Any, series: Sequence[Tuple[str, Series]]) -> "_Fold":
+    async def fold(self, key: Any, series: Sequence[Tuple[str, Series]], fresh: bool = False) -> "_Fold":
         """The fold of `series` (the selection `key`): cached while they have not grown, else folded from a copy
-        in the fold thread (one fold per selection at a time: concurrent callers share it). On the event loop."""
+        in the fold thread (one fold per selection at a time: concurrent callers share it). A fold that took
+        STALE_COST_S or more is still served for STALE_FOR_S after its copy was taken, however the series grew
+        (its `seq` says what it holds; the page's stream brings the rest): a live run of 1,024 ranks would
+        otherwise make every visit and zoom wait for a fold; `fresh` (default off): never. On the event loop."""
         version = sum(len(s) for _, s in series)
         fold = self._folds.get(key)
+        if not fresh and fold is not None and fold.version < version and fold.cost >= STALE_COST_S \
+                and time.monotonic() - fold.made < STALE_FOR_S:
+            version = fold.version
         while fold is None or fold.version < version:
             under_way = self._folding.get(key)
             if under_way is None:
@@ -92,8 +99,18 @@ class AggregateCache:
             cached -= len(self._folds.pop(oldest).steps)
         return fold
 
+    def age(self, key: Any, series: Sequence[Tuple[str, Series]]) -> Optional[float]:
+        """Seconds since the copy behind the cached fold of `series` (the selection `key`) was taken; None when
+        that fold holds them as they are now, infinity when there is none."""
+        fold = self._folds.get(key)
+        if fold is None:
+            return float("inf")
+        return None if fold.version >= sum(len(s) for _, s in series) else time.monotonic() - fold.made
+
 
 CACHED_STEPS_MAX = 2_000_000
+STALE_COST_S = 0.05  # folds that took this long or longer may be served ...
+STALE_FOR_S = 5.0  # ... this long after their copy was taken, while a newer one is made (Store.keep_folds_warm)
 
 
 def aggregate(fold: "_Fold", start: Optional[int], end: Optional[int], points: int, smooth: float) -> Dict[str, Any]:
@@ -136,7 +153,8 @@ class _Fold:
     def __init__(self, points: "Points") -> None:
         import numpy as np
 
-        self.version, self.seq = len(points.steps), points.seq  # points folded; the store's seq then
+        began = time.perf_counter()
+        self.version, self.seq, self.made = len(points.steps), points.seq, points.made  # points folded; seq, time then
         self.sources = sorted(points.sources)
         self.newest = int(points.steps.max()) if len(points.steps) else 0
         self.steps, mean, self.low, self.high, self.count, when, position = _per_step(points, np)
@@ -149,6 +167,7 @@ class _Fold:
         bad = bad[np.argsort(points.steps[bad], kind="stable")]
         self._bad = (points.steps[bad].tolist(), [points.sources[i] for i in points.owner[bad].tolist()],
                      [finite_or_name(v) for v in points.values[bad].tolist()])
+        self.cost = time.perf_counter() - began  # seconds the fold took (what serving it stale saves)
 
     def nonfinite(self, start: Optional[int], end: Optional[int]) -> Dict[str, List[Any]]:
         """The newest NONFINITE_MAX non-finite values between `start` and `end`, by step."""
@@ -168,6 +187,7 @@ class Points:
         import numpy as np
 
         self.seq = seq  # the store's newest seq when the copy was taken (what it holds)
+        self.made = time.monotonic()  # when
 
         self.sources: List[str] = []
         index: Dict[str, int] = {}
@@ -205,7 +225,10 @@ def _per_step(points: Points, np: Any) -> Tuple[Any, ...]:
     """Per distinct step with at least one finite value: (steps, mean, min, max, count, mean time), and for each
     point its step's index in them (-1 for a non-finite value)."""
     finite = np.isfinite(points.values)
-    steps, values, times = points.steps[finite], points.values[finite], points.times[finite]
+    if finite.all():  # the usual case: no copies of 2 M points through a mask
+        steps, values, times = points.steps, points.values, points.times
+    else:
+        steps, values, times = points.steps[finite], points.values[finite], points.times[finite]
     position = np.full(len(points.values), -1, dtype=np.int64)
     if not len(steps):
         return (np.zeros(0, np.int64),) + tuple(np.zeros(0) for _ in range(5)) + (position,)

@@ -110,6 +110,7 @@ async def serve(
     stop = asyncio.Event()
     webhooks.start()
     tailing = asyncio.create_task(_restore_then_tail(store, tailer, stop, restoring))
+    warming = asyncio.create_task(store.keep_folds_warm(stop))  # the page's first folds ready before it asks
     announce = asyncio.create_task(_when_started(server, sock, config, on_started))
     terminate = _sigterm_as_sigint()
     try:
@@ -118,6 +119,7 @@ async def serve(
         stop.set()
         announce.cancel()
         await tailing
+        await warming
         await webhooks.stop()
         store.close()
         restore_logs()

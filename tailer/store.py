@@ -13,6 +13,7 @@ Threads: a Store is touched from the event loop only (the tailer's passes delive
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import time
@@ -30,6 +31,9 @@ from .heatmap import heatmap
 from .series import Series, finite_or_none, window
 
 log = logging.getLogger("mstail.state")
+WARM_SOURCES_MIN = 16  # the page's MANY_LINES: a metric of more sources is drawn as the mean of every source
+HEATMAPS_KEPT = 16  # heatmap answers kept (a few KiB each) while their series do not grow
+WARM_CHECK_S = 1.0  # how often the warmer looks for a fold that fell behind, when none was
 
 
 @dataclass
@@ -127,6 +131,7 @@ class Store:
         self.sources: Dict[str, SourceInfo] = {}
         self._turns = Turns(lambda: self._last_seq)  # copies of series computed in the fold thread, one at a time
         self._folds = AggregateCache(self._turns)  # across-source folds for `aggregate`
+        self._heatmaps: Dict[Any, Tuple[int, Dict[str, Any]]] = {}  # the last heatmap answers, by question
         self._by_metric: Dict[str, List[SeriesKey]] = {}  # metric -> its series' keys (`_metric_keys`)
         self._indexed = 0  # how many series `_by_metric` holds
         self._alert_state: Optional[Callable[[], Dict[str, Any]]] = None  # `save_alerts`
@@ -394,12 +399,70 @@ class Store:
                 "series": self.series(metric, sources=drawn, start=start, end=end, points=points, smooth=smooth)
                 if drawn else []}
 
+    async def keep_folds_warm(self, stop: asyncio.Event) -> None:
+        """Until `stop`: keep the fold the page asks first (every source of a metric that more than
+        WARM_SOURCES_MIN sources log) current once its metric stopped growing (a finished run, the end of a catch-up,
+        a restart), so a first visit then does not wait for cold folds (a fold of 1,024 ranks x 2,000 steps: 0.2-0.4
+        s each, one after another). One fold at a time, in the fold thread, the next after a pause as long as the
+        fold; a metric seen for the first time is folded once. One still growing (a live run) is then left to the
+        page's first answer, as before: folding it in turn would cost a steady share of a core for folds older than
+        the page takes (aggregate.STALE_FOR_S)."""
+        said = False
+        seen: Dict[str, int] = {}  # metric -> its points at the last look (unchanged: it stopped growing)
+        while not stop.is_set():
+            pause = WARM_CHECK_S
+            try:
+                folded = await self._warm_next(seen)
+                if folded is not None:
+                    pause = folded
+            except Exception:  # noqa: BLE001 - a failed fold leaves the request path to fold; said once
+                if not said:
+                    log.exception("keeping the across-source folds warm failed (the page folds when it asks)")
+                    said = True
+            try:
+                await asyncio.wait_for(stop.wait(), pause)
+            except asyncio.TimeoutError:
+                pass
+
+    async def _warm_next(self, seen: Dict[str, int]) -> Optional[float]:
+        """Fold again the default selection of a metric whose fold is behind (or missing) and that stopped growing
+        since the last look (`seen`: metric -> its points then), the stalest first. Returns the seconds the fold
+        took, or None when no such fold was behind."""
+        self._metric_keys("")  # the index current
+        best: Optional[Tuple[float, str, List[SeriesKey]]] = None
+        for metric, keys in self._by_metric.items():
+            if len({key[0] for key in keys}) <= WARM_SOURCES_MIN:
+                continue
+            chosen = [(key[0], self._series[key]) for key in keys]
+            points = sum(len(series) for _, series in chosen)
+            settled, seen[metric] = seen.get(metric, points) == points, points  # first sight: folded once
+            age = self._folds.age((metric, tuple(keys)), chosen) if settled else None
+            if age is not None and (best is None or age > best[0]):
+                best = (age, metric, keys)
+        if best is None:
+            return None
+        _, metric, keys = best
+        fold = await self._folds.fold((metric, tuple(keys)), [(key[0], self._series[key]) for key in keys], fresh=True)
+        return fold.cost
+
     async def heatmap(self, metric: str, exclude: Sequence[str] = (), start: Optional[int] = None,
                       end: Optional[int] = None, columns: int = 120, rows: int = 32) -> Dict[str, Any]:
         """The metric across every source but `exclude` as a matrix of at most `rows` x `columns`
-        (`mstail.tailer.heatmap`), computed in a worker thread from a copy of the series taken here."""
-        chosen = [(key[0], self._series[key]) for key in self._keys_of(metric, None, exclude)]
-        return await self._turns.run(chosen, heatmap, start, end, columns, rows)
+        (`mstail.tailer.heatmap`), computed in a worker thread from a copy of the series taken here; the last
+        HEATMAPS_KEPT answers are given again while their series have not grown."""
+        keys = self._keys_of(metric, None, exclude)
+        chosen = [(key[0], self._series[key]) for key in keys]
+        # the same question about the same points (a finished run; each visit and a zoom back out ask it again)
+        asked, version = (metric, tuple(keys), start, end, columns, rows), sum(len(s) for _, s in chosen)
+        known = self._heatmaps.get(asked)
+        if known is not None and known[0] == version:
+            return known[1]
+        answer = await self._turns.run(chosen, heatmap, start, end, columns, rows)
+        self._heatmaps.pop(asked, None)
+        self._heatmaps[asked] = (version, answer)
+        while len(self._heatmaps) > HEATMAPS_KEPT:
+            self._heatmaps.pop(next(iter(self._heatmaps)))
+        return answer
 
     def _keys_of(self, metric: str, sources: Optional[Sequence[str]], exclude: Sequence[str]) -> List[SeriesKey]:
         """The (source, metric, segment) keys of `metric` of `sources` (default every one) but `exclude`."""

@@ -131,7 +131,7 @@ def test_wheel_holds_one_package_with_its_data_and_entry_point(wheel: Path) -> N
         expected = expected_wheel_files()
         for must in ("mstail/__init__.py", "mstail/__main__.py", "mstail/tailer/cli.py",
                      "mstail/parsers/formats/mindformers.toml", "mstail/web/static/index.html",
-                     "mstail/web/static/vendor/echarts-5.6.0.min.js"):
+                     "mstail/web/static/vendor/echarts-5.6.0-mstail.min.js"):
             assert must in expected, f"{must} is not in the source tree any more: update this test"
         missing = sorted(set(expected) - names)
         assert not missing, f"in the source tree but not in the wheel: {missing}"
@@ -242,7 +242,7 @@ def check_installed_mstail(venv: Venv, tmp_path: Path) -> None:
             page = response.read().decode("utf-8")
         assert "/static/vendor/echarts-" in page and "/static/app.js" in page
         # the static files (package data of mstail.web) are what the installed package serves
-        for rel in ("app.js", "vendor/echarts-5.6.0.min.js"):
+        for rel in ("app.js", "vendor/echarts-5.6.0-mstail.min.js"):
             with _NO_PROXY.open(f"{url}/static/{rel}", timeout=5) as response:
                 assert response.read() == (ROOT / "web" / "static" / rel).read_bytes(), rel
 

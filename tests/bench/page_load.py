@@ -13,7 +13,8 @@ Measured:
 - zoom: `window.mstail.zoomTo(a, b)`, for several ranges, in phases: the zoom itself (every chart redrawn and
   painted at once with the data it holds, what a wheel shows while it turns), then the re-fetch of every
   chart's visible range, each chart redrawn as its answer arrives, and the last paint (what a wheel zoom
-  starts after its 100 ms pause). The goal applies to the re-fetch + redraw; the full sum is printed too.
+  starts after its 100 ms pause). The goal applies to the re-fetch + redraw of the charts on screen (those near it
+  are re-fetched and drawn after them; each zoom starts once the one before is over); the full sum is printed too.
 - browser JS heap after a forced GC (CDP `HeapProfiler.collectGarbage`, `Runtime.getHeapUsage`).
 - /api/series response sizes (bytes) and server times for the first-paint and zoomed requests.
 - mstail's RSS and its peak once the log is read and at the end (informative).
@@ -100,9 +101,20 @@ def rss_mib(pid: int, field: str = "VmRSS") -> float:
     return float("nan")
 
 
-def open_page(browser: Any, url: str) -> Tuple[Any, Any, float]:
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process `pid` so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def open_page(browser: Any, url: str, pid: int) -> Tuple[Any, Any, float]:
+    """A new browser context on the page until its first paint; prints the page's timeline, the main thread's busy
+    time (Chromium's own counters, less swayed by the machine's load than wall times) and mstail's CPU meanwhile."""
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     page = context.new_page()
+    cdp = context.new_cdp_session(page)
+    cdp.send("Performance.enable")
+    server_cpu = cpu_s(pid)
     errors: List[str] = []
     page.on("console", lambda m: m.type in ("error", "warning") and errors.append(m.text))
     page.on("pageerror", lambda e: errors.append(str(e)))
@@ -113,13 +125,18 @@ def open_page(browser: Any, url: str) -> Tuple[Any, Any, float]:
             raise SystemExit("the page did not paint within 120 s")
         page.wait_for_timeout(20)
     first = page.evaluate("() => performance.getEntriesByName('mstail-first-paint')[0].startTime")
+    server_cpu = cpu_s(pid) - server_cpu
+    busy = {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
     slow = page.evaluate("t => performance.getEntriesByType('resource').filter(e => e.name.includes('/api/')"
                          " && e.startTime < t).sort((a, b) => b.duration - a.duration).slice(0, 4)"
                          ".map(e => [e.name.split('/api/')[1].slice(0, 70), Math.round(e.startTime), Math.round(e.duration),"
                          " e.encodedBodySize])", first)
     marks = page.evaluate("() => ['mstail-boot', 'mstail-sources', 'mstail-boxes', 'mstail-data', 'mstail-first-paint']"
                           ".map(n => [n.slice(7), Math.round(performance.getEntriesByName(n)[0].startTime)])")
-    print("  page timeline (ms after navigation): " + ", ".join(f"{name} {ms}" for name, ms in marks))
+    print("  page timeline (ms after navigation): " + ", ".join(f"{name} {ms}" for name, ms in marks)
+          + f"; the page's main thread busy {busy['TaskDuration'] * 1000:.0f} ms (script {busy['ScriptDuration'] * 1000:.0f},"
+          f" layout {busy['LayoutDuration'] * 1000:.0f}), mstail's CPU {server_cpu * 1000:.0f} ms; load average"
+          f" {os.getloadavg()[0]:.2f}")
     print("  slowest requests before the first paint (path, start ms, took ms, bytes): "
           + "; ".join(f"{p} @{s} {d} ms {b / 1024:.0f} KiB" for p, s, d, b in slow))
     if errors:
@@ -167,6 +184,7 @@ def heap_mib(context: Any, page: Any) -> float:
 def time_zooms(page: Any, ranges: List[Tuple[Any, Any]]) -> Tuple[List[float], List[float]]:
     phases = []
     for a, b in ranges:
+        settle(page)  # the zoom before is over, the charts near the screen (drawn after the first screen) included
         phase = page.evaluate("([a, b]) => window.mstail.zoomTo(a, b)", [a, b])
         phases.append(phase)
         what = "all" if a is None else f"{int(a)}-{int(b)}"
@@ -202,12 +220,12 @@ def session(support: Any, workdir: Path, files: List[Path], records: int,
             browser = p.chromium.launch(executable_path="/usr/bin/chromium", headless=True,
                                         args=["--no-sandbox", "--disable-gpu"])
             try:
-                context, page, cold = open_page(browser, server.url)
+                context, page, cold = open_page(browser, server.url, server.proc.pid)
                 later = []
                 for _ in range(max(1, visits - 1)):
                     settle(page)  # the visit before is over (its heatmap and late requests answered)
                     context.close()
-                    context, page, first = open_page(browser, server.url)
+                    context, page, first = open_page(browser, server.url, server.proc.pid)
                     later.append(first)
                 yield server, context, page, cold, later
                 context.close()

@@ -4,6 +4,7 @@ buckets: consecutive runs of those steps, as one source's series is bucketed; th
 
 from __future__ import annotations
 
+import asyncio
 import math
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
@@ -165,3 +166,95 @@ def test_aggregate_leaves_the_columns_free_to_grow(store: Store, app: Any) -> No
     store.add_source("rank_99", "/logs/rank_99/info.log")
     store.add("rank_0", [Item("record", {"step": STEPS + 1, "time": T0, "loss": 1.0})])
     assert get_json(app, "/api/series", metric="loss", aggregate="mean", start=STEPS + 1)["aggregate"]["n"] == [1]
+
+
+def _warm_for(store: Store, seconds: float) -> None:
+    """Run `Store.keep_folds_warm` for `seconds`, then stop it (it must end when told)."""
+    async def run() -> None:
+        stop = asyncio.Event()
+        warming = asyncio.ensure_future(store.keep_folds_warm(stop))
+        await asyncio.sleep(seconds)
+        stop.set()
+        await asyncio.wait_for(warming, 5)
+
+    asyncio.run(run())
+
+
+def test_folds_are_kept_warm_before_any_page_asks() -> None:
+    # A first visit to 1,024 ranks waited for a cold fold per chart; the warmer folds every metric of more than
+    # 16 sources (what the page draws as the mean of all) on its own once it stopped growing, and again after the
+    # run grew and stopped again.
+    def records(rank: int) -> List[Dict[str, Any]]:
+        return [{"step": s, "time": T0 + s, "loss": 1.0 + rank, "lr": 0.1} for s in range(1, 51)]
+
+    store = ranks_store(RANKS, records)
+    few = ranks_store(3, records)
+    try:
+        def age(s: Store, metric: str) -> Optional[float]:
+            keys = s._keys_of(metric, None, ())
+            return s._folds.age((metric, tuple(keys)), [(k[0], s._series[k]) for k in keys])
+
+        assert age(store, "loss") == math.inf
+        _warm_for(store, 0.3)
+        assert age(store, "loss") is None and age(store, "lr") is None  # current, nobody asked
+        store.add("rank_0", [Item("record", {"step": 51, "time": T0 + 51, "loss": 1.0, "lr": 0.1})])
+        assert age(store, "loss") is not None  # behind the run now
+        _warm_for(store, 2.5)  # a look, then after WARM_CHECK_S another that sees the metric stopped growing
+        assert age(store, "loss") is None and age(store, "lr") is None
+        _warm_for(few, 0.3)
+        assert age(few, "loss") == math.inf  # 3 sources: the page overlays them, no fold wanted
+    finally:
+        store.close()
+        few.close()
+
+
+def test_an_expensive_fold_is_served_while_young_and_says_what_it_holds(monkeypatch: Any) -> None:
+    # A fold that took long is served for a while after the series grew, with its own seq (the page's stream
+    # brings the records after it); a cheap one, or a stale one asked `fresh`, is folded again.
+    from mstail.tailer import aggregate as aggregate_module
+
+    store = ranks_store(RANKS, lambda rank: [{"step": s, "time": T0 + s, "loss": 1.0 + rank} for s in range(1, 51)])
+    app = create_app(store, Hub())
+    try:
+        first = get_json(app, "/api/series", metric="loss", aggregate="mean")
+        store.add("rank_0", [Item("record", {"step": 51, "time": T0 + 51, "loss": 1.0})])
+        cheap = get_json(app, "/api/series", metric="loss", aggregate="mean")
+        assert cheap["seq"] > first["seq"] and cheap["aggregate"]["x"][-1] == 51  # cheap: folded again
+
+        monkeypatch.setattr(aggregate_module, "STALE_COST_S", 0.0)  # every fold counts as expensive
+        store.add("rank_1", [Item("record", {"step": 52, "time": T0 + 52, "loss": 2.0})])
+        stale = get_json(app, "/api/series", metric="loss", aggregate="mean")
+        assert stale["seq"] == cheap["seq"] and stale["aggregate"]["x"][-1] == 51  # the young fold, as it is
+
+        keys = store._keys_of("loss", None, ())
+        fresh = asyncio.run(store._folds.fold(("loss", tuple(keys)), [(k[0], store._series[k]) for k in keys], fresh=True))
+        assert fresh.seq == store.last_seq and int(fresh.steps[-1]) == 52
+
+        monkeypatch.setattr(aggregate_module, "STALE_FOR_S", 0.0)  # too old to serve: folded again
+        store.add("rank_2", [Item("record", {"step": 53, "time": T0 + 53, "loss": 3.0})])
+        assert get_json(app, "/api/series", metric="loss", aggregate="mean")["aggregate"]["x"][-1] == 53
+    finally:
+        store.close()
+
+
+def test_only_a_metric_that_stopped_growing_is_warmed() -> None:
+    # At the end of a catch-up every fold is behind; those whose series stopped growing since the last look are
+    # folded; a live one is left to the page's first answer (folding it in turn cost a steady share of a core).
+    store = ranks_store(RANKS, lambda rank: [{"step": s, "time": T0 + s, "loss": 1.0, "lr": 0.1} for s in range(1, 31)])
+    try:
+        def chosen(metric: str) -> Any:
+            keys = store._keys_of(metric, None, ())
+            return (metric, tuple(keys)), [(k[0], store._series[k]) for k in keys]
+
+        points = RANKS * 30
+        seen = {"loss": points - 1, "lr": points}  # loss grew since the last look, lr did not
+        assert asyncio.run(store._warm_next(seen)) is not None
+        assert store._folds.age(*chosen("lr")) is None and store._folds.age(*chosen("loss")) == math.inf
+        assert seen == {"loss": points, "lr": points}
+        seen["loss"] = points - 1  # it grew again: still left alone
+        assert asyncio.run(store._warm_next(seen)) is None and store._folds.age(*chosen("loss")) == math.inf
+        cost = asyncio.run(store._warm_next(seen))  # loss has not grown since: settled now
+        assert cost is not None and cost >= 0 and store._folds.age(*chosen("loss")) is None
+        assert asyncio.run(store._warm_next(seen)) is None  # nothing behind
+    finally:
+        store.close()

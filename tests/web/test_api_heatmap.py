@@ -13,6 +13,7 @@ from typing import Any, Dict, Iterator, List, Optional
 
 import pytest
 
+from mstail.parsers import Item
 from mstail.tailer import aggregate as aggregate_module
 from mstail.tailer.heatmap import natural_key
 from mstail.tailer.hub import Hub
@@ -144,3 +145,27 @@ def test_the_aggregate_fold_runs_in_a_worker_thread(app: Any, monkeypatch: pytes
     answer = get_json(app, "/api/series", metric="step_time_ms", aggregate="mean", exclude=["rank_3"])
     assert answer["aggregate"]["sources"] == RANKS - 1
     assert threads and threading.get_ident() not in threads  # get() runs the event loop in this thread
+
+
+def test_the_same_heatmap_is_answered_again_without_computing_it_while_nothing_grew(monkeypatch: Any) -> None:
+    # Each visit asks the same matrix of a finished run (and a zoom back out asks it again): 0.5 s of the fold
+    # thread for 1,024 ranks, computed once now, and again once a source logged more.
+    store = ranks_store(8, lambda rank: [{"step": s, "time": T0 + s, "step_time_ms": 500.0 + rank} for s in range(1, 41)])
+    app = create_app(store, Hub())
+    computed: List[int] = []
+    real = store._turns.run
+
+    async def counting(series: Any, function: Any, *args: Any) -> Any:
+        computed.append(len(series))
+        return await real(series, function, *args)
+
+    monkeypatch.setattr(store._turns, "run", counting)
+    try:
+        first = get_json(app, "/api/heatmap", columns=10, rows=8)
+        assert get_json(app, "/api/heatmap", columns=10, rows=8) == first and len(computed) == 1
+        assert get_json(app, "/api/heatmap", columns=10, rows=4)["per"] == 2 and len(computed) == 2  # another question
+        store.add("rank_0", [Item("record", {"step": 41, "time": T0 + 41, "step_time_ms": 900.0})])
+        grown = get_json(app, "/api/heatmap", columns=10, rows=8)
+        assert len(computed) == 3 and grown["columns"][-1] == 41 and grown["seq"] > first["seq"]
+    finally:
+        store.close()

@@ -153,6 +153,65 @@ def test_32_ranks_draw_the_servers_mean_hide_a_rank_and_follow_live(ranks32: Any
     watched.assert_clean()
 
 
+@pytest.mark.timeout(90)
+def test_the_band_of_the_mean_sets_the_y_axis(browser: Any, tmp_path: Path) -> None:
+    # Each rank has a one-step spike (at a step of its own, so none is an outlier drawn on top) far above the mean
+    # of 20 ranks: the y axis reaches it only through the band's highs (the band's data carries each point's low
+    # and high, both on the y axis), so the band is never cut off.
+    files = []
+    for rank in range(20):
+        lines = [{"step": s, "time": T0 + s, "loss": 1000.0 if s == 10 + 4 * rank else 2.0 + 0.01 * rank}
+                 for s in range(1, 101)]
+        path = tmp_path / "job" / f"rank_{rank}" / "metrics.jsonl"
+        _write(path, lines)
+        files.append(str(path))
+    server = start_mstail([], tmp_path / "mstail", args=["--jsonl", *files])
+    try:
+        server.wait_records(20 * 100, timeout=60)
+        with dashboard(browser, server.url) as watched:
+            page = watched.page
+            wait_js(page, "() => document.querySelector(\"section.chart[data-metric='loss']\").dataset.aggregate === 'server'")
+            facts = page.evaluate("() => { const c = window.mstail.state.charts.get('loss');"
+                                  " const i = c.agg.x.indexOf(50);"
+                                  " const drawn = window.mstail.option('loss').series.filter(s => s.id.endsWith('|raw'));"
+                                  " return {extent: c.chart.getModel().getComponent('yAxis', 0).axis.scale.getExtent(),"
+                                  " high: c.agg.max[i], mean: c.agg.last[i], drawn: drawn.length}; }")
+            assert facts["high"] == 1000.0 and facts["mean"] < 60 and facts["drawn"] == 0, facts
+            assert facts["extent"][1] >= 1000.0, facts
+            watched.assert_clean()
+    finally:
+        code = server.stop()
+    assert code is not None and "Traceback" not in server.stderr, server.stderr
+
+
+@pytest.mark.timeout(90)
+def test_a_zoom_asks_for_the_heatmap_only_once_it_is_on_screen(ranks32: Any) -> None:
+    # The heatmap's answer costs the server a pass over every rank's points (0.5 s at 1,024 ranks), which the
+    # charts' answers of the next zoom waited behind: off screen it is not asked; scrolled to, it is, zoomed.
+    server, watched = ranks32
+    page = watched.page
+    asked = "() => performance.getEntriesByType('resource').filter(e => e.name.includes('/api/heatmap')).map(e => e.name)"
+    wait_js(page, "() => Number(document.getElementById('heatmap').dataset.cells || 0) > 0")
+    page.set_viewport_size({"width": 1400, "height": 700})
+    page.evaluate("() => window.scrollTo(0, 0)")
+    assert page.evaluate("() => document.getElementById('heatmap').getBoundingClientRect().top") > 800  # off screen
+    before = len(page.evaluate(asked))
+    page.evaluate("() => window.mstail.zoomTo(40, 80)")
+    wait_js(page, "() => document.body.dataset.busy === '0'")
+    page.wait_for_timeout(300)
+    assert len(page.evaluate(asked)) == before
+    page.evaluate("() => document.getElementById('heatmap').scrollIntoView()")
+    wait_js(page, "n => performance.getEntriesByType('resource').filter(e => e.name.includes('/api/heatmap')).length > n",
+            arg=before)
+    assert "start=40&end=80" in page.evaluate(asked)[-1]
+    wait_js(page, "() => document.body.dataset.busy === '0'")
+    assert page.evaluate("() => document.getElementById('heatmap').dataset.columns") == "41"  # steps 40..80
+    page.evaluate("() => window.mstail.zoomTo(null, null)")
+    page.set_viewport_size({"width": 1400, "height": 1000})
+    page.evaluate("() => window.scrollTo(0, 0)")
+    watched.assert_clean()
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("stride,steps", [(1, 50), (1, 1000), (2, 400), (10, 300)])
 def test_heatmap_has_no_empty_columns(browser: Any, tmp_path: Path, stride: int, steps: int) -> None:

@@ -14,9 +14,10 @@ import { HEATMAP_REFRESH_MS, refreshHeatmap } from "./heatmap.js";
 
 const ZOOM_DEBOUNCE_MS = 100;
 const RENDER_MIN_INTERVAL_MS = 200;
-const HEALTH_CHECK_MS = 5000;  // how often the page asks /healthz whether mstail itself is in trouble
+const HEALTH_CHECK_MS = 5000;
+const SOURCES_REFRESH_MS = 1000;  // the sources' facts (step, lag, since last step) are at most this much behind  // how often the page asks /healthz whether mstail itself is in trouble
 
-const page = { booting: true, applyingZoom: false, zoomTimer: null, lastRender: 0, renderQueued: false, detailItem: null };
+const page = { sourcesAt: -Infinity, booting: true, applyingZoom: false, zoomTimer: null, lastRender: 0, renderQueued: false, detailItem: null };
 
 // ---- charts ---------------------------------------------------------------------------------------------
 // A chart is a box at once (cheap: a title and an empty plot of fixed height) and becomes an ECharts instance with
@@ -87,7 +88,10 @@ function load(chart) {
 
 const stepsOf = (chart) => chart.stepsOf(view.zoom);
 
+const grids = new Map();  // group -> its grid (1,000 boxes: one look-up each)
+
 function groupGrid(group) {
+  if (grids.has(group)) return grids.get(group);
   let section = document.querySelector(`section.group[data-group="${group}"]`);
   if (!section) {
     section = document.createElement("section");
@@ -118,7 +122,8 @@ function groupGrid(group) {
     main.insertBefore(section, before || null);
     applyCollapsed(section);
   }
-  return section.querySelector(".grid");
+  grids.set(group, section.querySelector(".grid"));
+  return grids.get(group);
 }
 
 function applyCollapsed(section) {
@@ -207,8 +212,15 @@ function renderNow() {
     else if (chart.dirty && chart.loaded) chart.noteShown();
   }
   if (moved && view.zoom) applyZoom();
+  // The sources' strip at most once a second from here (its own timer keeps it current): 1,024 ranks' table is
+  // tens of ms to rebuild, which a zoom's redraw and every live batch would otherwise pay.
+  if (performance.now() - page.sourcesAt >= SOURCES_REFRESH_MS) renderSourcesNow();
+  if (performance.now() - state.heatmapAt > HEATMAP_REFRESH_MS) refreshHeatmap(true);
+}
+
+function renderSourcesNow() {
+  page.sourcesAt = performance.now();
   renderSources();
-  if (performance.now() - state.heatmapAt > HEATMAP_REFRESH_MS) refreshHeatmap();
 }
 
 function renderAllNow() {
@@ -246,23 +258,28 @@ function applyZoom() {
 
 async function refetchVisible() {
   const began = performance.now();
-  // Each chart near the screen is redrawn as soon as its own answer is in (drawing one overlaps the others'
-  // requests); the others re-fetch when they come back near the screen.
-  const jobs = [];
+  // The charts on screen first, each redrawn as soon as its own answer is in (drawing one overlaps the others'
+  // requests); those near the screen after them, the others when they come near it. The zoom's time is the
+  // first screen's.
+  const onScreenNow = [];
+  const nearScreen = [];
   for (const chart of state.charts.values()) {
     if (!chart.loaded) continue;
     if (!chart.visible) { chart.stale = true; continue; }
-    const range = view.zoom ? chart.stepsOf(view.zoom) : null;
-    if (view.zoom && !range) continue;
-    jobs.push(tracked(chart.fetch(range)).then(() => { if (state.extent) chart.render(); })
-      .catch((err) => console.warn("zoom refetch failed", err)));
+    (onScreen(chart) ? onScreenNow : nearScreen).push(chart);
   }
-  await Promise.all(jobs);
+  const redraw = (charts) => Promise.all(charts.map((chart) => {
+    const range = view.zoom ? chart.stepsOf(view.zoom) : null;
+    if (view.zoom && !range) return null;
+    return tracked(chart.fetch(range)).then(() => { if (state.extent) chart.render(); })
+      .catch((err) => console.warn("zoom refetch failed", err));
+  }));
+  await redraw(onScreenNow);
   const fetched = performance.now();
-  renderNow();
-  refreshHeatmap();
   document.body.dataset.zoomFetchMs = String(Math.round(fetched - began));
   document.body.dataset.zoomMs = String(Math.round(performance.now() - began));
+  // The rest (the near charts, the sources' strip, the heatmap when on screen) after the first screen is drawn.
+  redraw(nearScreen).then(() => { scheduleRender(); refreshHeatmap(true); });
 }
 
 async function zoomTo(from, to) {
@@ -418,7 +435,7 @@ async function boot() {
   performance.mark("mstail-sources");
   for (const metric of metrics) chartFor(metric);
   performance.mark("mstail-boxes");
-  renderSources();  // the strip's height decides which charts are on the first screen
+  renderSourcesNow();  // the strip's height decides which charts are on the first screen
   // The charts on the first screen (and those the source cards read) fetch their data now; the rest as they
   // come near the screen.
   const first = [...state.charts.values()].filter((c) => onScreen(c));
@@ -443,6 +460,7 @@ async function boot() {
   connect();
   await Promise.all([loadAlerts(), loadRecentStepTimes(sources).catch((err) => console.warn("step times unavailable", err))]);
   renderAllNow();
+  renderSourcesNow();  // the step times and alerts just came: the sources' facts (step time, ETA, state) now
   await refreshHeatmap();
   window.addEventListener("resize", () => {
     state.plotSize = null;
@@ -453,7 +471,7 @@ async function boot() {
     }
     if (state.heatmap) state.heatmap.resize();
   });
-  setInterval(renderSources, 1000);
+  setInterval(renderSourcesNow, SOURCES_REFRESH_MS);
   checkHealth();
   setInterval(checkHealth, HEALTH_CHECK_MS);
 }

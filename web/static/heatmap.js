@@ -11,12 +11,29 @@ import { fmt, getJSON } from "./util.js";
 import { state, themeColors, tracked, view } from "./state.js";
 
 const HEATMAP_COLUMNS = 120;
+const ON_SCREEN = "100px 0px";  // its answer is dear: asked only when (about) on screen
 const HEATMAP_ROWS_MAX = 32;   // more sources than this: rows of neighbouring sources, each its slowest
 const ROW_PX = 12;
 const LABEL_PX_MAX = 220;
 export const HEATMAP_REFRESH_MS = 5000;  // app.js's render loop refreshes the heatmap at most this often
 
-export async function refreshHeatmap() {
+// Whether the heatmap is on the screen (an IntersectionObserver, from its first drawing), and whether a lazy
+// refresh passed it over while it was not: it is asked again when it comes on screen.
+const near = { now: true, missed: false, observer: null };
+
+function watchNearScreen(section) {
+  if (near.observer) return;
+  near.observer = new IntersectionObserver((entries) => {
+    near.now = entries[entries.length - 1].isIntersecting;
+    if (near.now && near.missed) { near.missed = false; refreshHeatmap(); }
+  }, { rootMargin: ON_SCREEN });
+  near.observer.observe(section);
+}
+
+// `lazy` (a zoom, the render loop's refresh): not asked while the heatmap is off the screen (its answer costs
+// the server a pass over every rank's points, 0.5 s at 1,024 ranks, which the charts' answers would wait behind).
+export async function refreshHeatmap(lazy = false) {
+  if (lazy && state.heatmap && !near.now) { near.missed = true; return; }
   state.heatmapAt = performance.now();
   // The same range and sources as the last answer and nothing new since (a finished run), or new steps but a
   // recent answer: drawn again (the theme may have changed), not asked again.
@@ -49,6 +66,7 @@ export async function refreshHeatmap() {
   }
   state.heatmapAnswer = answer;
   drawHeatmap(answer);
+  watchNearScreen(section);
 }
 
 // The part of each name that tells it from the others: the common folders in front and the common file name
