@@ -62,14 +62,20 @@ class _Match(NamedTuple):
     clock: Optional[Callable[[str], float]] = None  # the prefix's time parser
 
     def when(self, now: float) -> float:
-        """The line's time in unix seconds, else `now` (no timestamp, or one that does not parse). Asked only for
-        a line that makes an item: most lines do not, and parsing a time is not free."""
-        if self.stamp and self.clock is not None:
-            try:
-                return self.clock(self.stamp)
-            except ValueError:
-                pass
-        return now
+        """The line's time in unix seconds, else `now` (`line_time`). Asked only for a line that makes an item: most
+        lines do not, and parsing a time is not free."""
+        return line_time(self.stamp, self.clock, now)
+
+
+def line_time(stamp: Optional[str], clock: Optional[Callable[[str], float]], now: float) -> float:
+    """A line's time: its prefix's time text `stamp` read by the prefix's `clock`, else `now` (no timestamp, or one
+    that does not parse)."""
+    if stamp and clock is not None:
+        try:
+            return clock(stamp)
+        except ValueError:
+            pass
+    return now
 
 
 _new_tuple = tuple.__new__
@@ -275,14 +281,9 @@ class SourceParser:
             if match.fmt.fallback:
                 self._generic(rule, match, now, line_no, out)
             else:
-                record = self._start_record(rule, match.groups, match.when(now), line_no)
-                if record is not None:
-                    self._emit(record, out)
+                self.record_line(rule, match.groups, match.when(now), line_no, out)
         elif kind == "attach":
-            values = self.values(rule, match.groups)
-            if rule.epoch_length:
-                self._learn_epoch_length(rule, match.groups, values)
-            self._amend(values, out)
+            self.attach_line(rule, match.groups, out)
         else:
             when = match.when(now)
             event = {"kind": rule.event, "time": when, "line": line_no}
@@ -306,6 +307,36 @@ class SourceParser:
         if event is not None and now - event[2] >= self.grace_s:  # what `flush(now)` would emit
             out += self.flush(now)
         return out
+
+    def feed_hot(self, rule: Rule, groups: Dict[str, Optional[str]], clock: Optional[Callable[[str], float]],
+                 stamp: Optional[str], line_no: int, now: float) -> List[Item]:
+        """`feed` of a line matched already to a record or attach rule of the locked format (`parsers.hotlines`, which
+        says when that is the match `feed` finds) while no multi-line event is open: its items and counts, the
+        same. `groups`: the rule's (and the prefix's); `clock`, `stamp`: the prefix's time parser and time text."""
+        self.state.counts["lines"] += 1
+        if self.last_slow:
+            self.last_slow = []
+        out: List[Item] = []
+        if rule.kind == "record":
+            self.record_line(rule, groups, line_time(stamp, clock, now), line_no, out)
+        else:
+            self.attach_line(rule, groups, out)
+        return out
+
+    def record_line(self, rule: Rule, groups: Dict[str, Optional[str]], when: float, line_no: int,
+                    out: List[Item]) -> None:
+        """A record rule's line, matched (its `groups`; `when`: the line's time): its record onto `out`. The record
+        path of `feed` and of `parsers.blocks` (which matches a block's step lines itself, `parsers.hotlines`)."""
+        record = self._start_record(rule, groups, when, line_no)
+        if record is not None:
+            self._emit(record, out)
+
+    def attach_line(self, rule: Rule, groups: Dict[str, Optional[str]], out: List[Item]) -> None:
+        """An attach rule's line, matched: its values join the last record (an amend onto `out`). As `record_line`."""
+        values = self.values(rule, groups)
+        if rule.epoch_length:
+            self._learn_epoch_length(rule, groups, values)
+        self._amend(values, out)
 
     def flush(self, now: float, force: bool = False) -> List[Item]:
         """Emit an open multi-line event that has waited `grace_s` (or at once with force=True: end of input)."""

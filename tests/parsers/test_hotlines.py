@@ -1,0 +1,106 @@
+"""`parsers.hotlines` matches a line to a record or attach rule in one regex call only where the engine's two steps
+(first matching prefix, then first matching rule in the message) find that same rule with the same groups: on every
+line the tests know, for every built-in format, and on the lines built to catch each way the two could differ."""
+
+from __future__ import annotations
+
+import re
+from typing import List, Optional
+
+import pytest
+
+from mstail.parsers.engine import _match_format
+from mstail.parsers.hotlines import _top_level_bar, hot_lines
+from mstail.parsers.loader import parse_format
+from mstail.parsers.schema import Format
+
+from tests.parsers.support import FORMATS
+from tests.parsers.test_prefilter import corpus
+
+
+def engine(fmt: Format, text: str):  # type: ignore[no-untyped-def]
+    match = _match_format(fmt, text, [])
+    return match if match is not None and match.rule is not None else None
+
+
+def agree(fmt: Format, text: str) -> Optional[bool]:
+    """True: the hot match is the engine's; None: the hot path left the line to the engine; False: they differ."""
+    hot = hot_lines(fmt)
+    taken = hot.match(text) if hot is not None else None
+    if taken is None:
+        return None
+    rule, groups, clock, stamp = taken
+    found = engine(fmt, text)
+    if found is None or found.rule is not rule or found.stamp != stamp or found.clock is not clock:
+        return False
+    return all(groups[name] == value for name, value in found.groups.items())
+
+
+def test_every_known_line_is_matched_as_the_engine_matches_it() -> None:
+    lines = sorted({line for line in corpus() if "\x1b" not in line})
+    taken = 0
+    for fmt in FORMATS:
+        for text in lines:
+            verdict = agree(fmt, text)
+            assert verdict is not False, (fmt.name, text)
+            if verdict is None:
+                found = engine(fmt, text)
+                # what the hot path leaves to the engine is a line it would not take: no prefix, or another kind
+                assert found is None or found.rule.kind not in ("record", "attach") or not found.prefixed \
+                    or hot_lines(fmt) is None, (fmt.name, text)
+            taken += verdict is True
+    assert taken > 100  # the step and progress lines of the sample and real logs
+
+
+TWO_PREFIXES = '''
+[[prefix]]
+name = "first"
+regex = '^(?P<time>\\d\\d:\\d\\d) .+?: (?P<message>.*)$'
+time_format = "%H:%M"
+[[prefix]]
+name = "second"
+regex = '^(?P<time>\\d\\d:\\d\\d) (?P<message>.*)$'
+time_format = "%H:%M"
+[[rule]]
+name = "skip"
+kind = "event"
+event = "note"
+regex = '^note: step (?P<step>\\d+)'
+literal = 'note: '
+[[rule]]
+name = "step"
+kind = "record"
+regex = '^(?:note: )?step (?P<step>\\d+) loss (?P<loss>[\\d.]+)'
+literal = 'step '
+'''
+
+
+@pytest.mark.parametrize("text, why", [
+    ("10:01 a: step 3 loss 1.5", "the first prefix and the rule"),
+    ("10:01 step 3 loss 1.5", "the first prefix does not match: the second's"),
+    ("10:01 a: b: step 3 loss 1.5", "the first prefix ends at the first ': ', whose message the rule refuses"),
+    ("10:01 a:b step 3 loss 1.5", "the first prefix matches nowhere, the second does"),
+    ("10:01 x: note: step 3 loss 1.5", "an earlier rule (an event) takes the message"),
+    ("10:01 step 3 loss 1.5 x: step 4 loss 2", "the first prefix's message is a step too"),
+    ("10:01 step 3 loss 1.5 x: junk", "the first prefix matches, its message is no step; the second's would be"),
+])
+def test_the_lines_where_one_regex_could_match_otherwise(text: str, why: str) -> None:
+    fmt = parse_format(TWO_PREFIXES, "built-in", "two")
+    assert hot_lines(fmt) is not None
+    assert agree(fmt, text) is not False, why
+    found = engine(fmt, text)
+    hot = hot_lines(fmt).match(text)  # type: ignore[union-attr]
+    assert (hot[0].name if hot else None) in (None, found.rule.name if found else None), why
+    if found is not None and found.rule.kind == "event":
+        assert hot is None, why
+
+
+def test_rules_and_prefixes_that_cannot_be_combined_are_left_to_the_engine() -> None:
+    lookbehind = TWO_PREFIXES.replace("'^(?:note: )?step", "'^(?<!x)step")
+    fmt = parse_format(lookbehind, "built-in", "lookbehind")
+    hot = hot_lines(fmt)
+    assert hot is None or all(rule.name != "step" for _, combos, _ in hot._rules for _, rule, *_ in combos)
+    clash = TWO_PREFIXES.replace(".+?: (?P<message>", "(?P<who>\\w+): (?P<message>").replace("loss (?P<loss>", "loss (?P<who>")
+    assert "(?P<who>" in clash and hot_lines(parse_format(clash, "built-in", "clash")) is None  # a group in both
+    assert _top_level_bar("a|b") and not _top_level_bar("(a|b)") and not _top_level_bar("[|]") \
+        and not _top_level_bar(r"\|") and not _top_level_bar("[]|]")
