@@ -1,42 +1,40 @@
-"""A locked format's step and progress lines matched by one regex each: the prefix and the rule at once.
+"""A locked format's step and progress lines, matched as the engine matches them, without the engine's generic work.
 
 The engine matches a line in two steps (`engine._match_format`): the first prefix whose regex matches strips the
-logger envelope, then the first rule whose regex matches the message. For the lines a big log is made of (a record
-rule's and an attach rule's), `HotLines.match` does it in one `re` call per line, through a regex per (prefix, rule)
-made of the two, and hands out the groups the engine would have: the same matches, made to be the same by
-construction and checked where construction cannot tell.
+logger envelope, then the first rule whose regex matches the message. `HotLines.match` takes the same two steps
+for the lines a big log is made of (a record rule's and an attach rule's under a prefix) and hands out what the
+engine's record path needs, with no slice of the message, no second dict of groups and no `_Match`:
 
-- The prefix part is matched atomically, `(?=(?P<_pre>...))(?P=_pre)`: the envelope ends where the prefix's own regex
-  ends it (its `(?P<message>.*)$` always matches the rest of a line), never retried shorter or longer to suit the rule.
-- The rule's regex is anchored at the message's start (`^`): matching it there is its `search` in the message. Rules
-  whose regex could look past the message's start or shift group numbers (a lookbehind, a word boundary, a numbered
-  back-reference, an alternative outside any group) are left to the engine, as are flags other than the default.
-- Rules are tried in the format's order and, for each, the prefixes in theirs. A hit is checked for what the engine
-  would have found first: an earlier prefix that matches the line (the engine strips that one), an earlier rule of
-  another kind whose literal is in the message. Either sends the line to the engine.
+- the prefix: the first whose envelope (its regex without the `(?P<message>.*)$` tail, which matches any rest of a
+  line) matches, so the message starts where the envelope ends;
+- the rules, in the format's order, skipped when none of their literals is in the message (as the engine skips
+  them); a record or attach rule is matched at the message's start (`match(text, pos)` of its regex without the
+  leading `^`: its `search` in the message), any other rule that matches sends the line to the engine.
 
-Lines no hot rule takes go to `SourceParser.feed` as before.
+Rules whose regex could mean something else from a position than in a message of its own (a lookbehind, a word
+boundary, `\\A`, another `^`, a top-level `|`, flags other than the default) are not taken here, nor are prefixes
+of another shape: the lines they could match go to the engine, as does every line no hot rule takes.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
-from .schema import Format, Prefix, Rule
+from .schema import Format, Rule
 
-#: The end every prefix regex has (`loader` requires a `message` group; the built-ins end it so).
+#: The end every built-in prefix regex has.
 _MESSAGE_TAIL = "(?P<message>.*)$"
-#: Regex text that makes a pattern's meaning depend on what surrounds it (kept for the engine).
-_CONTEXT = re.compile(r"\(\?<[=!]|\\[bBAZ]|\\[1-9]|\(\?\(")
+#: Regex text whose meaning depends on what precedes the match's start (a position is not a string's start).
+_CONTEXT = re.compile(r"\(\?<[=!]|\\[bBA]|(?<!\[)\^")
 _DEFAULT_FLAGS = re.compile("").flags
 
-#: (prefix index, rule, combined `match`, the prefix's time parser, whether the prefix has a `time` group)
-_Combo = Tuple[int, Rule, Any, Any, bool]
+#: (rule, its literals or None, the rule's `match` from a position (hot) or None, its `search` (any other rule))
+_Step = Tuple[Rule, Optional[Tuple[str, ...]], Any, Any]
 
 
 def _top_level_bar(pattern: str) -> bool:
-    """Whether `pattern` has a `|` outside every group (then `^` anchors only its first alternative)."""
+    """Whether `pattern` has a `|` outside every group (then a leading `^` anchors only its first alternative)."""
     depth, in_class, escaped = 0, False, False
     for index, char in enumerate(pattern):
         if escaped:
@@ -56,92 +54,72 @@ def _top_level_bar(pattern: str) -> bool:
     return False
 
 
-def _plain(regex: Any) -> bool:
-    return isinstance(regex, re.Pattern) and regex.flags == _DEFAULT_FLAGS and not _CONTEXT.search(regex.pattern)
-
-
-def _envelope(prefix: Prefix) -> Optional[str]:
-    """The prefix regex without its `^` and its message tail, or None when it does not have that shape."""
-    pattern = prefix.regex.pattern
-    if not (_plain(prefix.regex) and pattern.startswith("^") and pattern.endswith(_MESSAGE_TAIL)):
+def _anchored_tail(regex: Any) -> Optional[str]:
+    """A regex's text without its leading `^`, when matching that from a position is its `search` in the rest of the
+    string; else None."""
+    pattern = getattr(regex, "pattern", "")
+    if not (isinstance(regex, re.Pattern) and regex.flags == _DEFAULT_FLAGS and pattern.startswith("^")):
         return None
-    body = pattern[1:-len(_MESSAGE_TAIL)]
-    return None if _top_level_bar(body) else body
-
-
-def _hot(rule: Rule) -> bool:
-    pattern = rule.regex.pattern
-    return (rule.kind in ("record", "attach") and bool(rule.literal) and _plain(rule.regex) and pattern.startswith("^")
-            and not _top_level_bar(pattern[1:]))
+    tail = pattern[1:]
+    return None if _CONTEXT.search(tail) or _top_level_bar(tail) else tail
 
 
 class HotLines:
-    """The combined regexes of one format (`hot_lines(fmt)` makes it).
+    """The prefixes and rules of one format, ready for `match` (`hot_lines(fmt)` makes it).
 
     Args:
-        fmt: the format.
-        rules: per hot rule, in the format's order: the combos to try, in the prefixes' order.
+        prefixes: per prefix, in order up to the first that is not of the usual shape: its envelope's `match`, its time
+            parser, whether it has a `time` group.
+        steps: every rule of the format, in order (`_Step`).
     """
 
-    def __init__(self, fmt: Format, rules: Sequence[Tuple[Rule, List[_Combo]]]) -> None:
-        self.fmt = fmt
-        self._prefixes = [prefix.regex.match for prefix in fmt.prefixes]
-        #: per hot rule: its literals, its combos, and the earlier rules that are not hot (as `Format.plan` has them)
-        self._rules: List[Tuple[Tuple[str, ...], List[_Combo], List[Tuple[Any, Optional[Tuple[str, ...]]]]]] = []
-        hot = {id(rule) for rule, _ in rules}
-        for rule, combos in rules:
-            earlier = []
-            for search, other, literals in fmt.plan[1]:
-                if other is rule:
-                    break
-                if id(other) not in hot:
-                    earlier.append((search, literals))
-            self._rules.append((rule.literal, combos, earlier))
+    def __init__(self, prefixes: List[Tuple[Any, Any, bool]], steps: List[_Step]) -> None:
+        self._prefixes = prefixes
+        self._steps = steps
 
     def match(self, text: str) -> Optional[Tuple[Rule, Dict[str, Optional[str]], Any, Optional[str]]]:
-        """(rule, its groups and the prefix's, the prefix's time parser, the prefix's time text) when the engine would
-        match `text` (a line with no ANSI escape) to a hot rule under a prefix; None: ask the engine."""
-        for literals, combos, earlier in self._rules:
-            for literal in literals:
-                if literal in text:
-                    break
-            else:
-                continue  # the engine skips the rule too: its literal is in no message it matches
-            for index, rule, combined, clock, timed in combos:
-                found = combined(text)
-                if found is None:
-                    continue
-                if index and any(match(text) for match in self._prefixes[:index]):
-                    return None  # an earlier prefix takes the line: its message is another
-                if earlier:
-                    message = text[found.end("_pre"):]
-                    for search, literals_before in earlier:
-                        if literals_before is None or any(lit in message for lit in literals_before):
-                            if search(message) is not None:
-                                return None  # an earlier rule takes the message
-                groups = found.groupdict()
-                return rule, groups, clock, groups["time"] if timed else None
+        """(rule, its groups, the prefix's time parser, the prefix's time text) when the engine would match `text` (a
+        line with no ANSI escape) to a record or attach rule under a prefix; None: ask the engine."""
+        for envelope, clock, timed in self._prefixes:
+            found = envelope(text)
+            if found is not None:
+                break
+        else:
+            return None  # no prefix, or one this module does not take
+        start = found.end()
+        find = text.find
+        for rule, literals, hot, search in self._steps:
+            if literals is not None:
+                for literal in literals:
+                    if find(literal, start) >= 0:
+                        break
+                else:
+                    continue  # as the engine: a rule matches only messages holding one of its literals
+            if hot is not None:
+                matched = hot(text, start)
+                if matched is not None:
+                    return rule, matched.groupdict(), clock, found["time"] if timed else None
+            elif search(text[start:]) is not None:
+                return None  # another kind of rule takes the message
         return None
 
 
 def hot_lines(fmt: Format) -> Optional[HotLines]:
-    """The combined regexes of `fmt`'s hot rules (record and attach rules with a literal) under its prefixes, or None
-    when it has none that can be combined exactly (JSONL, the generic reader, a user's regexes). Prefixes are
-    combined up to the first that cannot be (with any hot rule): a line under it or a later one is the engine's."""
+    """The hot lines of `fmt` (record and attach rules under its prefixes), or None when it has none that can be taken
+    exactly (JSONL, the generic reader, a user's regexes, a prefix or rule of another shape)."""
     if fmt.jsonl or fmt.fallback:
         return None
-    hot = [rule for rule in fmt.rules if _hot(rule)]
-    table: List[List[_Combo]] = [[] for _ in hot]
-    for index, prefix in enumerate(fmt.prefixes):
-        envelope = _envelope(prefix)
-        if envelope is None:
-            break
-        try:
-            row = [re.compile(f"(?=(?P<_pre>{envelope}))(?P=_pre)(?:{rule.regex.pattern[1:]})").match for rule in hot]
-        except re.error:  # a group named in both (`time`): this prefix's lines and the later ones' are the engine's
-            break
-        timed = "time" in prefix.regex.groupindex
-        for combos, rule, combined in zip(table, hot, row):
-            combos.append((index, rule, combined, prefix.parse_time, timed))
-    rules = [(rule, combos) for rule, combos in zip(hot, table) if combos]
-    return HotLines(fmt, rules) if rules else None
+    prefixes = []
+    for prefix in fmt.prefixes:
+        tail = _anchored_tail(prefix.regex)
+        if tail is None or not tail.endswith(_MESSAGE_TAIL):
+            break  # lines under this prefix or a later one are the engine's
+        prefixes.append((re.compile(tail[:-len(_MESSAGE_TAIL)]).match, prefix.parse_time,
+                         "time" in prefix.regex.groupindex))
+    steps: List[_Step] = []
+    for search, rule, literals in fmt.plan[1]:
+        tail = _anchored_tail(rule.regex) if rule.kind in ("record", "attach") else None
+        steps.append((rule, literals, re.compile(tail).match if tail is not None else None, search))
+    if not prefixes or all(hot is None for _, _, hot, _ in steps):
+        return None
+    return HotLines(prefixes, steps)
