@@ -4,8 +4,9 @@ The fast path in front of `SourceParser.feed`, shared by `mstail parse` and the 
 held when mstail reached it). Once the file's format is locked, the lines no rule can be about are found by
 searching the block for the literals its rules declare (`prefilter`); each run of them is counted as `feed` would
 count it and followed by the `flush(now)` such a line costs, and only the lines that may matter are decoded and
-fed. Every line is fed while the format is unknown, while a multi-line event (a traceback) is open, and for a
-format whose lines cannot be told apart so (JSONL, a user's regexes).
+fed; of those, the step and progress lines are matched here (`hotlines`) and go straight to the engine's record path
+(`SourceParser.feed_hot`). Every line is fed while the format is unknown, while a multi-line event (a traceback) is
+open, and for a format whose lines cannot be told apart so (JSONL, a user's regexes).
 """
 
 from __future__ import annotations
@@ -122,8 +123,8 @@ def feed_block(
             feed_next()
             continue
         try:
-            # A step or progress line is matched here in one regex call and handed to the engine's record path;
-            # any other line, and any while a multi-line event is open, is fed.
+            # A step or progress line is matched here and handed to the engine's record path; any other line,
+            # and any while a multi-line event is open, is fed.
             taken = hot_match(text) if hot_match is not None and not main.collecting and "\x1b" not in text else None
             found = main_feed(text, line_no, now) if taken is None else feed_hot(*taken, line_no, now)
         except Exception as exc:  # noqa: BLE001 - as in `feed_next`
