@@ -19,7 +19,7 @@ of another shape: the lines they could match go to the engine, as does every lin
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .schema import Format, Rule
 
@@ -29,8 +29,9 @@ _MESSAGE_TAIL = "(?P<message>.*)$"
 _CONTEXT = re.compile(r"\(\?<[=!]|\\[bBA]|(?<!\[)\^")
 _DEFAULT_FLAGS = re.compile("").flags
 
-#: (rule, its literals or None, the rule's `match` from a position (hot) or None, its `search` (any other rule))
-_Step = Tuple[Rule, Optional[Tuple[str, ...]], Any, Any]
+#: (rule, its literals or None, the rule's `match` from a position (hot) or None, its `search` (any other rule),
+#: the group numbers of its fields in the rule's field order (`_field_numbers`))
+_Step = Tuple[Rule, Optional[Tuple[str, ...]], Any, Any, Tuple[int, ...]]
 
 
 def _top_level_bar(pattern: str) -> bool:
@@ -77,9 +78,10 @@ class HotLines:
         self._prefixes = prefixes
         self._steps = steps
 
-    def match(self, text: str) -> Optional[Tuple[Rule, Dict[str, Optional[str]], Any, Optional[str]]]:
-        """(rule, its groups, the prefix's time parser, the prefix's time text) when the engine would match `text` (a
-        line with no ANSI escape) to a record or attach rule under a prefix; None: ask the engine."""
+    def match(self, text: str) -> Optional[Tuple[Rule, Dict[str, Optional[str]], Any, Optional[str], Any]]:
+        """(rule, its groups, the prefix's time parser, the prefix's time text, its field texts: `engine.Texts`, or
+        None when it has no fields) when the engine would match `text` (a line with no ANSI escape) to a record or
+        attach rule under a prefix; None: ask the engine."""
         for envelope, clock, timed in self._prefixes:
             found = envelope(text)
             if found is not None:
@@ -88,7 +90,7 @@ class HotLines:
             return None  # no prefix, or one this module does not take
         start = found.end()
         find = text.find
-        for rule, literals, hot, search in self._steps:
+        for rule, literals, hot, search, numbers in self._steps:
             if literals is not None:
                 for literal in literals:
                     if find(literal, start) >= 0:
@@ -98,10 +100,23 @@ class HotLines:
             if hot is not None:
                 matched = hot(text, start)
                 if matched is not None:
-                    return rule, matched.groupdict(), clock, found["time"] if timed else None
+                    texts = _texts(matched, numbers) if numbers else None
+                    return rule, matched.groupdict(), clock, found["time"] if timed else None, texts
             elif search(text[start:]) is not None:
                 return None  # another kind of rule takes the message
         return None
+
+
+def _texts(matched: "re.Match[str]", numbers: Tuple[int, ...]) -> Sequence[Optional[str]]:
+    """The texts of groups `numbers` (one or more) of `matched`, in that order (None for a group that took no part)."""
+    return matched.group(*numbers) if len(numbers) > 1 else (matched.group(numbers[0]),)
+
+
+def _field_numbers(rule: Rule, hot: "re.Pattern[str]") -> Tuple[int, ...]:
+    """The group numbers in `hot` (the rule's regex, from a position) of the rule's fields, in `Rule.plan`'s order;
+    none when a field names a group the regex lacks (its values are then looked up by name, and are absent)."""
+    numbers = tuple(hot.groupindex.get(group, 0) for group, _, _, _ in rule.plan)
+    return () if 0 in numbers else numbers
 
 
 def hot_lines(fmt: Format) -> Optional[HotLines]:
@@ -119,7 +134,9 @@ def hot_lines(fmt: Format) -> Optional[HotLines]:
     steps: List[_Step] = []
     for search, rule, literals in fmt.plan[1]:
         tail = _anchored_tail(rule.regex) if rule.kind in ("record", "attach") else None
-        steps.append((rule, literals, re.compile(tail).match if tail is not None else None, search))
-    if not prefixes or all(hot is None for _, _, hot, _ in steps):
+        hot = re.compile(tail) if tail is not None else None
+        steps.append((rule, literals, hot.match if hot is not None else None, search,
+                      _field_numbers(rule, hot) if hot is not None else ()))
+    if not prefixes or all(hot is None for _, _, hot, _, _ in steps):
         return None
     return HotLines(prefixes, steps)

@@ -4,11 +4,12 @@ line the tests know, for every built-in format, and on the lines built to catch 
 
 from __future__ import annotations
 
+import json
 from typing import List, Optional
 
 import pytest
 
-from mstail.parsers.engine import _match_format
+from mstail.parsers.engine import SourceParser, _match_format
 from mstail.parsers.hotlines import _top_level_bar, hot_lines
 from mstail.parsers.loader import parse_format
 from mstail.parsers.schema import Format
@@ -28,7 +29,7 @@ def agree(fmt: Format, text: str) -> Optional[bool]:
     taken = hot.match(text) if hot is not None else None
     if taken is None:
         return None
-    rule, groups, clock, stamp = taken
+    rule, groups, clock, stamp, _ = taken
     found = engine(fmt, text)
     if found is None or found.rule is not rule or found.stamp != stamp or found.clock is not clock:
         return False
@@ -97,7 +98,7 @@ def test_the_lines_where_one_regex_could_match_otherwise(text: str, why: str) ->
 def test_rules_and_prefixes_of_another_shape_are_left_to_the_engine() -> None:
     def hot_rules(toml: str) -> list:
         hot = hot_lines(parse_format(toml, "built-in", "shape"))
-        return [] if hot is None else [rule.name for rule, _, taken, _ in hot._steps if taken is not None]
+        return [] if hot is None else [rule.name for rule, _, taken, _, _ in hot._steps if taken is not None]
 
     assert hot_rules(TWO_PREFIXES) == ["step"]
     for pattern in ("(?<!x)step", "\\bstep", "step|other", "(?:^|x)step"):
@@ -106,3 +107,33 @@ def test_rules_and_prefixes_of_another_shape_are_left_to_the_engine() -> None:
     assert no_tail != TWO_PREFIXES and hot_rules(no_tail) == []  # the first prefix has another shape: nothing taken
     assert _top_level_bar("a|b") and not _top_level_bar("(a|b)") and not _top_level_bar("[|]") \
         and not _top_level_bar(r"\|") and not _top_level_bar("[]|]")
+
+
+STEP = ("[INFO] 2025-11-24 16:00:01,858 [mindformers/core/callback/callback.py:821] print_output_info: {{ Epoch:[  1/ 67], "
+        "step:[    {step}/ 1000], loss:[{loss}/11.061410], per_step_time: {ms}ms, lr: {lr}, overflow cond: False, "
+        "loss_scale: 65536.0, global_norm: {norm}, train_throughput_per_npu: 132.247T")
+
+
+@pytest.mark.parametrize("loss,ms,lr,norm", [
+    ("11.06", "1859", "1.5e-07", "[1.6582648]"),  # the global norm as an array: the fast converter refuses it
+    ("nan", "1859", "None", "1.25"),  # a NaN kept, "None" (no value)
+    ("1e400", "99999999999999999999", "inf", "2.5"),  # out of range: field errors, the rest kept
+    ("-inf", "0", "N/A", "[nan]"),
+])
+def test_field_texts_read_by_group_number_give_the_values_read_by_name(loss: str, ms: str, lr: str, norm: str) -> None:
+    """The hot path hands a record's field texts by group number (`engine.Texts`); a parser fed them gives the same
+    records, amends and counts as one that looks them up by name, on lines where each converter path is taken."""
+    fmt = next(f for f in FORMATS if f.name == "mindformers")
+    hot = hot_lines(fmt)
+    assert hot is not None
+    by_number, by_name = SourceParser([fmt], forced=fmt), SourceParser([fmt], forced=fmt)
+    for step in (1, 2, 3):  # a field the fast converter refused goes to the full one from then on: both ways
+        text = STEP.format(step=step, loss=loss, ms=ms, lr=lr, norm=norm)
+        rule, groups, clock, stamp, texts = hot.match(text)  # type: ignore[misc]
+        assert texts is not None and len(texts) == len(rule.fields)
+        got = by_number.feed_hot(rule, groups, clock, stamp, texts, step, 0.0)
+        want = by_name.feed_hot(rule, groups, clock, stamp, None, step, 0.0)
+        assert json.dumps(got) == json.dumps(want), text
+        assert by_number.counts == by_name.counts == by_name.counts | {"lines": step, "records": step}
+        assert got[0].data["loss_scale"] == 65536.0 and str(got[0].data.get("loss", "1e400")) == loss  # read, not lost
+    assert by_name.counts["field_errors"] == (6 if ms.startswith("9999") else 0)
