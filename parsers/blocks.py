@@ -4,32 +4,38 @@ The fast path in front of `SourceParser.feed`, shared by `mstail parse` and the 
 held when mstail reached it). Once the file's format is locked, the lines no rule can be about are found by
 searching the block for the literals its rules declare (`prefilter`); each run of them is counted as `feed` would
 count it and followed by the `flush(now)` such a line costs, and only the lines that may matter are decoded and
-fed. Every line is fed while the format is unknown, while a multi-line event (a traceback) is open, and for a
-format whose lines cannot be told apart so (JSONL, a user's regexes).
+fed; of those, the step and progress lines are matched here (`hotlines`) and go straight to the engine's record path
+(`SourceParser.feed_hot`). Every line is fed while the format is unknown, while a multi-line event (a traceback) is
+open, and for a format whose lines cannot be told apart so (JSONL, a user's regexes).
 """
 
 from __future__ import annotations
 
 import weakref
-from typing import Callable, Dict, List, Optional, Union
+from typing import Callable, Dict, List, Optional, Tuple, Union
 
 from .engine import METRIC_HINT, SourceParser
+from .hotlines import HotLines, hot_lines
 from .interleave import InterleavedParser, part_of
 from .prefilter import LineFinder, line_finder
 from .record import Item
 from .schema import Format
 
-#: id(format) -> its line finder or None, for as long as the format lives (`finder_for`)
-_FINDERS: Dict[int, Optional[LineFinder]] = {}
+#: id(format) -> its line finder (or None) and its hot lines (or None), for as long as the format lives (`_made_for`)
+_MADE: Dict[int, Tuple[Optional[LineFinder], Optional[HotLines]]] = {}
+
+
+def _made_for(fmt: Format) -> Tuple[Optional[LineFinder], Optional[HotLines]]:
+    key = id(fmt)
+    if key not in _MADE:
+        _MADE[key] = line_finder(fmt, METRIC_HINT), hot_lines(fmt)
+        weakref.finalize(fmt, _MADE.pop, key, None)  # gone with the format, before its id can be reused
+    return _MADE[key]
 
 
 def finder_for(fmt: Format) -> Optional[LineFinder]:
     """The line finder of a format (made once per format), or None when every line must be fed."""
-    key = id(fmt)
-    if key not in _FINDERS:
-        _FINDERS[key] = line_finder(fmt, METRIC_HINT)
-        weakref.finalize(fmt, _FINDERS.pop, key, None)  # gone with the format, before its id can be reused
-    return _FINDERS[key]
+    return _made_for(fmt)[0]
 
 
 def feed_block(
@@ -70,7 +76,7 @@ def feed_block(
 
     while pos < size and main.format is None:  # every line, until a line locks the format
         feed_next()
-    finder = finder_for(main.format) if main.format is not None else None
+    finder, hot = _made_for(main.format) if main.format is not None else (None, None)
     if finder is None:
         while pos < size:  # a format whose lines cannot be told apart (or none locked): every line
             feed_next()
@@ -78,7 +84,8 @@ def feed_block(
     # An untagged line goes to the main parser straight away; its items join `pending`, which gets the derived
     # series (`InterleavedParser.derive_main`) in one call before anything else joins `out`: the same items as
     # `parser.feed` line by line gives, with fewer calls per line.
-    main_feed = main.feed
+    main_feed, feed_hot = main.feed, main.feed_hot
+    hot_match = hot.match if hot is not None else None
     interleaved = isinstance(parser, InterleavedParser)
     pending: List[Item] = []
     pending_line = line_no  # the last line whose items are in `pending`
@@ -116,7 +123,10 @@ def feed_block(
             feed_next()
             continue
         try:
-            found = main_feed(text, line_no, now)
+            # A step or progress line is matched here and handed to the engine's record path; any other line,
+            # and any while a multi-line event is open, is fed.
+            taken = hot_match(text) if hot_match is not None and not main.collecting and "\x1b" not in text else None
+            found = main_feed(text, line_no, now) if taken is None else feed_hot(*taken, line_no, now)
         except Exception as exc:  # noqa: BLE001 - as in `feed_next`
             if on_error is None:
                 raise

@@ -48,6 +48,9 @@ MAX_EVENT_LINES = 400
 MAX_EVENT_CHARS = 64 * 1024
 #: An int `fits` keeps is in [-_INT64, _INT64); so is every float there (finite, so `fits` keeps it too).
 _INT64 = 1 << 63
+#: A matched line's field texts in its rule's field order (`Rule.plan`), None where a group took no part: read by
+#: the match's group numbers (`parsers.hotlines`), no lookup by name (`SourceParser.values`).
+Texts = Sequence[Optional[str]]
 
 
 class _Match(NamedTuple):
@@ -62,14 +65,20 @@ class _Match(NamedTuple):
     clock: Optional[Callable[[str], float]] = None  # the prefix's time parser
 
     def when(self, now: float) -> float:
-        """The line's time in unix seconds, else `now` (no timestamp, or one that does not parse). Asked only for
-        a line that makes an item: most lines do not, and parsing a time is not free."""
-        if self.stamp and self.clock is not None:
-            try:
-                return self.clock(self.stamp)
-            except ValueError:
-                pass
-        return now
+        """The line's time in unix seconds, else `now` (`line_time`). Asked only for a line that makes an item: most
+        lines do not, and parsing a time is not free."""
+        return line_time(self.stamp, self.clock, now)
+
+
+def line_time(stamp: Optional[str], clock: Optional[Callable[[str], float]], now: float) -> float:
+    """A line's time: its prefix's time text `stamp` read by the prefix's `clock`, else `now` (no timestamp, or one
+    that does not parse)."""
+    if stamp and clock is not None:
+        try:
+            return clock(stamp)
+        except ValueError:
+            pass
+    return now
 
 
 _new_tuple = tuple.__new__
@@ -275,14 +284,9 @@ class SourceParser:
             if match.fmt.fallback:
                 self._generic(rule, match, now, line_no, out)
             else:
-                record = self._start_record(rule, match.groups, match.when(now), line_no)
-                if record is not None:
-                    self._emit(record, out)
+                self.record_line(rule, match.groups, match.when(now), line_no, out)
         elif kind == "attach":
-            values = self.values(rule, match.groups)
-            if rule.epoch_length:
-                self._learn_epoch_length(rule, match.groups, values)
-            self._amend(values, out)
+            self.attach_line(rule, match.groups, out)
         else:
             when = match.when(now)
             event = {"kind": rule.event, "time": when, "line": line_no}
@@ -306,6 +310,39 @@ class SourceParser:
         if event is not None and now - event[2] >= self.grace_s:  # what `flush(now)` would emit
             out += self.flush(now)
         return out
+
+    def feed_hot(self, rule: Rule, groups: Dict[str, Optional[str]], clock: Optional[Callable[[str], float]],
+                 stamp: Optional[str], texts: Optional[Texts], line_no: int, now: float) -> List[Item]:
+        """`feed` of a line matched already to a record or attach rule of the locked format (`parsers.hotlines`, which
+        says when that is the match `feed` finds) while no multi-line event is open: its items and counts, the
+        same. `groups`: the rule's (and the prefix's); `clock`, `stamp`: the prefix's time parser and time text;
+        `texts`: the rule's field texts (`Texts`), or None."""
+        self.state.counts["lines"] += 1
+        if self.last_slow:
+            self.last_slow = []
+        out: List[Item] = []
+        if rule.kind == "record":
+            self.record_line(rule, groups, line_time(stamp, clock, now), line_no, out, texts)
+        else:
+            self.attach_line(rule, groups, out, texts)
+        return out
+
+    def record_line(self, rule: Rule, groups: Dict[str, Optional[str]], when: float, line_no: int,
+                    out: List[Item], texts: Optional[Texts] = None) -> None:
+        """A record rule's line, matched (its `groups`; `when`: the line's time): its record onto `out`. The record
+        path of `feed` and of `parsers.blocks` (which matches a block's step lines itself, `parsers.hotlines`, and
+        gives the field `texts`; default None: they are read from `groups`)."""
+        record = self._start_record(rule, groups, when, line_no, texts=texts)
+        if record is not None:
+            self._emit(record, out)
+
+    def attach_line(self, rule: Rule, groups: Dict[str, Optional[str]], out: List[Item],
+                    texts: Optional[Texts] = None) -> None:
+        """An attach rule's line, matched: its values join the last record (an amend onto `out`). As `record_line`."""
+        values = self.values(rule, groups, texts=texts)
+        if rule.epoch_length:
+            self._learn_epoch_length(rule, groups, values)
+        self._amend(values, out)
 
     def flush(self, now: float, force: bool = False) -> List[Item]:
         """Emit an open multi-line event that has waited `grace_s` (or at once with force=True: end of input)."""
@@ -355,8 +392,9 @@ class SourceParser:
         return first if first is not None else plain
 
     def _start_record(self, rule: Rule, groups: Dict[str, Optional[str]], when: float, line_no: int,
-                      values: Optional[Record] = None) -> Optional[Record]:
-        """The record of a record rule's line (None: no usable step); `values`: the rule's values, if already read."""
+                      values: Optional[Record] = None, texts: Optional[Texts] = None) -> Optional[Record]:
+        """The record of a record rule's line (None: no usable step); `values`: the rule's values, if already read;
+        `texts`: its field texts (`Texts`), if read already."""
         step = self._global_step(groups)
         if step is None:
             return None
@@ -370,7 +408,7 @@ class SourceParser:
         record["time"] = when
         record["line"] = line_no
         if values is None:
-            self.values(rule, groups, record)
+            self.values(rule, groups, record, texts)
         else:
             record.update(values)
         return record
@@ -503,17 +541,20 @@ class SourceParser:
             state.meta["steps_per_epoch"] = "guessed"
         return (epoch - 1) * spe + in_epoch
 
-    def values(self, rule: Rule, groups: Dict[str, Optional[str]], into: Optional[Record] = None) -> Record:
+    def values(self, rule: Rule, groups: Dict[str, Optional[str]], into: Optional[Record] = None,
+               texts: Optional[Texts] = None) -> Record:
         """The typed values a rule extracts from its groups (conversion failures are counted, not raised); added to
-        `into` (as `into.update` would) and returned, if given."""
+        `into` (as `into.update` would) and returned, if given. `texts`: the fields' texts, when the caller read them
+        by group number (`Texts`); default None: looked up in `groups` by name."""
         values: Record = {} if into is None else into
-        get = groups.get
         plan = self._plans.get(id(rule), rule.plan)
-        for entry in plan:
-            group, name, fast, convert = entry
-            text = get(group)
+        if texts is None:
+            get = groups.get
+            texts = [get(entry[0]) for entry in plan]
+        for text, entry in zip(texts, plan):
             if text is None:
                 continue  # an optional part of the line that is not there
+            _, name, fast, convert = entry
             if fast is not None:
                 try:
                     value = fast(text)

@@ -2,25 +2,24 @@
 
 Most lines of a big log matter to no rule (config dumps, monitor lines, grouped-lr lines, warnings). A format file
 declares, per rule, a `literal`: text every line the rule matches holds (as lnav's and Fluent Bit's prefilters do).
-Searching a whole block of bytes for those literals (`bytes.find`, or `memchr` on a rare byte) finds the few lines
+Searching a whole block of bytes for those literals (all at once, `LineFinder`) finds the few lines
 that may matter, so the others never reach per-line Python (`parsers.blocks.feed_block`). Declared, not derived: a
 literal no match can lack is not something Python's public API can tell about a regex.
 """
 
 from __future__ import annotations
 
+import itertools
 import re
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, List, Optional, Sequence
+
+import ahocorasick_rs
 
 from .interleave import TAG_TEXTS
 
 if TYPE_CHECKING:
     from .schema import Format
 
-#: A needle is searched through its rarest byte (`memchr` speed, each hit checked in Python) when that byte occurs at
-#: most this often per byte of log; else with `bytes.find` (a few GB/s, whatever the needle).
-RARE_BYTE_RATE = 1 / 1000
-_SAMPLE_BYTES = 1 << 18
 #: Lines whose text the line reader or the engine changes before any rule sees it (NUL bytes dropped, ANSI escapes
 #: stripped), and lines a launcher tagged (they go to another part's parser).
 ALWAYS = (b"\x00", b"\x1b") + TAG_TEXTS
@@ -32,63 +31,42 @@ _FOLDS = {"i": b"\xc4", "k": "\u212a".encode("utf-8"), "s": "\u017f".encode("utf
 class LineFinder:
     """Finds the lines of a block of whole lines (bytes, each ending with b"\\n") that hold one of some texts.
 
+    Every text is searched in one pass over the block (Aho-Corasick, `ahocorasick_rs`: one automaton for all of them,
+    a match reported once per place, in order), instead of one `bytes.find` pass per text: a format declares about
+    twenty. A text to be found in any ASCII case is searched as each of its spellings in upper and lower case letters.
+
     Args:
         exact: byte strings searched as they are.
-        folded: lowercase ASCII byte strings searched in any case (in an ASCII-lowered copy of the block).
+        folded: short lowercase ASCII byte strings searched in any case (each is 2**letters needles: "loss" is 16).
     """
 
     def __init__(self, exact: Sequence[bytes], folded: Sequence[bytes] = ()) -> None:
         self.exact = tuple(dict.fromkeys(exact))
         self.folded = tuple(dict.fromkeys(folded))
-        # How each exact needle is searched, planned on the first block (a log's mix of bytes hardly changes):
-        self._by_byte: Optional[Dict[int, List[Tuple[bytes, int]]]] = None  # rare byte -> (needle, its index there)
-        self._whole: Tuple[bytes, ...] = ()  # needles searched whole
+        needles = list(dict.fromkeys(self.exact + tuple(v for text in self.folded for v in _case_variants(text))))
+        # Leftmost-first, no overlaps: a text overlapped by a match reported before it lies on that match's line (no
+        # text holds a newline), so every line holding a text has a match reported.
+        self._automaton = ahocorasick_rs.BytesAhoCorasick(
+            needles, matchkind=ahocorasick_rs.MatchKind.LeftmostFirst, implementation=ahocorasick_rs.Implementation.DFA,
+        ) if needles else None
 
     def starts(self, block: bytes, pos: int = 0) -> List[int]:
         """Offsets, in order, of the lines from `pos` (a line start) on that hold one of the texts."""
-        if self._by_byte is None:
-            self._plan(block[pos:pos + _SAMPLE_BYTES])
-        found: Set[int] = set()
-        _search(block, self._whole, pos, found)
-        for byte, needles in self._by_byte.items():  # type: ignore[union-attr]
-            _search_by_byte(block, byte, needles, pos, found)
-        if self.folded:
-            _search(block.lower(), self.folded, pos, found)
-        return sorted(found)
-
-    def _plan(self, sample: bytes) -> None:
-        counts = {byte: sample.count(byte) for byte in {b for needle in self.exact for b in needle}}
-        self._by_byte, whole = {}, []
-        for needle in self.exact:
-            index = min(range(len(needle)), key=lambda i: counts[needle[i]])
-            if counts[needle[index]] <= RARE_BYTE_RATE * max(len(sample), 1):
-                self._by_byte.setdefault(needle[index], []).append((needle, index))
-            else:
-                whole.append(needle)
-        self._whole = tuple(whole)
+        found: List[int] = []
+        if self._automaton is not None:
+            rfind, find = block.rfind, block.find
+            line_end = -1  # the end of the last line found: later matches on it add nothing
+            for _, at, _ in self._automaton.find_matches_as_indexes(memoryview(block)[pos:]):
+                at += pos
+                if at > line_end:
+                    found.append(rfind(b"\n", 0, at) + 1)
+                    line_end = find(b"\n", at)
+        return found
 
 
-def _search(block: bytes, needles: Sequence[bytes], pos: int, found: Set[int]) -> None:
-    find, rfind = block.find, block.rfind
-    for needle in needles:
-        at = find(needle, pos)
-        while at >= 0:
-            found.add(rfind(b"\n", 0, at) + 1)
-            end = find(b"\n", at)
-            at = find(needle, end + 1) if end >= 0 else -1  # one hit per line is enough
-
-
-def _search_by_byte(block: bytes, byte: int, needles: Sequence[Tuple[bytes, int]], pos: int, found: Set[int]) -> None:
-    """Lines holding one of `needles`, found through the rare byte each holds at its given index."""
-    find, rfind, startswith = block.find, block.rfind, block.startswith
-    at = find(byte, pos)
-    while at >= 0:
-        for needle, index in needles:
-            if at - index >= pos and startswith(needle, at - index):
-                found.add(rfind(b"\n", 0, at) + 1)
-                at = find(b"\n", at)
-                break
-        at = find(byte, at + 1) if at >= 0 else -1
+def _case_variants(text: bytes) -> List[bytes]:
+    """Every spelling of lowercase ASCII `text` in upper and lower case letters ("ab": ab, aB, Ab, AB)."""
+    return [bytes(spelling) for spelling in itertools.product(*[(b, b - 32) if 97 <= b <= 122 else (b,) for b in text])]
 
 
 def line_finder(fmt: "Format", hint: str) -> Optional[LineFinder]:

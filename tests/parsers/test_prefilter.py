@@ -82,6 +82,24 @@ def test_the_finder_finds_every_line_holding_a_text_in_any_case_where_asked() ->
     assert LineFinder([b"needle", "\u017f".encode()], [b"loss"]).starts(block) == starts + [starts[-1] + 8]
 
 
+@settings(max_examples=300, deadline=None)
+@given(lines=st.lists(st.text(alphabet="abLOSsx[{: \u017f", max_size=12), min_size=1, max_size=30),
+       exact=st.lists(st.text(alphabet="abLOSsx[{: ", min_size=1, max_size=4), max_size=5),
+       skip=st.integers(min_value=0, max_value=30))
+def test_the_finder_finds_the_lines_a_search_line_by_line_finds(lines, exact, skip) -> None:  # type: ignore[no-untyped-def]
+    """All texts in one pass (overlapping texts, one a prefix of another, several on a line, case variants), from any
+    line start on: the lines that hold one of them, each once, in order."""
+    block = "".join(line + "\n" for line in lines).encode("utf-8")
+    needles = [text.encode("utf-8") for text in exact] + [b"\xc5\xbf"]
+    pos = sum(len(line.encode("utf-8")) + 1 for line in lines[:skip])
+    want, at = [], 0
+    for line in block.split(b"\n")[:-1]:
+        if at >= pos and (any(needle in line for needle in needles) or b"los" in line.lower()):
+            want.append(at)
+        at += len(line) + 1
+    assert LineFinder(needles, [b"los"]).starts(block, pos) == want
+
+
 @pytest.mark.parametrize("line", ["[rank3]: x", "[default12]:x", "[1,3]<stdout>: x", "[0,15]<stderr>:x", "[rank0]:"])
 def test_every_launcher_tag_holds_a_tag_text(line: str) -> None:
     """Tagged lines go to another part's parser, so the fast path must feed them: it finds them by `TAG_TEXTS`."""

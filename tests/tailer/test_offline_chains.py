@@ -143,7 +143,8 @@ DERIVED = {
 def test_the_block_fast_path_gives_what_feeding_every_line_gives(name: str, chunk: int, derived: str, tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch, fixed_clock: None) -> None:
     """`mstail parse` (and the sidecar's catch-up) feed blocks of whole lines through `parsers.blocks.feed_block`,
-    which feeds only the lines that may matter: the items and every count are those of feeding each line, whatever
+    which feeds only the lines that may matter and matches step and progress lines itself (`parsers.hotlines`): the
+    items, every count and the parser's state are those of feeding each line, whatever
     the block boundaries (a record waiting for its progress line, an open traceback, a skipped run at a boundary,
     a launcher-tagged rank's lines amid the file's own), with derived series or none (the fast path adds them to
     the main parser's items a block at a time)."""
@@ -153,8 +154,10 @@ def test_the_block_fast_path_gives_what_feeding_every_line_gives(name: str, chun
     elif name == "tagged.log":
         lines = [f"[rank1]: {line}" if n % 3 == 1 else line for n, line in enumerate(mixed_log())]
         path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    expected, counts = line_by_line(path, InterleavedParser(lambda: SourceParser(FORMATS), DERIVED[derived]))
+    one_by_one = InterleavedParser(lambda: SourceParser(FORMATS), DERIVED[derived])
+    expected, counts = line_by_line(path, one_by_one)
     monkeypatch.setattr(reading, "READ_CHUNK", chunk)
     parser = InterleavedParser(lambda: SourceParser(FORMATS), DERIVED[derived])
     assert [repr(item) for item in parse_chain(Chain("s", [path]), parser)] == expected
     assert parser.counts == counts
+    assert parser.snapshot_json() == one_by_one.snapshot_json()  # global steps, segment, last record, event steps

@@ -12,10 +12,11 @@ from typing import List, Sequence, Tuple
 import pytest
 
 from mstail.parsers import Format, load_formats
+from mstail.parsers.amends import settled
 from mstail.tailer.offline import Summary, output, parallel, reading, run_parse, split
 
 from tests.parsers.support import FORMATS, READ_TIME, ROOT
-from tests.tailer.test_offline_chains import mixed_log
+from tests.tailer.test_offline_chains import LOGS, mixed_log, whole_file_lines
 
 sys.path.insert(0, str(ROOT / "tests" / "bench"))
 import parse_speed  # noqa: E402  - the bench's generator of realistic MindFormers logs
@@ -116,3 +117,24 @@ def test_a_file_whose_seams_never_agree_is_parsed_whole(tmp_path: Path, monkeypa
     again, summary = parse(path, "jsonl", 2, True, formats)
     assert joined == [None]
     assert again == serial and summary == serial_summary and serial_summary.records == 60_000
+
+
+def one_by_one(path: Path, events: bool) -> str:
+    """The JSONL of feeding every line of a file to one parser, one by one (no block fast path, no pieces), amends
+    joined to their records, written as `mstail parse` writes rows."""
+    parser = reading.new_parser(FORMATS, None)
+    fed = [item for text, number in whole_file_lines(path) for item in parser.feed(text, number, READ_TIME)]
+    rows: List[str] = []
+    (chain,) = reading.chains([str(path)])
+    reading.write_items(settled(fed + parser.flush(READ_TIME, force=True)), chain.source, reading._Part(), "jsonl",
+                        rows.append, [], events)
+    return "".join(rows)
+
+
+@pytest.mark.parametrize("name", ["big.log"] + [p.name for p in LOGS])
+def test_pieces_write_what_feeding_every_line_writes(name: str, big_log: Path) -> None:
+    """Every sample and real log, and the big chunk-boundary log, cut into pieces parsed through the block fast path
+    (`parsers.blocks`, `parsers.hotlines`): the bytes of feeding each line in one process."""
+    path = big_log if name == "big.log" else next(p for p in LOGS if p.name == name)
+    for jobs in (2, 3):
+        assert parse(path, "jsonl", jobs, True)[0] == one_by_one(path, True), jobs
