@@ -15,13 +15,12 @@ import re
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Dict, List, Optional
 
-import orjson
 from fastapi import APIRouter, FastAPI, HTTPException, Query, Request
 from fastapi.responses import JSONResponse
 from sse_starlette import EventSourceResponse
 from sse_starlette.sse import SendTimeoutError
 
-from mstail.parsers.record import dumps, jsonable
+from mstail.parsers.record import json_bytes
 from mstail.tailer.hub import Hub, ItemsMessage, SourceMessage
 from mstail.tailer.store import Store
 
@@ -104,23 +103,7 @@ def quiet_dropped_clients() -> None:
 
 
 def frame(seq: int, event: str, data: Any) -> bytes:
-    return b"id: %d\nevent: %s\ndata: %s\n\n" % (seq, event.encode(), _json(data))
-
-
-def _json(data: Any) -> bytes:
-    """`dumps(data)`'s values (non-finite floats by name) as UTF-8 JSON, by orjson where it can: about 8 times faster
-    (a thousand records and source entries a second at 1,024 files; its floats may be written shorter, `7e-6` for
-    `7e-06`, the same number). orjson writes a non-finite float as `null`, so its text is kept only when every `null`
-    in it is accounted for by a None at the top of `data` (a source entry's `problem`, `run`; a "null" inside a string
-    counts too, and sends such a text the slow way); else the names are put in a copy first. What orjson refuses (an
-    int beyond 64 bits, a lone surrogate, a float subclass) goes to `dumps`."""
-    try:
-        text = orjson.dumps(data)
-        if b"null" not in text or (isinstance(data, dict) and text.count(b"null") == [*data.values()].count(None)):
-            return text
-        return orjson.dumps(jsonable(data))
-    except orjson.JSONEncodeError:
-        return dumps(data).encode("utf-8")
+    return b"id: %d\nevent: %s\ndata: %s\n\n" % (seq, event.encode(), json_bytes(data))
 
 
 def encode_items(items: List[Dict[str, Any]]) -> bytes:
@@ -151,7 +134,7 @@ def _source_frames(message: SourceMessage, seq: int) -> bytes:
     """A `source` message per source, each with the stream's current id (`frame`'s shape); the JSON is encoded once
     for all streams."""
     if message.encoded is None:
-        message.encoded = [_json(source) for source in message.sources]
+        message.encoded = [json_bytes(source) for source in message.sources]
     head = f"id: {seq}\nevent: source\ndata: ".encode()
     return b"".join(head + data + b"\n\n" for data in message.encoded)
 
