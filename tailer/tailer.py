@@ -388,7 +388,7 @@ class Tailer:
         sources = [s for s in self._choose(start, now) if s.failed_until <= start]
         for source in sources:
             source.in_history = not source.caught_up
-            source.prepared = False
+            source.prepared = False  # set again by `_take_batches` for the batches of this pass
         items: Dict[str, List[Item]] = {s.id: [] for s in sources}
         taken = dict.fromkeys(items, 0)
         more = False  # some file has more than its budget allowed: the next pass starts at once
@@ -583,7 +583,6 @@ class Tailer:
                         batch += self._store_alerts(source_id, changes)
                 info.state = self._state(source, source_id, now)
                 self._push_source(info, info.state != old_state, push_now, push_every)
-            source.prepared = False
         self._push_held(push_now, push_every)
         if self.alerts is not None and self._tick_due():
             states, infos = {}, self.store.sources
