@@ -20,9 +20,9 @@ so nothing of the parent's (the SQLite connection, uvicorn) is finalised twice.
 
 from __future__ import annotations
 
-import multiprocessing
 import contextlib
 import fcntl
+import multiprocessing
 import os
 import signal
 import time

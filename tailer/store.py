@@ -426,8 +426,9 @@ class Store:
 
     async def _warm_next(self, seen: Dict[str, int]) -> Optional[float]:
         """Fold again the default selection of a metric whose fold is behind (or missing) and that stopped growing
-        since the last look (`seen`: metric -> its points then), the stalest first. Returns the seconds the fold
-        took, or None when no such fold was behind."""
+        since the last look (`seen`: metric -> its points then; a metric not in it yet counts as settled, so it is
+        folded once at first sight), the stalest first. Returns the seconds the fold took, or None when no such
+        fold was behind."""
         self._metric_keys("")  # the index current
         best: Optional[Tuple[float, str, List[SeriesKey]]] = None
         for metric, keys in self._by_metric.items():

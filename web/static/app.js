@@ -14,8 +14,8 @@ import { HEATMAP_REFRESH_MS, refreshHeatmap } from "./heatmap.js";
 
 const ZOOM_DEBOUNCE_MS = 100;
 const RENDER_MIN_INTERVAL_MS = 200;
-const HEALTH_CHECK_MS = 5000;
-const SOURCES_REFRESH_MS = 1000;  // the sources' facts (step, lag, since last step) are at most this much behind  // how often the page asks /healthz whether mstail itself is in trouble
+const HEALTH_CHECK_MS = 5000;  // how often the page asks /healthz whether mstail itself is in trouble
+const SOURCES_REFRESH_MS = 1000;  // the sources' facts (step, lag, since last step) are at most this much behind
 
 const page = { sourcesAt: -Infinity, booting: true, applyingZoom: false, zoomTimer: null, lastRender: 0, renderQueued: false, detailItem: null };
 
