@@ -43,8 +43,10 @@ def dashboard(browser: Any, url: str, **context_options: Any) -> Iterator[Watche
 def show_chart(page: Any, metric: str) -> None:
     page.evaluate("m => [...document.querySelectorAll('section.chart')].find(e => e.dataset.metric === m)"
                   ".scrollIntoView({block: 'center'})", metric)
+    # drawn as the page is now (not dirty): a chart drawn once before is redrawn by the next render pass (up to
+    # RENDER_MIN_INTERVAL_MS later), which would otherwise find it scrolled off again and only note what it shows
     wait_js(page, "m => { const c = window.mstail.state.charts.get(m); return !!c && c.el.dataset.drawn === '1'"
-                  " && c.loaded && !c.refreshing && document.body.dataset.busy === '0'; }", arg=metric)
+                  " && c.loaded && !c.refreshing && !c.dirty && document.body.dataset.busy === '0'; }", arg=metric)
 
 
 class Watched:
