@@ -27,16 +27,18 @@ log = logging.getLogger("mstail.follower")
 
 HEAD_BYTES = 1024  # identity signature: the first KiB, re-taken as the file grows (small files count too)
 SAVED_SEEN = 256  # files remembered in a checkpoint: more than any handler keeps as backups
+LISTINGS = 4  # tries at listing the backups with no rollover while their files are opened
 
 def _signature(head: bytes) -> Signature:
     return len(head), hashlib.blake2b(head, digest_size=12).hexdigest()
 
 
-def _mtime(handle: "_OpenFile") -> int:
+def _identity(path: Path) -> Optional[Tuple[int, int]]:
     try:
-        return os.fstat(handle.fd).st_mtime_ns
+        st = os.stat(path)
     except OSError:
-        return 0
+        return None
+    return st.st_dev, st.st_ino
 
 
 class NotARegularFile(OSError):
@@ -323,7 +325,7 @@ class FileFollower:
         if self.with_backups or self.state != "waiting":
             # First open: the rotated history. After a rotation: the backups that were created and rotated
             # away between two of our passes (rotation faster than the poll interval).
-            unseen = self._unseen_backups(exclude=current.identity)
+            unseen = self._unseen_backups(exclude=current.identity, newer=False)
             if self.state != "waiting":
                 self.counters["rotations"] += len(unseen)
             self.draining += unseen
@@ -333,22 +335,48 @@ class FileFollower:
         self.problem = None
         return True
 
-    def _unseen_backups(self, exclude: Tuple[int, int]) -> List[_OpenFile]:
+    def _unseen_backups(self, exclude: Tuple[int, int], newer: bool = True) -> List[_OpenFile]:
+        """The backups not read yet but `exclude` (the open file), oldest first. Without `newer`, only the ones
+        rotated away before it: one listed after it is newer, read after it when the path's next file is found."""
+        handles = self._backup_files()
+        identities = [handle.identity for handle in handles]
+        if not newer and exclude in identities:
+            for handle in handles[identities.index(exclude):]:
+                handle.close()
+            handles = handles[:identities.index(exclude)]
         opened = []
-        for backup in self._backups():
-            try:
-                handle = _OpenFile(backup, self.max_line_bytes, self.splitter_class)
-            except OSError:
-                continue
+        for handle in handles:
             if handle.identity == exclude or self._already_read(handle):
                 handle.close()
                 continue
             self._remember(handle)
             opened.append(handle)
-        # Oldest first by modification time, not only by number: the handler may roll over while we list and
-        # open (`.1` becomes `.2` between the two), which would otherwise put a newer generation first.
-        opened.sort(key=_mtime)
         return opened
+
+    def _backup_files(self) -> List[_OpenFile]:
+        """The backups opened, oldest first. The handler may roll over while we list and open (`.1` becomes `.2`):
+        a file not opened yet moves to a number already passed (read later, out of order) and one newer than the
+        path's may be listed. So the order is taken from a listing whose names named the same files before and
+        after the files were opened, and after another listing of the folder: one moment's chain. A rollover
+        meanwhile means another try, which opens only the files not open yet; after LISTINGS tries (rollovers
+        faster than a listing) the last one is taken, and a file it missed comes with the next."""
+        held: Dict[Tuple[int, int], _OpenFile] = {}
+        for attempt in range(1, LISTINGS + 1):
+            names = self._backups()
+            identities = [_identity(name) for name in names]
+            for name, identity in zip(names, identities):
+                if identity is not None and identity not in held:
+                    try:
+                        handle = _OpenFile(name, self.max_line_bytes, self.splitter_class)
+                    except OSError:
+                        continue  # gone meanwhile (the check below sees it), or not readable
+                    held[handle.identity] = handle
+            if attempt == LISTINGS or (self._backups() == names and [_identity(name) for name in names] == identities):
+                break
+        chain = [held.pop(identity) for identity in identities if identity in held]
+        for handle in held.values():
+            handle.close()  # deleted (the handler keeps only so many), or renamed to where nothing is listed
+        return chain
 
     def _already_read(self, handle: _OpenFile) -> bool:
         if any(open_.identity == handle.identity for open_ in self.draining):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import logging.handlers
 import os
 import re
 import subprocess
@@ -12,6 +14,7 @@ from typing import List
 
 import pytest
 
+from mstail.tailer import follower as follower_module
 from mstail.tailer.follower import FileFollower
 
 WRITER = Path(__file__).with_name("seq_writer.py")
@@ -86,6 +89,59 @@ def test_backups_found_at_a_rotation_come_out_in_order_under_a_small_budget(tmp_
             break
     assert follower.counters["rotations"] > 3
     assert seen == list(range(1, 1011))
+
+
+class Handler:
+    """`logging`'s RotatingFileHandler in this process, so a test decides when it rolls over."""
+
+    def __init__(self, path: Path) -> None:
+        self.handler = logging.handlers.RotatingFileHandler(path, backupCount=50)
+        self.handler.setFormatter(logging.Formatter("%(message)s"))
+        self.written = 0
+
+    def lines(self, count: int) -> None:
+        for _ in range(count):
+            self.written += 1
+            self.handler.emit(logging.makeLogRecord({"msg": f"line={self.written:08d}"}))
+
+    def rollover(self) -> None:
+        self.handler.doRollover()
+        self.lines(10)
+
+
+@pytest.mark.parametrize("rollovers", [1, 2])
+@pytest.mark.parametrize("after_open", [1, 2, 3, 4])
+def test_rollovers_while_the_backups_are_listed_come_out_in_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, after_open: int, rollovers: int
+) -> None:
+    """Three rollovers between two reads, then `rollovers` more while the read that finds them opens files: right
+    after its `after_open`-th open (1: the path's new file; 2, 3, 4: the backups `.3`, `.2`, `.1`, oldest first).
+    Each renames every backup to the next number: one listed but not opened yet moves to a number already passed,
+    or a file newer than the path's is listed as a backup. Every line still comes out once, in write order."""
+    path = tmp_path / "info.log"
+    handler = Handler(path)
+    handler.lines(10)
+    follower = FileFollower(path)
+    seen = numbers(follower.read(1 << 20, time.time()))
+    for _ in range(3):
+        handler.rollover()
+    opens = 0
+
+    class RollsOverMeanwhile(follower_module._OpenFile):  # type: ignore[misc,valid-type]
+        def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+            nonlocal opens
+            super().__init__(*args, **kwargs)
+            opens += 1
+            if opens == after_open:
+                for _ in range(rollovers):
+                    handler.rollover()
+
+    monkeypatch.setattr(follower_module, "_OpenFile", RollsOverMeanwhile)
+    for _ in range(5):  # the old file ends, the rotation is seen, each newer file read: a pass each at most
+        seen += numbers(follower.read(1 << 20, time.time()))
+    handler.handler.close()
+    assert opens > after_open
+    assert seen == list(range(1, handler.written + 1))
 
 
 def test_partial_line_waits_for_its_newline(tmp_path: Path) -> None:
