@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import logging
 import os
+import sqlite3
 import time
 from pathlib import Path
 
 import pytest
 
 from mstail.parsers import Item
-from mstail.tailer.db import StateDB
+from mstail.tailer.db import StateDB, _CleanClose
 from mstail.tailer.store import Store
 
 RECORDS = 20_000
@@ -43,7 +44,7 @@ def _damage_the_page_holding(path: Path, text: bytes, page: int = 4096) -> None:
 def _checked_at_opening(path: Path) -> bool:
     """Whether an opening of `path` runs the integrity check (then waited for and closed cleanly)."""
     db = StateDB(path, expected="test")
-    checked = db._check is not None
+    checked = db._check is not None and db._check.checks
     store = Store(db)
     store.load()
     store.close()
@@ -55,7 +56,7 @@ def test_an_intact_state_passes_the_check_and_loads_whole(tmp_path: Path) -> Non
     _state(path)
     path.with_name("state.sqlite.lock").write_bytes(b"")  # no clean close's mark: checked
     db = StateDB(path, expected="test")
-    assert db._check is not None
+    assert db._check is not None and db._check.checks
     store = Store(db)
     store.load()
     assert store.last_seq == RECORDS
@@ -105,7 +106,7 @@ def test_a_state_unchanged_since_its_clean_close_is_not_read_whole_again(tmp_pat
     assert b"clean " in path.with_name("state.sqlite.lock").read_bytes()
     for _ in range(2):  # each clean close marks it again
         db = StateDB(path, expected="test")
-        assert db._check is None
+        assert db._check is not None and not db._check.checks  # only what `Store.load` reads is read ahead
         assert path.with_name("state.sqlite.lock").read_bytes() == b""  # taken at the opening: a crash leaves none
         store = Store(db)
         store.load()
@@ -130,3 +131,33 @@ def test_a_crash_or_a_close_before_the_check_ended_brings_the_check_back(tmp_pat
     path.with_name("state.sqlite.lock").write_bytes(b"")
     StateDB(path, expected="test").close()  # its check interrupted by the close: nothing proven, no mark
     assert _checked_at_opening(path)
+
+
+def _damage_unseen(path: Path, text: bytes) -> None:
+    """Damage the page holding `text` as a disk would, below the filesystem: no timestamp tells (the clean close's
+    mark is made again for the damaged file)."""
+    _damage_the_page_holding(path, text)
+    lock = os.open(f"{path}.lock", os.O_RDWR)
+    try:
+        _CleanClose.mark(lock, path)
+    finally:
+        os.close(lock)
+
+
+def test_a_page_damaged_unseen_is_found_when_read_and_the_next_start_checks(tmp_path: Path) -> None:
+    path = tmp_path / "state.sqlite"
+    _state(path)
+    _damage_unseen(path, b'"step":12345,')  # a page of the items, which a start does not read
+    db = StateDB(path, expected="test")
+    assert db._check is not None and not db._check.checks  # trusted: the mark matches
+    store = Store(db)
+    store.load()
+    assert store.last_seq == RECORDS  # the chart columns are whole
+    with pytest.raises(sqlite3.DatabaseError):
+        store.db.records_after(12_340, 10)  # SQLite finds the damage when it reads the page
+    store.close()  # not a clean close: nothing proves the file sound any more
+    assert not list(tmp_path.glob("*.corrupt-*"))
+    again = Store(StateDB(path, expected="test"))
+    assert again.load() == {} and again.last_seq == 0  # checked at this start: set aside
+    assert len(list(tmp_path.glob("state.sqlite.corrupt-*"))) == 1
+    again.close()
