@@ -176,8 +176,8 @@ class IntegrityCheck:
     What it protects: a file damaged inside (a torn write on a disk that lied about flushing, a bad sector, another
     program's write) that still opens. Such pages would fail later reads and commits, the history would stop being
     written; found at the start, the file is moved aside and the logs read again. The check reads every page (the
-    whole file, 375 MB for a million records: 1 s from the page cache, 5 s from a disk), so it runs while the
-    server's modules are imported, not before; a file unchanged since its last clean close (`_CleanClose`) is not
+    whole file, 375 MB for a million records: 1 s from the page cache, more from a disk, read in order first), so
+    it runs while the server's modules are imported, not before; a file unchanged since its last clean close (`_CleanClose`) is not
     checked, only what `Store.load` will read is read ahead (`_READ_AHEAD`).
 
     Args:
@@ -188,22 +188,37 @@ class IntegrityCheck:
     def __init__(self, path: Path, check: bool = True) -> None:
         self._conn = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True, check_same_thread=False)
         self._reason: Optional[str] = None
+        self._path = path
+        self._cancelled = False
         self.checks = check
         self._thread = threading.Thread(target=self._run, name="mstail-state-check", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
         try:
-            if self.checks and self._conn.execute("PRAGMA quick_check").fetchone()[0] != "ok":
+            if not self.checks:
+                for sql in _READ_AHEAD:  # a damaged page read here fails as the check would
+                    self._conn.execute(sql).fetchone()
+                return
+            self._read_in_order()
+            if not self._cancelled and self._conn.execute("PRAGMA quick_check").fetchone()[0] != "ok":
                 self._reason = "corrupt (integrity check failed)"
-            for sql in () if self.checks else _READ_AHEAD:  # a damaged page read here fails as the check would
-                self._conn.execute(sql).fetchone()
         except sqlite3.OperationalError:
             pass  # interrupted by `cancel`: nobody waits for the answer
         except sqlite3.DatabaseError as exc:
             self._reason = f"corrupt ({exc})"
         finally:
             self._conn.close()
+
+    def _read_in_order(self) -> None:
+        """Read the file from start to end once, into the page cache: the check reads it page by page in its
+        b-trees' order, which from a disk is random reads (9 s for a million records' 375 MB out of the cache,
+        against 1.5 s for this read and 1 s for the check then)."""
+        with contextlib.suppress(OSError), open(self._path, "rb", buffering=0) as f:
+            chunk = bytearray(1 << 20)
+            for _ in range(os.fstat(f.fileno()).st_size // len(chunk) + 1):  # the size now: its owner may write on
+                if self._cancelled or not f.readinto(chunk):
+                    return
 
     def result(self) -> Optional[str]:
         """Wait for the check: why the file must not be used, or None."""
@@ -212,6 +227,7 @@ class IntegrityCheck:
 
     def cancel(self) -> None:
         """Stop the check (the state is closed before anyone asked for its answer)."""
+        self._cancelled = True
         with contextlib.suppress(sqlite3.Error):
             self._conn.interrupt()
         self._thread.join()
@@ -344,7 +360,7 @@ class StateDB:
     def verify(self) -> None:
         """Wait for the integrity check started when the file was opened, if it was (not for a file unchanged since
         its last clean close, `_CleanClose`). It reads the whole file (1 s for a million records from the page cache,
-        5 s from a disk) in a thread of its own: SQLite leaves the GIL meanwhile, so the server's imports run beside
+        1.5 s more from a disk) in a thread of its own: SQLite leaves the GIL meanwhile, so the server's imports run beside
         it. A state that fails it is moved aside and a fresh one started, as at opening. Call it before anything is
         read from the state (`Store.load` does)."""
         check, self._check = self._check, None
