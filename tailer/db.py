@@ -244,11 +244,13 @@ class _CleanClose:
 
     @staticmethod
     def _facts(path: Path) -> Optional[str]:
-        """The file's identity as the mark holds it, or None where there is none to trust (a WAL or journal
-        beside it: not closed, or still open elsewhere)."""
+        """The file's identity as the mark holds it, or None where there is none to trust (a WAL or journal with
+        something in it beside it: not closed, or still open elsewhere; a read-only reader leaves an empty WAL)."""
         try:
-            if any(os.path.exists(f"{path}{suffix}") for suffix in ("-wal", "-journal")):
-                return None
+            for suffix in ("-wal", "-journal"):
+                with contextlib.suppress(FileNotFoundError):
+                    if os.stat(f"{path}{suffix}").st_size:
+                        return None
             with open(path, "rb") as f:
                 st = os.fstat(f.fileno())
                 header = f.read(100)
