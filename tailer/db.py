@@ -166,7 +166,8 @@ def _loads(data: str) -> Dict[str, Any]:
 #: what `Store.load` reads, read ahead by `IntegrityCheck` when the file needs no check: max() loads every value
 #: (length() or count() would not read the blobs' overflow pages). From a cold page cache SQLite's page-by-page reads
 #: of these 90 MB (a million records) take 0.25 s; done here they overlap the server's imports.
-_READ_AHEAD = ("SELECT max(steps), max(times) FROM frames", "SELECT max(vals), max(bad), max(steps), max(times) FROM columns",
+_READ_AHEAD = ("SELECT max(steps), max(times) FROM frames",
+               "SELECT max(vals), max(bad), max(steps), max(times) FROM columns",
                "SELECT max(mins), max(maxs) FROM blocks")
 
 
@@ -177,8 +178,8 @@ class IntegrityCheck:
     program's write) that still opens. Such pages would fail later reads and commits, the history would stop being
     written; found at the start, the file is moved aside and the logs read again. The check reads every page (the
     whole file, 375 MB for a million records: 1 s from the page cache, more from a disk, read in order first), so
-    it runs while the server's modules are imported, not before; a file unchanged since its last clean close (`_CleanClose`) is not
-    checked, only what `Store.load` will read is read ahead (`_READ_AHEAD`).
+    it runs while the server's modules are imported, not before; a file unchanged since its last clean close
+    (`_CleanClose`) is not checked, only what `Store.load` will read is read ahead (`_READ_AHEAD`).
 
     Args:
         path: the state file, already opened (and in WAL mode) by its owner.
@@ -237,10 +238,10 @@ class _CleanClose:
     """The mark a clean close leaves in the state's lock file: the closed file's identity and timestamps (device,
     inode, size, modification and status change times in ns) and SQLite's 100-byte header. An opening takes it
     (erased, synced, before anything is written) and trusts the file without `IntegrityCheck` only when the file
-    is still exactly what that close left: no -wal or -journal beside it and every one of those the same. Any write
-    to the file since (a program's, a copy, a restore, even one that puts the modification time back) changes the
-    status change time, which only the kernel sets: such a file gets the check. What no stat shows (a disk that
-    damages a page without a write) is what SQLite reports when it reads the page (`_failed`)."""
+    is still exactly what that close left: no -wal or -journal with content beside it, every one of those the
+    same. Any write to the file since (a program's, a copy, a restore, even one that puts the modification time
+    back) changes the status change time, which only the kernel sets: such a file gets the check. What no stat
+    shows (a disk that damages a page without a write) is what SQLite reports when it reads the page (`_failed`)."""
 
     @staticmethod
     def _facts(path: Path) -> Optional[str]:
@@ -307,9 +308,9 @@ class StateDB:
         self._backoff = 0.0
         self._retry_at = 0.0
         self._network = network
-        self._check: Optional[IntegrityCheck] = None  # running (checking or reading ahead) from the opening until `verify`
+        self._check: Optional[IntegrityCheck] = None  # checking or reading ahead, from the opening until `verify`
         #: the file's pages are known to hold together: checked at this opening (`verify`), unchanged since its last
-        #: clean close (`_closed_clean`), or new; only then, and with nothing failed since, is its close marked clean
+        #: clean close (`_CleanClose`), or new; only then, and with nothing failed since, is its close marked clean
         self._sound = path is None
         self._failed = False  # a read or write failed since the opening: the next opening checks the file
         self.conn = self._open(network)
@@ -362,8 +363,8 @@ class StateDB:
     def verify(self) -> None:
         """Wait for the integrity check started when the file was opened, if it was (not for a file unchanged since
         its last clean close, `_CleanClose`). It reads the whole file (1 s for a million records from the page cache,
-        1.5 s more from a disk) in a thread of its own: SQLite leaves the GIL meanwhile, so the server's imports run beside
-        it. A state that fails it is moved aside and a fresh one started, as at opening. Call it before anything is
+        1.5 s more from a disk) in a thread of its own: SQLite leaves the GIL meanwhile, so the server's imports run
+        beside it. A state that fails it is moved aside and a fresh one started, as at opening. Call it before anything is
         read from the state (`Store.load` does)."""
         check, self._check = self._check, None
         if check is None:
