@@ -25,7 +25,7 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import IO, TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import orjson
 
@@ -299,7 +299,9 @@ class StateDB:
         self.path = path
         self.expected = expected
         self._lock = threading.Lock()
-        self._owner: Optional[int] = None  # the open lock file that keeps a second mstail out (`_CleanClose`)
+        #: the open lock file that keeps a second mstail out, and holds the clean close's mark (`_CleanClose`); a file
+        #: object, so that a StateDB dropped unclosed releases the lock
+        self._owner: Optional[IO[bytes]] = None
         self._unsaved: List[Tuple[int, str, Optional[str], str]] = []  # (seq, source, kind, JSON) not yet on disk
         self._unsaved_checkpoints: Dict[str, Tuple[str, str]] = {}  # source -> (path, JSON), written with them
         self._rewrites: Dict[int, str] = {}  # seq -> JSON: amended records already on disk, rewritten with them
@@ -321,20 +323,20 @@ class StateDB:
             return self._prepare(sqlite3.connect("", isolation_level=None, check_same_thread=False), network)
         try:
             _private_folder(self.path.parent)
-            self._owner = _private_file(f"{self.path}.lock", os.O_RDWR)
+            self._owner = os.fdopen(_private_file(f"{self.path}.lock", os.O_RDWR), "r+b", buffering=0)
         except OSError as exc:
             raise StateError(f"cannot use the state folder {self.path.parent}: {exc.strerror or exc}") from None
         try:
             fcntl.flock(self._owner, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            os.close(self._owner)
+            self._owner.close()
             raise StateError(
                 f"another mstail keeps its history in {self.path} (the same --log set): stop it first, or give this "
                 "one another --state-dir, or --no-state"
             ) from None
         except OSError:
             pass  # a filesystem without locks: go on unguarded
-        self._sound = _CleanClose.taken(self._owner, self.path) or not self.path.exists()  # before `_connect`'s chmod
+        self._sound = _CleanClose.taken(self._owner.fileno(), self.path) or not self.path.exists()  # before `_connect`'s chmod
         try:
             conn = self._prepare(self._connect(), network)
             reason = self._unusable(conn)
@@ -499,8 +501,8 @@ class StateDB:
             clean = self._sound and not self._failed and self.write_error is None and not (
                 self._unsaved or self._unsaved_checkpoints or self._rewrites)
             if clean:
-                _CleanClose.mark(self._owner, self.path)  # type: ignore[arg-type]
-            os.close(self._owner)  # releases the lock
+                _CleanClose.mark(self._owner.fileno(), self.path)  # type: ignore[arg-type]
+            self._owner.close()  # releases the lock
 
     # -- reading ----------------------------------------------------------------------------------------------
     def _rows(self, sql: str, *params: Any) -> List[Tuple[Any, ...]]:
