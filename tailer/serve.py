@@ -6,6 +6,7 @@ This is the only module of `tailer` that imports `web` (ARCHITECTURE.md, Layout:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import logging
 import signal
@@ -13,7 +14,7 @@ import socket
 import threading
 import time
 import webbrowser
-from typing import Callable, Dict, Optional, Sequence
+from typing import Any, Callable, Coroutine, Dict, Optional, Sequence
 
 import uvicorn
 
@@ -118,12 +119,27 @@ async def serve(
     finally:
         stop.set()
         announce.cancel()
-        await tailing
-        await warming
-        await webhooks.stop()
-        store.close()
+
+        async def wind_down() -> None:
+            await tailing
+            await warming
+            await webhooks.stop()
+            store.close()  # the last commit and the state's clean close (its mark: no integrity check next time)
+
+        await _to_its_end(wind_down())
         restore_logs()
         terminate()
+
+
+async def _to_its_end(work: Coroutine[Any, Any, None]) -> None:
+    """Run `work` to its end even when this task is cancelled meanwhile: at Ctrl-C uvicorn shuts the server down,
+    then raises SIGINT again with the handler it found, which under `asyncio.run` cancels the main task, at the
+    first `await` of its cleanup (the last pass's commit and `Store.close` never ran)."""
+    task = asyncio.ensure_future(work)
+    while not task.done():
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.shield(task)
+    task.result()
 
 
 REPLAY_SLICE_S = 0.002  # the alert replay's turn on the event loop: requests wait at most about this per step

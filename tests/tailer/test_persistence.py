@@ -196,6 +196,18 @@ def test_a_damaged_state_is_set_aside_and_the_log_read_from_the_start(tmp_path: 
     assert len(list((tmp_path / "state").glob(f"*.sqlite.{damage}-*"))) == 1  # kept for a look, not deleted
 
 
+def test_ctrl_c_closes_the_state_cleanly_and_the_next_start_trusts_it(tmp_path: Path, sidecar) -> None:  # type: ignore[no-untyped-def]
+    # Before: uvicorn raised SIGINT again after its shutdown, asyncio.run cancelled the cleanup at its first await and
+    # `Store.close` never ran (no last commit of the columns and alert state, no clean close).
+    _, side, first = log_read_once(tmp_path, sidecar, 200)
+    assert first.stop() == 0
+    lock = Path(f"{_state_file(tmp_path)}.lock")
+    assert lock.read_text().startswith("clean ")  # `_CleanClose`: the next start needs no integrity check
+    second = side.start()
+    assert_exactly_once(side.records(second, 200), range(1, 201))
+    assert lock.read_text() == ""  # taken at the opening: a crash from now on leaves no mark
+
+
 def test_sse_ids_survive_a_restart_last_event_id_resumes_exactly(tmp_path: Path, sidecar) -> None:  # type: ignore[no-untyped-def]
     log, side, first = log_read_once(tmp_path, sidecar, 50)
     seen = collect(f"{first.url}/api/stream?after=0", until=lambda got: 50 in stream_seqs(got))

@@ -8,6 +8,7 @@ started again on the same port, must get exactly the steps it had not seen: none
 from __future__ import annotations
 
 import http.client
+import re
 import signal
 import threading
 import time
@@ -146,6 +147,8 @@ def test_sigterm_takes_the_clean_path_of_ctrl_c(tmp_path: Path, mstail_server, l
     code = server.proc.wait(timeout=10)
     assert code == 0 and time.monotonic() - began <= EXIT_WITHIN_S, f"exit {code}"
     assert "Traceback" not in server.stderr, server.stderr
+    [state] = re.findall(r"history kept in (.+) \(--no-state", server.stderr)
+    assert Path(f"{state}.lock").read_text().startswith("clean ")  # `Store.close` ran to its end
     again = mstail_server(log)  # the same state: everything committed, nothing read twice
     again.wait_records(30)
     assert again.get_json("/healthz")["last_seq"] == last_seq
