@@ -124,8 +124,7 @@ async def serve(
         await warming
         await freezing
         await webhooks.stop()
-        gc.unfreeze()  # and collected: a cycle frozen alive and dead since (a cursor) must not keep the state open
-        gc.collect()
+        gc.unfreeze()  # exit finalizes what is left as it would have unfrozen
         store.close()
 
     try:
@@ -157,7 +156,7 @@ class HeapFreezer:
     every pass and stream waited (the many-files bench's p99). A frozen object that dies by its reference count is
     still freed; one in a reference cycle is not, so the freeze follows a full collection (of what is not frozen yet:
     short after the first) and happens only when the long-lived state grew (new sources or series), not with the
-    steady churn of passes; at shutdown everything is unfrozen and collected before the state is closed.
+    steady churn of passes; at shutdown everything is unfrozen.
 
     Args:
         size: what measures the long-lived state (a value that changes when it grew).
