@@ -11,7 +11,7 @@ import glob
 import os
 import re
 from pathlib import Path
-from typing import Dict, Iterable, List, Sequence, Set, Tuple
+from typing import Container, Dict, Iterable, List, Sequence, Set, Tuple
 
 _GLOB_CHARS = re.compile(r"[*?\[]")
 #: A rotated backup's name (`info.log.3`): RotatingFileHandler's numbering.
@@ -39,15 +39,16 @@ def has_glob(pattern: str) -> bool:
     return bool(_GLOB_CHARS.search(pattern))
 
 
-def expand(pattern: str) -> List[Path]:
-    """Existing files a pattern names now (a plain path: itself, whether it exists or not)."""
+def expand(pattern: str, known: Container[str] = ()) -> List[Path]:
+    """Existing files a pattern names now (a plain path: itself, whether it exists or not); a name in `known` (as
+    this gives it: a file followed already) is taken without looking at it again."""
     expanded = os.path.expanduser(pattern)
     if not has_glob(expanded):
         return [Path(expanded)]
     # Rotated backups (info.log.1) are read as part of their live file's history, never as sources of their own.
     # Anything but a folder: a FIFO or a device a glob names is shown as unreadable rather than left out unsaid.
     return [Path(p) for p in sorted(glob.glob(expanded, recursive=True))
-            if not os.path.isdir(p) and not ROTATED.match(os.path.basename(p))]
+            if p in known or (not os.path.isdir(p) and not ROTATED.match(os.path.basename(p)))]
 
 
 def glob_free_prefix(path: Path) -> Path:

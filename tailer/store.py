@@ -142,6 +142,11 @@ class Store:
     def last_seq(self) -> int:
         return self._last_seq
 
+    @property
+    def series_count(self) -> int:
+        """How many chart series there are (with the sources: how much long-lived state the history holds)."""
+        return len(self._series)
+
     def add_source(self, source_id: str, path: str) -> SourceInfo:
         info = self.sources.get(source_id)
         if info is None:

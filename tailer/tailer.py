@@ -150,6 +150,7 @@ class Tailer:
         self._event_kinds: Dict[Path, str] = {}  # event-file sources: key -> the kind their names say ("": by content)
         self._event_files: Set[Path] = set()  # event files whose file events wake their folder's source
         self._saved: Dict[Path, SourceCheckpoint] = {}  # checkpoints from the state, by path, until rediscovered
+        self._followed: Set[str] = set()  # the paths (as `expand` names them) of the files followed, but event files
         self._runs = RunFinder(config.logdirs)  # the run files below `mstail DIR` folders
         self._said_empty: Set[Path] = set()  # folders said to have no run below them yet
         wanted = PatternFilter(p for p, _ in self._patterns)
@@ -186,17 +187,21 @@ class Tailer:
         """Register files the patterns name now, and run files below the folders; returns the new ones (runs in
         the pass thread)."""
         new = []
-        found = [(path, forced) for pattern, forced in self._patterns for path in expand(pattern)]
-        found, event_files = self._event_sources(found)
-        followed = [path for path, _ in found]
+        every = [(path, forced) for pattern, forced in self._patterns for path in expand(pattern, self._followed)]
+        # A file followed already is passed over by its name (a thousand rank files: no stat, no path work each);
+        # event files are not (each one's events wake its folder's source, new ones too).
+        found, event_files = self._event_sources([(path, forced) for path, forced in every
+                                                  if str(path) not in self._followed])
         fresh: Dict[Path, Tuple[Path, Optional[Format]]] = {}
         for path, forced in found:
             key = path.absolute()
             if key not in self._sources:
                 fresh.setdefault(key, (path, forced))  # a file two patterns name: the first one's
-        named: List[Tuple[Path, Path, Optional[Format], str, Optional[str]]] = [
-            (key, path, forced, source_id, None) for (key, (path, forced)), source_id
-            in zip(fresh.items(), self._namer.names([path for path, _ in fresh.values()], followed))]
+        named: List[Tuple[Path, Path, Optional[Format], str, Optional[str]]] = []
+        if fresh:
+            followed = [path for path, _ in found] + [path for path, _ in every if str(path) in self._followed]
+            named = [(key, path, forced, source_id, None) for (key, (path, forced)), source_id
+                     in zip(fresh.items(), self._namer.names([path for path, _ in fresh.values()], followed))]
         named += self._new_run_files(set(fresh), event_files)
         for key, path, forced, source_id, run in named:
             kind = self._event_kinds.get(key)
@@ -216,6 +221,8 @@ class Tailer:
                 self._restore(source, saved)
             self._sources[key] = self._by_id[source_id] = source
             self._planner.add(source, path)
+            if kind is None:
+                self._followed.add(str(path))
             new.append(source)
         for file, key in event_files:  # file events name a folder's event files, new ones too: they wake its source
             if file not in self._event_files and key in self._sources:

@@ -5,7 +5,8 @@ HTTP server, watchfiles or the machine's scheduler (which make latency.py's figu
 Setup: --ranks MindFormers rank files (`output/log/rank_N/info.log`); each step appends MFLossMonitor's step and
 progress lines (made by the writer of tests/conftest.py, run once ahead) to every file, --per-pass files at a time,
 each group followed by one event pass naming those files (as file events name them; latency.py's 1,024 files at one
-step a second come in about 20 passes a second), with a sweep once per step. --warm steps run first (new sources,
+step a second come in about 20 passes a second), with a sweep once per step, and the server's look at the
+garbage collector (`serve.HeapFreezer`) after each step. --warm steps run first (new sources,
 chart series); the next --steps are measured.
 
 Run: python tests/bench/many_files_cpu.py [--ranks 1024] [--steps 6] [--per-pass 51] [--warm 1]
@@ -30,6 +31,7 @@ from mstail.tailer.config import Config
 from mstail.tailer.db import open_state
 from mstail.tailer.hub import Hub, ItemsMessage, SourceMessage, Subscriber
 from mstail.tailer.planner import Plan
+from mstail.tailer.serve import HeapFreezer
 from mstail.tailer.store import Store
 from mstail.tailer.tailer import Tailer
 from mstail.web.sse import _encoded_batch, _source_frames
@@ -74,6 +76,7 @@ async def run(args: argparse.Namespace) -> None:
     clients = [hub.subscribe(), hub.subscribe()]
     tailer = Tailer(config, formats, store, hub)
     await tailer.pass_once()  # every file found
+    freezer = HeapFreezer(lambda: (len(store.sources), store.series_count))  # as the server does once a second
     fds = [os.open(path, os.O_WRONLY | os.O_APPEND) for path in paths]
     names = [str(path.absolute()) for path in paths]
     spent: Dict[str, float] = {}
@@ -98,6 +101,7 @@ async def run(args: argparse.Namespace) -> None:
                     os.write(fds[rank], lines[step])
                 await tailer.pass_once(Plan({names[rank] for rank in group}, sweep=start == 0))
                 drain(clients)
+            freezer.check()
 
     await steps(0, args.warm)
     for obj, name in ((store, "add"), (store, "commit"), (tailer, "_deliver")):

@@ -9,6 +9,7 @@ Every test runs real `mstail` processes against real writer processes (logging's
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import sqlite3
@@ -175,6 +176,23 @@ def test_a_partial_line_pending_at_kill_9_is_read_whole_after_the_restart(tmp_pa
 def _state_file(tmp_path: Path) -> Path:
     (found,) = (tmp_path / "state").glob("*.sqlite")
     return found
+
+
+def test_ctrl_c_closes_the_state_after_saving_the_chart_columns(tmp_path: Path, sidecar) -> None:  # type: ignore[no-untyped-def]
+    # Before: uvicorn raised the Ctrl-C it caught again once it had stopped, asyncio.run cancelled the shutdown at its
+    # first await, and the state was never closed by mstail (its columns not saved; SQLite closed at exit, if at all).
+    log, side, first = log_read_once(tmp_path, sidecar, 50)  # the first commit saves the columns (up to seq 50)
+    finish_writer(write(log, 30, "--start", "51"))
+    side.records(first, 80)  # committed with no columns: those wait for 65,536 records, or the shutdown
+    assert first.stop() == 0
+    state = _state_file(tmp_path)
+    assert not Path(f"{state}-wal").exists()  # the last connection closed cleanly
+    db = sqlite3.connect(str(state))
+    try:
+        (manifest,) = db.execute("SELECT value FROM meta WHERE key = 'columns'").fetchone()
+    finally:
+        db.close()
+    assert json.loads(manifest)["seq"] == 80
 
 
 @pytest.mark.parametrize("damage", ["corrupt", "mismatched"])
