@@ -70,13 +70,15 @@ async def serve(
 ) -> None:
     """Tail and serve until Ctrl-C / SIGTERM; exits within `config.shutdown_timeout_s` + a little.
     `state` is the history database (default: `open_state(config, formats)`)."""
+    store, hub = Store(state if state is not None else open_state(config, formats)), Hub()
+    tailer = Tailer(config, formats, store, hub)
+    tailer.resume(store.load())
+    tailer.read_ahead()  # a big history's catch-up child starts now, not after the web's imports
+
     from mstail.web import create_app  # the composition root is the one place tailer may import web
     from mstail.web.sse import limit_streams, quiet_dropped_clients
 
     limits = Limits(_connection_cap(config.max_connections), config.header_timeout_s)
-    store, hub = Store(state if state is not None else open_state(config, formats)), Hub()
-    tailer = Tailer(config, formats, store, hub)
-    tailer.resume(store.load())
     restoring: Dict[str, int] = {}  # the alert replay's progress while it runs (/healthz)
     app = create_app(
         store,
