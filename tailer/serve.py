@@ -13,9 +13,7 @@ import socket
 import threading
 import time
 import webbrowser
-from typing import Callable, Dict, Optional, Sequence
-
-import uvicorn
+from typing import TYPE_CHECKING, Callable, Dict, Optional, Sequence
 
 from mstail.parsers import Format
 
@@ -27,6 +25,9 @@ from .tailer import Tailer
 from .db import StateDB, open_state
 from .store import Store
 from .webhooks import Webhooks
+
+if TYPE_CHECKING:
+    import uvicorn
 
 
 log = logging.getLogger("mstail.serve")
@@ -73,8 +74,9 @@ async def serve(
     store, hub = Store(state if state is not None else open_state(config, formats)), Hub()
     tailer = Tailer(config, formats, store, hub)
     tailer.resume(store.load())
-    tailer.read_ahead()  # a big history's catch-up child starts now, not after the web's imports
+    tailer.read_ahead()  # a big history's catch-up child starts now, not after the server's imports
 
+    import uvicorn
     from mstail.web import create_app  # the composition root is the one place tailer may import web
     from mstail.web.sse import limit_streams, quiet_dropped_clients
 
