@@ -311,12 +311,7 @@ class Tailer:
                         continue
                     await self._sleep(stop, changes.event, pacer.timeout())
                 except Exception as exc:  # noqa: BLE001 - the last line of defence: report, back off, go on
-                    self.failures += 1
-                    self.last_failure = f"{type(exc).__name__}: {exc}"
-                    self._pass_started = None
-                    self.notices.say(("loop", type(exc)), f"tailing failed ({self.last_failure}); going on in "
-                                     f"{backoff:g} s", logging.ERROR)
-                    log.debug("tailing failure", exc_info=True)
+                    self._loop_failed(exc, f"going on in {backoff:g} s")
                     await self._wait(stop, backoff)
                     backoff = min(backoff * 2, 30.0)
         finally:
@@ -329,12 +324,23 @@ class Tailer:
             for source in self._sources.values():
                 source.follower.close()
 
+    def _loop_failed(self, exc: Exception, then: str) -> None:
+        """A pass that failed unexpectedly: said on stderr (once per kind and interval) and counted for /healthz."""
+        self.failures += 1
+        self.last_failure = f"{type(exc).__name__}: {exc}"
+        self._pass_started = None
+        self.notices.say(("loop", type(exc)), f"tailing failed ({self.last_failure}); {then}", logging.ERROR)
+        log.debug("tailing failure", exc_info=True)
+
     def read_ahead(self) -> None:
         """Read the first pass now, before the server is set up (`serve`: the web's imports take most of a second),
         so that a big history's catch-up child (started at the end of a file's first pass) parses meanwhile. Its
         items wait for the first `pass_once`, which delivers them instead of reading (after the alert rules'
         state is back: the rules see the old records first). Before `run` only, from the thread that runs it."""
-        self._ahead = self._read_pass(time.time())
+        try:
+            self._ahead = self._read_pass(time.time())
+        except Exception as exc:  # noqa: BLE001 - as a pass's failure in `run`: said, counted; its passes read on
+            self._loop_failed(exc, "going on")
 
     async def pass_once(self, plan: Optional[Plan] = None) -> bool:
         """One read pass; True when some file had more to read than the pass took. `plan` (file events on)

@@ -36,13 +36,14 @@ QUIET = {"mindformers_pynative_r2.0_pp_stage0_info.log", "mindyolo_train.log", "
          "mindformers-2.0.0_graph_output_log_rank_0_info.log", "mindspore-2.10_lossmonitor_timemonitor_stdout.log"}
 
 
-@pytest.mark.parametrize("child", [False, True, "no fork"], ids=["passes", "child", "no-fork"])
+@pytest.mark.parametrize("child", [False, True, "ahead", "no fork"], ids=["passes", "child", "ahead", "no-fork"])
 @pytest.mark.parametrize("name", [p.name for p in LOGS] + ["mixed.log"])
 def test_the_catch_up_gives_what_feeding_every_line_gives(name: str, child: bool, tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """`child`: the history after the first 1 KiB goes to a catch-up child (`tailer.catchup`) in 4 KiB batches,
-    handed over to the source's own follower and parser at the end; "no fork": the child cannot be started (said),
-    the passes read it."""
+    handed over to the source's own follower and parser at the end; "ahead": likewise, the first pass read before the
+    loop (`Tailer.read_ahead`, as `serve` does), the child started by it; "no fork": the child cannot be started
+    (said), the passes read it."""
     monkeypatch.setattr(tailer_module.time, "time", lambda: READ_TIME)  # one read time, as in the line-by-line parse
     children = []
     if child:
@@ -70,6 +71,9 @@ def test_the_catch_up_gives_what_feeding_every_line_gives(name: str, child: bool
         deliver(results)
 
     monkeypatch.setattr(tailer, "_deliver", noted)
+    if child == "ahead":
+        tailer.read_ahead()
+        assert len(children) == (path.stat().st_size > 1024) and not parsed  # forked, nothing delivered yet
 
     async def catch_up() -> None:
         for _ in range(1000):
