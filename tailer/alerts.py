@@ -181,6 +181,8 @@ def _checked(origin: str, rule: str, key: str, value: Any, default: Any) -> Any:
 def _number(value: Any) -> Optional[float]:
     """A record value as a float (NaN/Inf included: the store keeps them as floats); None when not a number, or
     an int beyond the float range."""
+    if type(value) is float:  # most values: this runs for several keys of every record
+        return value
     try:
         return float(value) if isinstance(value, (int, float)) else None
     except OverflowError:
@@ -317,6 +319,7 @@ class AlertEngine:
 
     def __init__(self, rules: Optional[AlertRules] = None) -> None:
         self.rules = rules or default_rules()
+        self._on = {name: bool(rule["enabled"]) for name, rule in self.rules.rules.items()}  # `rules.on`, per record
         self._sources: Dict[str, _SourceState] = {}
         self._alerts: Dict[Tuple[str, str], Dict[str, Any]] = {}  # (rule, source) -> current alert of that key
         self._resolved: Deque[Dict[str, Any]] = deque(maxlen=int(self.rules.general["keep_resolved"]))
@@ -449,7 +452,7 @@ class AlertEngine:
     # -- records --------------------------------------------------------------------------------------------
     def _record(self, source: str, state: _SourceState, record: Dict[str, Any], now: float, out: List[Change],
                 history: bool = False) -> None:
-        rules = self.rules.rules
+        rules, on, alerts = self.rules.rules, self._on, self._alerts
         step = record.get("step")
         segment = record.get("segment", 0)
         if segment != state.segment:  # a resume: the windows describe another run
@@ -478,18 +481,22 @@ class AlertEngine:
         else:
             state.live = state.live or not history
 
-        if self.rules.on("nonfinite"):
+        # a rule's condition that holds no alert and is clear changes nothing: `_condition` is called only when it
+        # may (most records of a long history call none)
+        if on["nonfinite"]:
             bad = []
             for name in rules["nonfinite"]["metrics"]:
                 value = _number(record.get(name))
                 if value is not None and not math.isfinite(value):
                     bad.append(f"{name} = {'NaN' if value != value else value}")
-            self._condition("nonfinite", source, state, step, now, out, bool(bad), "non-finite " + ", ".join(bad) if bad else "")
+            if bad or ("nonfinite", source) in alerts:
+                self._condition("nonfinite", source, state, step, now, out, bool(bad),
+                                "non-finite " + ", ".join(bad) if bad else "")
 
-        if self.rules.on("loss_spike"):
+        if on["loss_spike"]:
             self._spike(source, state, record, step, now, out)
 
-        if self.rules.on("grad_norm"):
+        if on["grad_norm"]:
             rule = rules["grad_norm"]
             value = _number(record.get(rule["metric"]))
             if value is not None and math.isfinite(value):
@@ -501,29 +508,32 @@ class AlertEngine:
                     if median > 0 and value > rule["ratio"] * median:
                         message = f"{rule['metric']} {value:.4g} is {value / median:.1f}x its rolling median {median:.4g}"
                 state.norm.append(value)
-                self._condition("grad_norm", source, state, step, now, out, bool(message), message)
+                if message or ("grad_norm", source) in alerts:
+                    self._condition("grad_norm", source, state, step, now, out, bool(message), message)
 
         overflow = record.get("overflow")
-        if self.rules.on("overflow") and overflow is not None:
+        if on["overflow"] and overflow is not None:
             flag = _number(overflow)
             state.overflow_run = state.overflow_run + 1 if flag else 0
             streak = rules["overflow"]["streak"]
             firing = state.overflow_run >= streak
-            self._condition("overflow", source, state, step, now, out, firing,
-                            f"{state.overflow_run} consecutive overflow steps" if firing else "")
+            if firing or ("overflow", source) in alerts:
+                self._condition("overflow", source, state, step, now, out, firing,
+                                f"{state.overflow_run} consecutive overflow steps" if firing else "")
 
         scale = _number(record.get("loss_scale"))
-        if self.rules.on("loss_scale") and scale is not None and math.isfinite(scale):
+        if on["loss_scale"] and scale is not None and math.isfinite(scale):
             floor = rules["loss_scale"]["floor"]
             fell = state.max_scale is not None and state.max_scale > floor and scale <= floor
             state.max_scale = scale if state.max_scale is None else max(state.max_scale, scale)
-            self._condition("loss_scale", source, state, step, now, out, fell,
-                            f"loss scale fell to {scale:g} (floor {floor:g}, was up to {state.max_scale:g})" if fell else "")
+            if fell or ("loss_scale", source) in alerts:
+                self._condition("loss_scale", source, state, step, now, out, fell,
+                                f"loss scale fell to {scale:g} (floor {floor:g}, was up to {state.max_scale:g})" if fell else "")
 
-        if self.rules.on("trend"):
+        if on["trend"]:
             self._trend(source, state, record, step, now, out)
 
-        if self.rules.on("error"):  # a step after an error counts towards clearing it
+        if on["error"] and ("error", source) in alerts:  # a step after an error counts towards clearing it
             self._condition("error", source, state, step, now, out, False, "")
 
     def _spike(self, source: str, state: _SourceState, record: Dict[str, Any], step: Any, now: float, out: List[Change]) -> None:
@@ -543,7 +553,8 @@ class AlertEngine:
                 median = window.median()
                 if value <= median + rule["min_rel"] * abs(median) or value <= median:
                     window.append(value)  # the common case: no spike possible, no MAD needed
-                    self._condition("loss_spike", source, state, step, now, out, False, "")
+                    if ("loss_spike", source) in self._alerts:
+                        self._condition("loss_spike", source, state, step, now, out, False, "")
                     return
                 mad = statistics.median([abs(v - median) for v in window])
                 spread = max(1.4826 * mad, 1e-12)
@@ -551,7 +562,8 @@ class AlertEngine:
                 if score > rule["z"] and value > median + rule["min_rel"] * abs(median):
                     message = f"{name} spike {value:.4g} vs rolling median {median:.4g} ({score:.0f} robust deviations)"
         window.append(value)
-        self._condition("loss_spike", source, state, step, now, out, bool(message), message)
+        if message or ("loss_spike", source) in self._alerts:
+            self._condition("loss_spike", source, state, step, now, out, bool(message), message)
 
     def _trend(self, source: str, state: _SourceState, record: Dict[str, Any], step: Any, now: float, out: List[Change]) -> None:
         rule = self.rules.rules["trend"]

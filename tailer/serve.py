@@ -15,9 +15,7 @@ import socket
 import threading
 import time
 import webbrowser
-from typing import Any, Callable, Dict, Optional, Sequence
-
-import uvicorn
+from typing import TYPE_CHECKING, Callable, Dict, Optional, Sequence
 
 from mstail.parsers import Format
 
@@ -29,6 +27,9 @@ from .tailer import Tailer
 from .db import StateDB, open_state
 from .store import Store
 from .webhooks import Webhooks
+
+if TYPE_CHECKING:
+    import uvicorn
 
 
 log = logging.getLogger("mstail.serve")
@@ -72,13 +73,16 @@ async def serve(
 ) -> None:
     """Tail and serve until Ctrl-C / SIGTERM; exits within `config.shutdown_timeout_s` + a little.
     `state` is the history database (default: `open_state(config, formats)`)."""
+    store, hub = Store(state if state is not None else open_state(config, formats)), Hub()
+    tailer = Tailer(config, formats, store, hub)
+    tailer.resume(store.load())
+    tailer.read_ahead()  # a big history's catch-up child starts now, not after the server's imports
+
+    import uvicorn
     from mstail.web import create_app  # the composition root is the one place tailer may import web
     from mstail.web.sse import limit_streams, quiet_dropped_clients
 
     limits = Limits(_connection_cap(config.max_connections), config.header_timeout_s)
-    store, hub = Store(state if state is not None else open_state(config, formats)), Hub()
-    tailer = Tailer(config, formats, store, hub)
-    tailer.resume(store.load())
     restoring: Dict[str, int] = {}  # the alert replay's progress while it runs (/healthz)
     app = create_app(
         store,

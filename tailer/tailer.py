@@ -173,6 +173,7 @@ class Tailer:
         self._write_error: Optional[str] = None  # the history write failure last reported
         self._missing_checked = False
         self._children = 0  # catch-up children running (`_start_catch_up`)
+        self._ahead: Optional[Tuple[List[Tuple[_Source, List[Item]]], bool]] = None  # `read_ahead`'s, undelivered
 
     def resume(self, checkpoints: Dict[str, Optional[SourceCheckpoint]]) -> None:
         """Continue from the state's checkpoints (source id -> checkpoint; `Store.load`) before the first pass:
@@ -317,12 +318,7 @@ class Tailer:
                         continue
                     await self._sleep(stop, changes.event, pacer.timeout())
                 except Exception as exc:  # noqa: BLE001 - the last line of defence: report, back off, go on
-                    self.failures += 1
-                    self.last_failure = f"{type(exc).__name__}: {exc}"
-                    self._pass_started = None
-                    self.notices.say(("loop", type(exc)), f"tailing failed ({self.last_failure}); going on in "
-                                     f"{backoff:g} s", logging.ERROR)
-                    log.debug("tailing failure", exc_info=True)
+                    self._loop_failed(exc, f"going on in {backoff:g} s")
                     await self._wait(stop, backoff)
                     backoff = min(backoff * 2, 30.0)
         finally:
@@ -335,13 +331,34 @@ class Tailer:
             for source in self._sources.values():
                 source.follower.close()
 
+    def _loop_failed(self, exc: Exception, then: str) -> None:
+        """A pass that failed unexpectedly: said on stderr (once per kind and interval) and counted for /healthz."""
+        self.failures += 1
+        self.last_failure = f"{type(exc).__name__}: {exc}"
+        self._pass_started = None
+        self.notices.say(("loop", type(exc)), f"tailing failed ({self.last_failure}); {then}", logging.ERROR)
+        log.debug("tailing failure", exc_info=True)
+
+    def read_ahead(self) -> None:
+        """Read the first pass now, before the server is set up (`serve`: the web's imports take most of a second),
+        so that a big history's catch-up child (started at the end of a file's first pass) parses meanwhile. Its
+        items wait for the first `pass_once`, which delivers them instead of reading (after the alert rules'
+        state is back: the rules see the old records first). Before `run` only, from the thread that runs it."""
+        try:
+            self._ahead = self._read_pass(time.time())
+        except Exception as exc:  # noqa: BLE001 - as a pass's failure in `run`: said, counted; its passes read on
+            self._loop_failed(exc, "going on")
+
     async def pass_once(self, plan: Optional[Plan] = None) -> bool:
         """One read pass; True when some file had more to read than the pass took. `plan` (file events on)
         narrows it to the files that changed or have something due (`mstail.tailer.planner`); None (default)
-        reads every file."""
+        reads every file. The first delivers `read_ahead`'s pass, if there was one."""
         self._pass_started = time.monotonic()
         self._plan = plan
-        results, more = await asyncio.to_thread(self._read_pass, time.time())
+        if self._ahead is not None:
+            (results, more), self._ahead = self._ahead, None
+        else:
+            results, more = await asyncio.to_thread(self._read_pass, time.time())
         self._deliver(results)
         now = time.time()
         for source, _ in results:

@@ -20,6 +20,7 @@ from mstail.parsers.amends import settled
 from mstail.parsers.interleave import InterleavedParser
 from mstail.tailer import catchup, tailer as tailer_module
 from mstail.tailer.checkpoint import SourceCheckpoint
+from mstail.tailer.alerts import AlertEngine
 from mstail.tailer.config import Config
 from mstail.tailer.db import _item_json, _loads, open_state
 from mstail.tailer.hub import Hub
@@ -30,13 +31,19 @@ from tests.parsers.support import FORMATS, READ_TIME
 from tests.tailer.test_offline_chains import LOGS, TRACEBACK, mixed_log, whole_file_lines
 
 
-@pytest.mark.parametrize("child", [False, True, "no fork"], ids=["passes", "child", "no-fork"])
+#: the logs whose records raise no alert (the others raise non-finite, error alerts and their resolutions)
+QUIET = {"mindformers_pynative_r2.0_pp_stage0_info.log", "mindyolo_train.log", "mindformers-2.0.0_graph_stdout.log",
+         "mindformers-2.0.0_graph_output_log_rank_0_info.log", "mindspore-2.10_lossmonitor_timemonitor_stdout.log"}
+
+
+@pytest.mark.parametrize("child", [False, True, "ahead", "no fork"], ids=["passes", "child", "ahead", "no-fork"])
 @pytest.mark.parametrize("name", [p.name for p in LOGS] + ["mixed.log"])
 def test_the_catch_up_gives_what_feeding_every_line_gives(name: str, child: bool, tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """`child`: the history after the first 1 KiB goes to a catch-up child (`tailer.catchup`) in 4 KiB batches,
-    handed over to the source's own follower and parser at the end; "no fork": the child cannot be started (said),
-    the passes read it."""
+    handed over to the source's own follower and parser at the end; "ahead": likewise, the first pass read before the
+    loop (`Tailer.read_ahead`, as `serve` does), the child started by it; "no fork": the child cannot be started
+    (said), the passes read it."""
     monkeypatch.setattr(tailer_module.time, "time", lambda: READ_TIME)  # one read time, as in the line-by-line parse
     children = []
     if child:
@@ -64,6 +71,9 @@ def test_the_catch_up_gives_what_feeding_every_line_gives(name: str, child: bool
         deliver(results)
 
     monkeypatch.setattr(tailer, "_deliver", noted)
+    if child == "ahead":
+        tailer.read_ahead()
+        assert len(children) == (path.stat().st_size > 1024) and not parsed  # forked, nothing delivered yet
 
     async def catch_up() -> None:
         for _ in range(1000):
@@ -73,7 +83,8 @@ def test_the_catch_up_gives_what_feeding_every_line_gives(name: str, child: bool
     asyncio.run(catch_up())
     (followed,) = tailer._sources.values()
     assert followed.caught_up
-    parsed += followed.parser.flush(READ_TIME, force=True)  # a finished log: nothing held
+    held = followed.parser.flush(READ_TIME, force=True)  # a finished log: nothing held (never stored)
+    parsed += held
     reference = InterleavedParser(lambda: SourceParser(FORMATS))
     expected = [item for text, number in whole_file_lines(path) for item in reference.feed(text, number, READ_TIME)]
     expected += reference.flush(READ_TIME, force=True)
@@ -86,6 +97,12 @@ def test_the_catch_up_gives_what_feeding_every_line_gives(name: str, child: bool
     store.commit()
     for (text,) in store.db._rows("SELECT data FROM items"):  # the texts a child prepared are the store's own
         assert text == _item_json(_loads(text))
+    # the alert rules judged the history as they judge its records fed one by one (the same read time)
+    rules = AlertEngine()
+    judged = [change for item in settled(expected[:len(expected) - len(held)]) if item.kind != "amend"
+              for change in rules.observe(followed.id, prepare(item).data, READ_TIME, history=True)]
+    assert [{k: v for k, v in e.items() if k != "seq"} for e in store.events(kind="alert")] == judged
+    assert judged or name in QUIET, "a log that raises no alert tests none"
 
 
 @pytest.mark.parametrize("batches", [0, 1, 3, 7, "hand-over"])
