@@ -111,6 +111,11 @@ def _facts(info: SourceInfo) -> Dict[str, Any]:
             "last_time": info.last_time, "metrics": info.metrics, "unplottable": info.unplottable}
 
 
+def _selection(metric: str, sources: Optional[Sequence[str]], exclude: Sequence[str]) -> Tuple[Any, ...]:
+    """What an across-source fold is kept by: the question, not its series (a source appearing later joins it)."""
+    return metric, tuple(sorted(set(sources))) if sources else None, tuple(sorted(set(exclude)))
+
+
 class Store:
     """The history of all sources. Used from the event loop only.
 
@@ -391,7 +396,7 @@ class Store:
         # each source's newest value (its newest segment's), for tables that show one number per source; taken
         # with the fold's copy, before the loop moves on
         latest = {source: finite_or_name(series.values[-1]) for source, series in chosen if series.values}
-        fold = await self._folds.fold((metric, tuple(keys)), chosen)
+        fold = await self._folds.fold(_selection(metric, sources, exclude), chosen)
         summary = aggregate(fold, start, end, points, smooth)
         summary["latest"] = latest
         drawn = list(dict.fromkeys([*top, *summary["outliers"]]))
@@ -437,13 +442,14 @@ class Store:
             chosen = [(key[0], self._series[key]) for key in keys]
             points = sum(len(series) for _, series in chosen)
             settled, seen[metric] = seen.get(metric, points) == points, points  # first sight: folded once
-            age = self._folds.age((metric, tuple(keys)), chosen) if settled else None
+            age = self._folds.age(_selection(metric, None, ()), chosen) if settled else None
             if age is not None and (best is None or age > best[0]):
                 best = (age, metric, keys)
         if best is None:
             return None
         _, metric, keys = best
-        fold = await self._folds.fold((metric, tuple(keys)), [(key[0], self._series[key]) for key in keys], fresh=True)
+        fold = await self._folds.fold(_selection(metric, None, ()), [(key[0], self._series[key]) for key in keys],
+                                      fresh=True)
         return fold.cost
 
     async def heatmap(self, metric: str, exclude: Sequence[str] = (), start: Optional[int] = None,
