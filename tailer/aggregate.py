@@ -205,6 +205,7 @@ class _Fold:
 #: what a double's lowest bit (2**-1074, a 53-bit mantissa's bit 52) is as a digit's bit in `_Exact`
 _BIT0 = 1126
 _DIGIT = 0xFFFFFFFF
+_EXACT_CHUNK = 1 << 20  # values added at once: their float sums of 33-bit parts stay exact
 
 
 class _Exact:
@@ -230,28 +231,36 @@ class _Exact:
         self.digits = grown
 
     def add(self, rows: Any, values: Any) -> None:
-        """Add each of `values` (finite float64) to its row in `rows`. At most 2**29 values at once (a column adds
-        less than 2**33 a value to less than 2**32)."""
+        """Add each of `values` (finite float64) to its row in `rows`."""
+        for at in range(0, len(values), _EXACT_CHUNK):
+            self._add(rows[at:at + _EXACT_CHUNK], values[at:at + _EXACT_CHUNK])
+
+    def _add(self, rows: Any, values: Any) -> None:
         np = self.np
         keep = values != 0
         if not keep.all():
             rows, values = rows[keep], values[keep]
         if not len(values):
             return
-        fraction, exponent = np.frexp(values)
-        mantissa = (fraction * 2.0 ** 53).astype(np.int64)  # exact: value = mantissa * 2**(exponent - 53)
-        negative = mantissa < 0
-        magnitude = np.abs(mantissa)
-        bit = exponent.astype(np.int64) + (_BIT0 - 53)  # the mantissa's bit 0 as a bit of the digits, >= 0
-        column, shift = bit >> 5, bit & 31
-        low = (magnitude & _DIGIT) << shift  # < 2**63
-        high = (magnitude >> 32) << shift  # < 2**52
+        # value = mantissa * 2**(exponent - 53): its bit 0 is bit `exponent + 1073` of the digits (>= 0), in
+        # column `bit // 32`; scaled to that column's unit it is an integer below 2**85 (exact as a float), whose
+        # three base 2**32 digits are cut off by floor (exact too: each holds some of its 53 bits)
+        column = (np.frexp(values)[1].astype(np.int64) + (_BIT0 - 53)) >> 5
+        sign = np.sign(values)
+        scaled = np.ldexp(np.abs(values), _BIT0 - 32 * column)  # its magnitude: the cuts need no borrow
+        top = np.floor(scaled * 2.0 ** -64)
+        rest = scaled - top * 2.0 ** 64
+        middle = np.floor(rest * 2.0 ** -32)
         self._span(int(column.min()), int(column.max()) + 4)  # the value's 3 digits and one for carries
         width = self.digits.shape[1]
         flat = self.digits.reshape(-1)
         at = rows * width + (column - self.lo)
-        for j, part in enumerate((low & _DIGIT, (low >> 32) + (high & _DIGIT), high >> 32)):
-            np.add.at(flat, at + j, np.where(negative, -part, part))
+        first = int(at.min())
+        at -= first
+        span = int(at.max()) + 3
+        for j, part in enumerate((rest - middle * 2.0 ** 32, middle, top)):
+            # float sums of parts below 2**33 are exact up to 2**20 of them a digit (`add` takes at most 2**20)
+            flat[first:first + span] += np.bincount(at + j, part * sign, minlength=span).astype(np.int64)
         self._normalise(self.digits)
 
     def total(self) -> Any:
