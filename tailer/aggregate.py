@@ -73,6 +73,7 @@ class AggregateCache:
         self._turns = turns
         self._folds: Dict[Any, "_Fold"] = {}
         self._running: Dict[Any, "_Running"] = {}  # the per-step sums behind each cached fold
+        self._order: Dict[Any, None] = {}  # selections with a fold or running sums, least recently used first
         self._folding: Dict[Any, "asyncio.Future[_Fold]"] = {}  # folds under way, shared by callers
 
     async def fold(self, key: Any, series: Sequence[Tuple[str, Series]], fresh: bool = False) -> "_Fold":
@@ -89,35 +90,73 @@ class AggregateCache:
         while fold is None or fold.version < version:
             under_way = self._folding.get(key)
             if under_way is None:
-                under_way = self._folding[key] = asyncio.ensure_future(self._fold(key, series))
-                under_way.add_done_callback(lambda _, k=key: self._folding.pop(k, None))
+                under_way = self._start(key, series, True)
             fold = await asyncio.shield(under_way)
+            if fold is None:  # that was `advance` (no fold taken): now take one
+                continue
             known = self._folds.get(key)
             if known is not None and known.version > fold.version:
                 fold = known  # a newer fold was stored meanwhile
             version = fold.version  # what it holds is what the series held when its turn came: current enough
         self._folds.pop(key, None)
         self._folds[key] = fold  # most recently used last
-        cached = sum(f.nbytes + self._running[k].nbytes for k, f in self._folds.items() if k in self._running)
-        while cached > CACHED_BYTES_MAX and len(self._folds) > 1:
-            oldest = next(iter(self._folds))
-            cached -= self._folds.pop(oldest).nbytes + self._running.pop(oldest).nbytes
+        self._used(key)
         return fold
 
-    async def _fold(self, key: Any, series: Sequence[Tuple[str, Series]]) -> "_Fold":
-        """Bring the selection's running fold up to `series` (as they are when its turn comes) and take its fold."""
+    def behind(self, key: Any, series: Sequence[Tuple[str, Series]]) -> int:
+        """How many points of `series` the selection's running sums do not hold yet."""
+        running = self._running.get(key)
+        held = sum(running.lengths) if running is not None and running.extends(series) else 0
+        return sum(len(s) for _, s in series) - held
+
+    async def advance(self, key: Any, series: Sequence[Tuple[str, Series]]) -> float:
+        """Fold what `series` gained into the selection's running sums without taking a fold (no outliers: their
+        pass reads every point), so a fold asked later folds only what came after (a live run's first visit;
+        `Store.keep_folds_warm`). Returns the seconds it took (0 when a fold of the selection was under way)."""
+        if key in self._folding:
+            return 0.0
+        began = time.perf_counter()
+        await asyncio.shield(self._start(key, series, False))
+        self._used(key)
+        return time.perf_counter() - began
+
+    def _start(self, key: Any, series: Sequence[Tuple[str, Series]], take: bool) -> "asyncio.Future[Optional[_Fold]]":
+        under_way = self._folding[key] = asyncio.ensure_future(self._fold(key, series, take))
+        under_way.add_done_callback(lambda _, k=key: self._folding.pop(k, None))
+        return under_way
+
+    async def _fold(self, key: Any, series: Sequence[Tuple[str, Series]], take: bool) -> "Optional[_Fold]":
+        """Bring the selection's running sums up to `series` (as they are when its turn comes) and, if `take`,
+        take its fold."""
         running = self._running.get(key)
         if running is None or not running.extends(series):
             running = _Running()  # new, or its sources are not those folded (a restart of the selection)
         try:
-            fold = await self._turns.run(series, running.add, starts=running.lengths)
+            fold = await self._turns.run(series, running.add, take, starts=running.lengths)
         except BaseException:
             self._running.pop(key, None)  # half folded: folded again from the start when asked
             raise
-        fold.outliers = _outliers(series, running.lengths, fold)  # on the loop: reads the store's arrays
-        fold.cost = time.perf_counter() - fold.began
         self._running[key] = running
+        if fold is not None:
+            fold.outliers = _outliers(series, running.lengths, fold)  # on the loop: reads the store's arrays
+            fold.cost = time.perf_counter() - fold.began
         return fold
+
+    def _used(self, key: Any) -> None:
+        """`key` used last; the least recently used selections dropped beyond CACHED_BYTES_MAX."""
+        self._order.pop(key, None)
+        self._order[key] = None
+        cached = sum(self._bytes(k) for k in self._order)
+        while cached > CACHED_BYTES_MAX and len(self._order) > 1:
+            oldest = next(iter(self._order))
+            cached -= self._bytes(oldest)
+            del self._order[oldest]
+            self._folds.pop(oldest, None)
+            self._running.pop(oldest, None)
+
+    def _bytes(self, key: Any) -> int:
+        fold, running = self._folds.get(key), self._running.get(key)
+        return (fold.nbytes if fold is not None else 0) + (running.nbytes if running is not None else 0)
 
     def age(self, key: Any, series: Sequence[Tuple[str, Series]]) -> Optional[float]:
         """Seconds since the copy behind the cached fold of `series` (the selection `key`) was taken; None when
@@ -331,8 +370,8 @@ class _Running:
         return len(series) >= len(self.series) and all(
             a[0] == b[0] and a[1] is b[1] for a, b in zip(self.series, series))
 
-    def add(self, points: "Points") -> _Fold:
-        """Fold in `points` (the points the series gained since the last `add`) and take the fold."""
+    def add(self, points: "Points", take: bool = True) -> Optional[_Fold]:
+        """Fold in `points` (the points the series gained since the last `add`) and, if `take`, take the fold."""
         began = time.perf_counter()
         np = self.np
         self.series, self.lengths, self.sources = points.series, points.ends, points.sources
@@ -358,7 +397,7 @@ class _Running:
             self.timed += np.bincount(row, minlength=size)
             self.times.add(row, times)
         del owner
-        return _Fold(self, points, began)
+        return _Fold(self, points, began) if take else None
 
     def _nonfinite(self, points: "Points", bad: Any) -> None:
         offsets = [0]

@@ -243,9 +243,10 @@ def test_an_expensive_fold_is_served_while_young_and_says_what_it_holds(monkeypa
         store.close()
 
 
-def test_only_a_metric_that_stopped_growing_is_warmed() -> None:
+def test_a_metric_that_stopped_growing_is_folded_and_a_growing_one_only_has_its_sums_advanced() -> None:
     # At the end of a catch-up every fold is behind; those whose series stopped growing since the last look are
-    # folded; a live one is left to the page's first answer (folding it in turn cost a steady share of a core).
+    # folded; a live one has what it gained added to its running sums only (a fold's outliers pass over every point),
+    # so the fold a page asks for later adds little, and is folded once it stopped growing.
     store = ranks_store(RANKS, lambda rank: [{"step": s, "time": T0 + s, "loss": 1.0, "lr": 0.1} for s in range(1, 31)])
     try:
         def chosen(metric: str) -> Any:
@@ -257,10 +258,18 @@ def test_only_a_metric_that_stopped_growing_is_warmed() -> None:
         assert asyncio.run(store._warm_next(seen)) is not None
         assert store._folds.age(*chosen("lr")) is None and store._folds.age(*chosen("loss")) == math.inf
         assert seen == {"loss": points, "lr": points}
-        seen["loss"] = points - 1  # it grew again: still left alone
-        assert asyncio.run(store._warm_next(seen)) is None and store._folds.age(*chosen("loss")) == math.inf
-        cost = asyncio.run(store._warm_next(seen))  # loss has not grown since: settled now
+        seen["loss"] = points - 1  # it grew again: its sums advanced, no fold taken
+        assert store._folds.behind(*chosen("loss")) == points
+        assert asyncio.run(store._warm_next(seen)) is not None and store._folds.age(*chosen("loss")) == math.inf
+        assert store._folds.behind(*chosen("loss")) == 0
+        store.add("rank_0", [Item("record", {"step": 31, "time": T0 + 31, "loss": 1.0, "lr": 0.1})])
+        assert store._folds.behind(*chosen("loss")) == 1 and store._folds.behind(*chosen("lr")) == 1
+        assert asyncio.run(store._warm_next(seen)) is not None  # both grew: one advanced (loss, first of the two)
+        assert store._folds.behind(*chosen("loss")) == 0 and store._folds.behind(*chosen("lr")) == 1
+        cost = asyncio.run(store._warm_next(seen))  # neither grew since the last look: settled, loss folded first
         assert cost is not None and cost >= 0 and store._folds.age(*chosen("loss")) is None
+        assert store._folds.age(*chosen("lr")) is not None
+        assert asyncio.run(store._warm_next(seen)) is not None and store._folds.age(*chosen("lr")) is None
         assert asyncio.run(store._warm_next(seen)) is None  # nothing behind
     finally:
         store.close()
@@ -332,6 +341,9 @@ def test_a_fold_kept_as_records_come_equals_a_fold_of_every_point_at_once(tmp_pa
                         exact.setdefault(data["step"], []).append(Fraction(value))
                 if source == "rank_2" and round_ == 25:
                     segment[source], next_step[source] = 1, 1  # it restarted: its steps begin again
+            if round_ % 3 == 1:  # what the warmer does while the run grows: sums advanced, no fold taken
+                keys = store._keys_of("loss", None, ())
+                asyncio.run(store._folds.advance(_selection("loss", None, ()), [(k[0], store._series[k]) for k in keys]))
             if round_ % 3 == 2:
                 store.commit()
                 kept = _fold_now(store, store._folds, "loss")  # the store's own cache: folds what came since
