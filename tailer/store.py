@@ -35,6 +35,10 @@ WARM_SOURCES_MIN = 16  # the page's MANY_LINES: a metric of more sources is draw
 HEATMAPS_KEPT = 16  # heatmap answers kept (a few KiB each) while their series do not grow
 WARM_CHECK_S = 1.0  # how often the warmer looks for a fold that fell behind, when none was
 WARM_ADVANCE_PAUSE = 9  # after adding to a growing metric's running sums, a pause this many times as long
+#: a growing metric's running sums are advanced once they lack 1/WARM_ADVANCE_SHARE of the points they hold: a
+#: fold asked then adds at most that share (about 60 advances while 1,024 ranks x 2,000 steps come in; a live run
+#: of 1 step a second at 2,000 steps: one every 4 minutes, not a steady cost per record)
+WARM_ADVANCE_SHARE = 8
 
 
 @dataclass
@@ -411,9 +415,9 @@ class Store:
         of 1,024 ranks x 2,000 steps: 0.3-0.9 s each, one after another). A metric that stopped growing (a
         finished run, the end of a catch-up, a restart; one seen for the first time) is folded, the next after a
         pause as long as the fold; one still growing (a live run, a catch-up) has what it gained added to its
-        running sums (`AggregateCache.advance`: no fold taken, as a fold's outliers pass over every point), at
-        most 1/(1 + WARM_ADVANCE_PAUSE) of the time, so the fold a page or the warmer asks for later adds
-        little. One job at a time, in the fold thread."""
+        running sums once that is 1/WARM_ADVANCE_SHARE of what they hold (`AggregateCache.advance`: no fold
+        taken, as a fold's outliers pass over every point), at most 1/(1 + WARM_ADVANCE_PAUSE) of the time, so
+        the fold a page or the warmer asks for later adds little. One job at a time, in the fold thread."""
         said = False
         seen: Dict[str, int] = {}  # metric -> its points at the last look (unchanged: it stopped growing)
         while not stop.is_set():
@@ -435,7 +439,7 @@ class Store:
         """Fold again the default selection of a metric whose fold is behind (or missing) and that stopped growing
         since the last look (`seen`: metric -> its points then; a metric not in it yet counts as settled, so it is
         folded once at first sight), the stalest first; else add to the running sums of a growing one the points
-        they lack, the one lacking most first. Returns the pause before the next (the fold's seconds, or
+        they lack (once they lack 1/WARM_ADVANCE_SHARE of those they hold), the one lacking most first. Returns the pause before the next (the fold's seconds, or
         WARM_ADVANCE_PAUSE times the advance's), or None when nothing was behind."""
         self._metric_keys("")  # the index current
         best: Optional[Tuple[float, str, List[SeriesKey]]] = None
@@ -451,7 +455,7 @@ class Store:
             if age is not None and (best is None or age > best[0]):
                 best = (age, metric, keys)
             behind = 0 if settled else self._folds.behind(selection, chosen)
-            if behind and (lagging is None or behind > lagging[0]):
+            if behind and behind * WARM_ADVANCE_SHARE >= points - behind and (lagging is None or behind > lagging[0]):
                 lagging = (behind, metric, keys)
         if best is not None:
             _, metric, keys = best

@@ -258,17 +258,17 @@ def test_a_metric_that_stopped_growing_is_folded_and_a_growing_one_only_has_its_
         assert asyncio.run(store._warm_next(seen)) is not None
         assert store._folds.age(*chosen("lr")) is None and store._folds.age(*chosen("loss")) == math.inf
         assert seen == {"loss": points, "lr": points}
-        seen["loss"] = points - 1  # it grew again: its sums advanced, no fold taken
+        seen["loss"] = points - 1  # it grew again: its sums (none yet) advanced, no fold taken
         assert store._folds.behind(*chosen("loss")) == points
         assert asyncio.run(store._warm_next(seen)) is not None and store._folds.age(*chosen("loss")) == math.inf
         assert store._folds.behind(*chosen("loss")) == 0
         store.add("rank_0", [Item("record", {"step": 31, "time": T0 + 31, "loss": 1.0, "lr": 0.1})])
         assert store._folds.behind(*chosen("loss")) == 1 and store._folds.behind(*chosen("lr")) == 1
-        assert asyncio.run(store._warm_next(seen)) is not None  # both grew: one advanced (loss, first of the two)
-        assert store._folds.behind(*chosen("loss")) == 0 and store._folds.behind(*chosen("lr")) == 1
+        assert asyncio.run(store._warm_next(seen)) is None  # both grew, by less than 1/8 of their sums: left alone
+        assert store._folds.behind(*chosen("loss")) == 1 and store._folds.behind(*chosen("lr")) == 1
         cost = asyncio.run(store._warm_next(seen))  # neither grew since the last look: settled, loss folded first
         assert cost is not None and cost >= 0 and store._folds.age(*chosen("loss")) is None
-        assert store._folds.age(*chosen("lr")) is not None
+        assert store._folds.behind(*chosen("loss")) == 0 and store._folds.age(*chosen("lr")) is not None
         assert asyncio.run(store._warm_next(seen)) is not None and store._folds.age(*chosen("lr")) is None
         assert asyncio.run(store._warm_next(seen)) is None  # nothing behind
     finally:
