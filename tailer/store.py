@@ -439,8 +439,9 @@ class Store:
         """Fold again the default selection of a metric whose fold is behind (or missing) and that stopped growing
         since the last look (`seen`: metric -> its points then; a metric not in it yet counts as settled, so it is
         folded once at first sight), the stalest first; else add to the running sums of a growing one the points
-        they lack (once they lack 1/WARM_ADVANCE_SHARE of those they hold), the one lacking most first. Returns the pause before the next (the fold's seconds, or
-        WARM_ADVANCE_PAUSE times the advance's), or None when nothing was behind."""
+        they lack (once they lack 1/WARM_ADVANCE_SHARE of those they hold), the one lacking most first. Returns the
+        pause before the next (the fold's seconds, or WARM_ADVANCE_PAUSE times the advance's), or None when nothing
+        was behind."""
         self._metric_keys("")  # the index current
         best: Optional[Tuple[float, str, List[SeriesKey]]] = None
         lagging: Optional[Tuple[int, str, List[SeriesKey]]] = None

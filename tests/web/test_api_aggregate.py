@@ -343,7 +343,8 @@ def test_a_fold_kept_as_records_come_equals_a_fold_of_every_point_at_once(tmp_pa
                     segment[source], next_step[source] = 1, 1  # it restarted: its steps begin again
             if round_ % 3 == 1:  # what the warmer does while the run grows: sums advanced, no fold taken
                 keys = store._keys_of("loss", None, ())
-                asyncio.run(store._folds.advance(_selection("loss", None, ()), [(k[0], store._series[k]) for k in keys]))
+                chosen = [(k[0], store._series[k]) for k in keys]
+                asyncio.run(store._folds.advance(_selection("loss", None, ()), chosen))
             if round_ % 3 == 2:
                 store.commit()
                 kept = _fold_now(store, store._folds, "loss")  # the store's own cache: folds what came since
