@@ -502,13 +502,19 @@ def _outliers(series: Sequence[Tuple[str, Series]], lengths: Sequence[int], fold
     n: Dict[str, int] = {}
     if not len(fold.steps):
         return []
+    base, span = int(fold.steps[0]), int(fold.steps[-1]) - int(fold.steps[0]) + 1
+    table = None
+    if span <= max(4 * len(fold.steps), 1 << 16):  # dense steps (the usual case): a step's row looked up, not searched
+        table = np.zeros(span, np.int64)
+        table[fold.steps - base] = np.arange(len(fold.steps))
     for (source, s), length in zip(series, lengths):
         values = np.frombuffer(s.values, np.float64, length)
         steps = np.frombuffer(s.steps, np.int64, length)
         finite = np.isfinite(values)
         if not finite.all():
             values, steps = values[finite], steps[finite]
-        distance = np.abs(values - fold.means[np.searchsorted(fold.steps, steps)])
+        rows = np.searchsorted(fold.steps, steps) if table is None else table[steps - base]
+        distance = np.abs(values - fold.means[rows])
         del values, steps  # the views: the store's arrays may grow again
         if len(distance):
             total[source] = total.get(source, 0.0) + float(distance.sum())

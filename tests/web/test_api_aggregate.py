@@ -369,3 +369,20 @@ def test_a_fold_kept_as_records_come_equals_a_fold_of_every_point_at_once(tmp_pa
         assert _everything(_fold_now(again, again._folds, "loss")) == _everything(kept)
     finally:
         again.close()
+
+
+def test_sparse_steps_fold_as_dense_ones() -> None:
+    # Steps a million apart are indexed by sorting and found by search, not by a table per step: the same answers.
+    def records(rank: int, stride: int) -> List[Dict[str, Any]]:
+        return [{"step": s * stride, "time": T0 + s, "loss": _value(rank, s)} for s in _steps(rank)]
+
+    dense = ranks_store(RANKS, lambda rank: records(rank, 1))
+    sparse = ranks_store(RANKS, lambda rank: records(rank, 1_000_000))
+    try:
+        a, b = _fold_now(dense, dense._folds, "loss"), _fold_now(sparse, sparse._folds, "loss")
+        assert a.outliers == b.outliers == ["rank_11", "rank_7"]
+        assert a.means.tolist() == b.means.tolist() and (b.steps == a.steps * 1_000_000).all()
+        assert b.nonfinite(None, None)["x"] == [150_000_000]
+    finally:
+        dense.close()
+        sparse.close()
