@@ -397,7 +397,7 @@ class _Running:
         began = time.perf_counter()
         np = self.np
         self.series, self.lengths, self.sources = points.series, points.ends, points.sources
-        steps, values, times, owner = points.steps, points.values, points.times, points.owner
+        steps, values, times = points.steps, points.values, points.times
         if len(steps):
             newest = int(steps.max())
             self.newest = newest if self.newest is None else max(self.newest, newest)
@@ -418,7 +418,6 @@ class _Running:
                 row, times = row[timed], times[timed]
             self.timed += np.bincount(row, minlength=size)
             self.times.add(row, times)
-        del owner
         return _Fold(self, points, began) if take else None
 
     def _nonfinite(self, points: "Points", bad: Any) -> None:
