@@ -11,9 +11,17 @@ The installed package is `mstail`, whose subpackages come from the repository's 
 ARCHITECTURE.md describes the data flow, the threads and the contracts.
 """
 
-from importlib.metadata import PackageNotFoundError, version
 
-try:
-    __version__ = version("mstail")
-except PackageNotFoundError:  # a source tree used without installing it
-    __version__ = "0+unknown"
+
+def __getattr__(name: str) -> str:
+    # `__version__` looked up when asked for: importlib.metadata costs about 40 ms of every command's start-up.
+    if name != "__version__":
+        raise AttributeError(f"module 'mstail' has no attribute {name!r}")
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        found = version("mstail")
+    except PackageNotFoundError:  # a source tree used without installing it
+        found = "0+unknown"
+    globals()["__version__"] = found
+    return found

@@ -57,19 +57,24 @@ class Settler:
 
     def push(self, items: Iterable[Item]) -> List[Item]:
         """The items that became final with these (amends joined to their records and left out)."""
-        held, out = self.held, []
+        held, out, open_ = self.held, [], self._open
         for item in items:
-            part = item.data.get(PART_KEY)
-            if item.kind == "amend":
-                record = self._open.get(part)
+            kind = item.kind
+            if kind == "amend":
+                record = open_.get(item.data.get(PART_KEY))
                 if record is not None:
                     merge(record.data, item.data)
                 continue
-            if item.kind == "record":
-                self._open[part] = item
+            if kind == "record":
+                open_[item.data.get(PART_KEY)] = item  # its part's record before is final now: look again below
+            elif not held:
+                out.append(item)  # no record open: final at once
+                continue
             held.append(item)
             if len(held) > MAX_HELD and self._is_open(held[0]):
-                del self._open[held[0].data.get(PART_KEY)]
+                del open_[held[0].data.get(PART_KEY)]
+            elif kind != "record":
+                continue  # held[0] is still the oldest open record (only a record closes one)
             final = 0  # the items before the oldest open record are final
             while final < len(held) and not self._is_open(held[final]):
                 final += 1

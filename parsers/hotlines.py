@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from .engine import COUNTER_GROUPS
 from .schema import Format, Rule
 
 #: The end every built-in prefix regex has.
@@ -30,8 +31,9 @@ _CONTEXT = re.compile(r"\(\?<[=!]|\\[bBA]|(?<!\[)\^")
 _DEFAULT_FLAGS = re.compile("").flags
 
 #: (rule, its literals or None, the rule's `match` from a position (hot) or None, its `search` (any other rule),
-#: the group numbers of its fields in the rule's field order (`_field_numbers`))
-_Step = Tuple[Rule, Optional[Tuple[str, ...]], Any, Any, Tuple[int, ...]]
+#: the group numbers of its fields in the rule's field order (`_field_numbers`), the names and numbers of the groups
+#: the record path reads (`_counters`; None: every group))
+_Step = Tuple[Rule, Optional[Tuple[str, ...]], Any, Any, Tuple[int, ...], Optional[Tuple[Tuple[str, ...], Tuple[int, ...]]]]
 
 
 def _top_level_bar(pattern: str) -> bool:
@@ -90,7 +92,7 @@ class HotLines:
             return None  # no prefix, or one this module does not take
         start = found.end()
         find = text.find
-        for rule, literals, hot, search, numbers in self._steps:
+        for rule, literals, hot, search, numbers, counters in self._steps:
             if literals is not None:
                 for literal in literals:
                     if find(literal, start) >= 0:
@@ -101,7 +103,12 @@ class HotLines:
                 matched = hot(text, start)
                 if matched is not None:
                     texts = _texts(matched, numbers) if numbers else None
-                    return rule, matched.groupdict(), clock, found["time"] if timed else None, texts
+                    if counters is None:
+                        groups = matched.groupdict()
+                    else:  # a step line has a dozen groups, of which the record path reads a few counters
+                        names, counted = counters
+                        groups = dict(zip(names, _texts(matched, counted))) if counted else {}
+                    return rule, groups, clock, found["time"] if timed else None, texts
             elif search(text[start:]) is not None:
                 return None  # another kind of rule takes the message
         return None
@@ -117,6 +124,17 @@ def _field_numbers(rule: Rule, hot: "re.Pattern[str]") -> Tuple[int, ...]:
     none when a field names a group the regex lacks (its values are then looked up by name, and are absent)."""
     numbers = tuple(hot.groupindex.get(group, 0) for group, _, _, _ in rule.plan)
     return () if 0 in numbers else numbers
+
+
+def _counters(rule: Rule, hot: "re.Pattern[str]", numbers: Tuple[int, ...]
+              ) -> Optional[Tuple[Tuple[str, ...], Tuple[int, ...]]]:
+    """The names and group numbers in `hot` of the step counters it has (`engine.COUNTER_GROUPS`): all the record
+    path reads of a rule's groups when it is handed the field texts (`numbers`) and the rule has no extractors and no
+    epoch length; else None (it is handed every group)."""
+    if not numbers or rule.extract or rule.epoch_length:
+        return None
+    names = tuple(name for name in COUNTER_GROUPS if name in hot.groupindex)
+    return names, tuple(hot.groupindex[name] for name in names)
 
 
 def hot_lines(fmt: Format) -> Optional[HotLines]:
@@ -135,8 +153,9 @@ def hot_lines(fmt: Format) -> Optional[HotLines]:
     for search, rule, literals in fmt.plan[1]:
         tail = _anchored_tail(rule.regex) if rule.kind in ("record", "attach") else None
         hot = re.compile(tail) if tail is not None else None
-        steps.append((rule, literals, hot.match if hot is not None else None, search,
-                      _field_numbers(rule, hot) if hot is not None else ()))
-    if not prefixes or all(hot is None for _, _, hot, _, _ in steps):
+        numbers = _field_numbers(rule, hot) if hot is not None else ()
+        steps.append((rule, literals, hot.match if hot is not None else None, search, numbers,
+                      _counters(rule, hot, numbers) if hot is not None else None))
+    if not prefixes or all(hot is None for _, _, hot, _, _, _ in steps):
         return None
     return HotLines(prefixes, steps)

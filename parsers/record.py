@@ -24,6 +24,7 @@ import orjson
 
 #: The order reserved keys appear in a record's JSON; metrics follow in the order the log had them.
 KEY_ORDER = ("seq", "source", "step", "epoch", "time", "segment", "line", "kind")
+_AFTER_SOURCE = KEY_ORDER[2:]
 
 #: Keys every record or event may carry; a format, a JSONL writer or a derived series cannot use them as metrics.
 RESERVED = frozenset(KEY_ORDER + ("message",))
@@ -143,8 +144,18 @@ def dumps_owned(obj: dict) -> str:
     return dumps(obj)
 
 
-def ordered(record: dict) -> dict:
-    """A copy of `record` with its reserved keys first, in `KEY_ORDER`."""
+def ordered(record: dict, source: Optional[str] = None) -> dict:
+    """A copy of `record` with its reserved keys first, in `KEY_ORDER`; with `source`, that of
+    `{"source": source, **record}`, made without the second copy (a row of `mstail parse`)."""
+    if source is not None and "source" not in record and "seq" not in record:
+        out = {"source": source}
+        for key in _AFTER_SOURCE:
+            if key in record:
+                out[key] = record[key]
+        out.update(record)
+        return out
+    if source is not None:
+        record = {"source": source, **record}
     out = {key: record[key] for key in KEY_ORDER if key in record}
     out.update(record)  # keys already there keep their place; the others follow in the record's order
     return out

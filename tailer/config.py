@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional, Tuple
+from typing import TYPE_CHECKING, Optional, Tuple
 
 from mstail.parsers.derived import Derived
 
-from .alerts import AlertRules, default_rules
-from .webhooks import Target
+if TYPE_CHECKING:
+    from .alerts import AlertRules
+    from .webhooks import Target
+
+
+def _default_rules() -> "AlertRules":
+    # Imported when a Config is made: `mstail parse` builds its CLI from Config's defaults but never makes one, and
+    # the alerts and webhooks modules (asyncio, statistics) are a third of its start-up imports.
+    from .alerts import default_rules
+
+    return default_rules()
 
 
 @dataclass(frozen=True)
@@ -88,7 +97,7 @@ class Config:
     token: Optional[str] = None
     cors_origins: Tuple[str, ...] = ()
     send_timeout_s: float = 30.0
-    alert_rules: Optional[AlertRules] = field(default_factory=default_rules)
+    alert_rules: Optional[AlertRules] = field(default_factory=_default_rules)
     webhooks: Tuple[Target, ...] = ()
     webhook_timeout_s: float = 5.0
     max_connections: int = 1000

@@ -239,7 +239,7 @@ def write_items(
                 continue
         else:
             part.records += 1
-        row = ordered({"source": name, **data})
+        row = ordered(data, name)
         part.written += 1
         if jsonl:
             write(dumps_owned(row) + "\n")  # the row is not used after: written in place

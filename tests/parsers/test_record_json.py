@@ -11,7 +11,7 @@ from typing import Any, Dict
 
 import pytest
 
-from mstail.parsers.record import dumps, dumps_owned
+from mstail.parsers.record import KEY_ORDER, dumps, dumps_owned, ordered
 
 EDGES = [
     0.0, -0.0, 1e-4, -1e-4, 0.00009999999999999999, 1e-05, 7.579544029403025e-05, 1.5e-07, 5e-324,
@@ -49,3 +49,16 @@ def test_dumps_owned_is_dumps_byte_for_byte() -> None:
                 value = rng.choice(EDGES)
             record[f"m{key}"] = value
         same(record)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_ordered_with_a_source_is_ordered_of_the_source_put_first(seed: int) -> None:
+    """`ordered(record, source)` (a row of `mstail parse`, made in one copy) is `ordered({"source": source,
+    **record})` key for key, in order: records and events with any of the reserved keys, in any order, a `source`
+    or `seq` of their own included."""
+    rng = random.Random(seed)
+    for _ in range(500):
+        keys = rng.sample(KEY_ORDER + ("message", "loss", "lr", "perplexity"), rng.randint(0, 12))
+        record = {key: rng.choice((1, 2.5, "x", None)) for key in keys}
+        source = rng.choice(("run/rank_0", "a"))
+        assert list(ordered(dict(record), source).items()) == list(ordered({"source": source, **record}).items())
