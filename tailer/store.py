@@ -34,11 +34,6 @@ log = logging.getLogger("mstail.state")
 WARM_SOURCES_MIN = 16  # the page's MANY_LINES: a metric of more sources is drawn as the mean of every source
 HEATMAPS_KEPT = 16  # heatmap answers kept (a few KiB each) while their series do not grow
 WARM_CHECK_S = 1.0  # how often the warmer looks for a fold that fell behind, when none was
-WARM_ADVANCE_PAUSE = 9  # after adding to a growing metric's running sums, a pause this many times as long
-#: a growing metric's running sums are advanced once they lack 1/WARM_ADVANCE_SHARE of the points they hold: a
-#: fold asked then adds at most that share (about 60 advances while 1,024 ranks x 2,000 steps come in; a live run
-#: of 1 step a second at 2,000 steps: one every 4 minutes, not a steady cost per record)
-WARM_ADVANCE_SHARE = 8
 
 
 @dataclass
@@ -114,11 +109,6 @@ def _facts(info: SourceInfo) -> Dict[str, Any]:
     """What of a source the saved columns' manifest keeps: the facts its records gave."""
     return {"records": info.records, "first_step": info.first_step, "last_step": info.last_step,
             "last_time": info.last_time, "metrics": info.metrics, "unplottable": info.unplottable}
-
-
-def _selection(metric: str, sources: Optional[Sequence[str]], exclude: Sequence[str]) -> Tuple[Any, ...]:
-    """What an across-source fold is kept by: the question, not its series (a source appearing later joins it)."""
-    return metric, tuple(sorted(set(sources))) if sources else None, tuple(sorted(set(exclude)))
 
 
 class Store:
@@ -406,7 +396,7 @@ class Store:
         # each source's newest value (its newest segment's), for tables that show one number per source; taken
         # with the fold's copy, before the loop moves on
         latest = {source: finite_or_name(series.values[-1]) for source, series in chosen if series.values}
-        fold = await self._folds.fold(_selection(metric, sources, exclude), chosen)
+        fold = await self._folds.fold((metric, tuple(keys)), chosen)
         summary = aggregate(fold, start, end, points, smooth)
         summary["latest"] = latest
         drawn = list(dict.fromkeys([*top, *summary["outliers"]]))
@@ -416,21 +406,20 @@ class Store:
 
     async def keep_folds_warm(self, stop: asyncio.Event) -> None:
         """Until `stop`: keep the fold the page asks first (every source of a metric that more than
-        WARM_SOURCES_MIN sources log) ready, so a first visit does not wait for cold folds (a fold of every point
-        of 1,024 ranks x 2,000 steps: 0.3-0.9 s each, one after another). A metric that stopped growing (a
-        finished run, the end of a catch-up, a restart; one seen for the first time) is folded, the next after a
-        pause as long as the fold; one still growing (a live run, a catch-up) has what it gained added to its
-        running sums once that is 1/WARM_ADVANCE_SHARE of what they hold (`AggregateCache.advance`: no fold
-        taken, as a fold's outliers pass over every point), at most 1/(1 + WARM_ADVANCE_PAUSE) of the time, so
-        the fold a page or the warmer asks for later adds little. One job at a time, in the fold thread."""
+        WARM_SOURCES_MIN sources log) current once its metric stopped growing (a finished run, the end of a catch-up,
+        a restart), so a first visit then does not wait for cold folds (a fold of 1,024 ranks x 2,000 steps: 0.2-0.4
+        s each, one after another). One fold at a time, in the fold thread, the next after a pause as long as the
+        fold; a metric seen for the first time is folded once. One still growing (a live run) is then left to the
+        page's first answer, as before: folding it in turn would cost a steady share of a core for folds older than
+        the page takes (aggregate.STALE_FOR_S)."""
         said = False
         seen: Dict[str, int] = {}  # metric -> its points at the last look (unchanged: it stopped growing)
         while not stop.is_set():
             pause = WARM_CHECK_S
             try:
-                busy = await self._warm_next(seen)
-                if busy is not None:
-                    pause = busy
+                folded = await self._warm_next(seen)
+                if folded is not None:
+                    pause = folded
             except Exception:  # noqa: BLE001 - a failed fold leaves the request path to fold; said once
                 if not said:
                     log.exception("keeping the across-source folds warm failed (the page folds when it asks)")
@@ -443,37 +432,24 @@ class Store:
     async def _warm_next(self, seen: Dict[str, int]) -> Optional[float]:
         """Fold again the default selection of a metric whose fold is behind (or missing) and that stopped growing
         since the last look (`seen`: metric -> its points then; a metric not in it yet counts as settled, so it is
-        folded once at first sight), the stalest first; else add to the running sums of a growing one the points
-        they lack (once they lack 1/WARM_ADVANCE_SHARE of those they hold), the one lacking most first. Returns the
-        pause before the next (the fold's seconds, or WARM_ADVANCE_PAUSE times the advance's), or None when nothing
-        was behind."""
+        folded once at first sight), the stalest first. Returns the seconds the fold took, or None when no such
+        fold was behind."""
         self._metric_keys("")  # the index current
         best: Optional[Tuple[float, str, List[SeriesKey]]] = None
-        lagging: Optional[Tuple[int, str, List[SeriesKey]]] = None
         for metric, keys in self._by_metric.items():
             if len({key[0] for key in keys}) <= WARM_SOURCES_MIN:
                 continue
             chosen = [(key[0], self._series[key]) for key in keys]
             points = sum(len(series) for _, series in chosen)
             settled, seen[metric] = seen.get(metric, points) == points, points  # first sight: folded once
-            selection = _selection(metric, None, ())
-            age = self._folds.age(selection, chosen) if settled else None
+            age = self._folds.age((metric, tuple(keys)), chosen) if settled else None
             if age is not None and (best is None or age > best[0]):
                 best = (age, metric, keys)
-            behind = 0 if settled else self._folds.behind(selection, chosen)
-            if behind and behind * WARM_ADVANCE_SHARE >= points - behind and (lagging is None or behind > lagging[0]):
-                lagging = (behind, metric, keys)
-        if best is not None:
-            _, metric, keys = best
-            fold = await self._folds.fold(_selection(metric, None, ()),
-                                          [(key[0], self._series[key]) for key in keys], fresh=True)
-            return fold.cost
-        if lagging is not None:
-            _, metric, keys = lagging
-            took = await self._folds.advance(_selection(metric, None, ()),
-                                             [(key[0], self._series[key]) for key in keys])
-            return max(WARM_ADVANCE_PAUSE * took, 0.05)  # not 0 (a page's fold of it under way): no busy loop
-        return None
+        if best is None:
+            return None
+        _, metric, keys = best
+        fold = await self._folds.fold((metric, tuple(keys)), [(key[0], self._series[key]) for key in keys], fresh=True)
+        return fold.cost
 
     async def heatmap(self, metric: str, exclude: Sequence[str] = (), start: Optional[int] = None,
                       end: Optional[int] = None, columns: int = 120, rows: int = 32) -> Dict[str, Any]:

@@ -6,18 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import math
-import random
-from fractions import Fraction
-from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import pytest
 
 from mstail.parsers import Item
-from mstail.tailer.aggregate import AggregateCache, Turns, aggregate
-from mstail.tailer.db import StateDB
 from mstail.tailer.hub import Hub
-from mstail.tailer.store import Store, _selection
+from mstail.tailer.store import Store
 from mstail.web.app import create_app
 
 from tests.tailer.test_series import _oracle
@@ -197,7 +192,7 @@ def test_folds_are_kept_warm_before_any_page_asks() -> None:
     try:
         def age(s: Store, metric: str) -> Optional[float]:
             keys = s._keys_of(metric, None, ())
-            return s._folds.age(_selection(metric, None, ()), [(k[0], s._series[k]) for k in keys])
+            return s._folds.age((metric, tuple(keys)), [(k[0], s._series[k]) for k in keys])
 
         assert age(store, "loss") == math.inf
         _warm_for(store, 0.3)
@@ -232,8 +227,7 @@ def test_an_expensive_fold_is_served_while_young_and_says_what_it_holds(monkeypa
         assert stale["seq"] == cheap["seq"] and stale["aggregate"]["x"][-1] == 51  # the young fold, as it is
 
         keys = store._keys_of("loss", None, ())
-        fresh = asyncio.run(store._folds.fold(_selection("loss", None, ()), [(k[0], store._series[k]) for k in keys],
-                                              fresh=True))
+        fresh = asyncio.run(store._folds.fold(("loss", tuple(keys)), [(k[0], store._series[k]) for k in keys], fresh=True))
         assert fresh.seq == store.last_seq and int(fresh.steps[-1]) == 52
 
         monkeypatch.setattr(aggregate_module, "STALE_FOR_S", 0.0)  # too old to serve: folded again
@@ -243,146 +237,24 @@ def test_an_expensive_fold_is_served_while_young_and_says_what_it_holds(monkeypa
         store.close()
 
 
-def test_a_metric_that_stopped_growing_is_folded_and_a_growing_one_only_has_its_sums_advanced() -> None:
+def test_only_a_metric_that_stopped_growing_is_warmed() -> None:
     # At the end of a catch-up every fold is behind; those whose series stopped growing since the last look are
-    # folded; a live one has what it gained added to its running sums only (a fold's outliers pass over every point),
-    # so the fold a page asks for later adds little, and is folded once it stopped growing.
+    # folded; a live one is left to the page's first answer (folding it in turn cost a steady share of a core).
     store = ranks_store(RANKS, lambda rank: [{"step": s, "time": T0 + s, "loss": 1.0, "lr": 0.1} for s in range(1, 31)])
     try:
         def chosen(metric: str) -> Any:
             keys = store._keys_of(metric, None, ())
-            return _selection(metric, None, ()), [(k[0], store._series[k]) for k in keys]
+            return (metric, tuple(keys)), [(k[0], store._series[k]) for k in keys]
 
         points = RANKS * 30
         seen = {"loss": points - 1, "lr": points}  # loss grew since the last look, lr did not
         assert asyncio.run(store._warm_next(seen)) is not None
         assert store._folds.age(*chosen("lr")) is None and store._folds.age(*chosen("loss")) == math.inf
         assert seen == {"loss": points, "lr": points}
-        seen["loss"] = points - 1  # it grew again: its sums (none yet) advanced, no fold taken
-        assert store._folds.behind(*chosen("loss")) == points
-        assert asyncio.run(store._warm_next(seen)) is not None and store._folds.age(*chosen("loss")) == math.inf
-        assert store._folds.behind(*chosen("loss")) == 0
-        store.add("rank_0", [Item("record", {"step": 31, "time": T0 + 31, "loss": 1.0, "lr": 0.1})])
-        assert store._folds.behind(*chosen("loss")) == 1 and store._folds.behind(*chosen("lr")) == 1
-        assert asyncio.run(store._warm_next(seen)) is None  # both grew, by less than 1/8 of their sums: left alone
-        assert store._folds.behind(*chosen("loss")) == 1 and store._folds.behind(*chosen("lr")) == 1
-        cost = asyncio.run(store._warm_next(seen))  # neither grew since the last look: settled, loss folded first
+        seen["loss"] = points - 1  # it grew again: still left alone
+        assert asyncio.run(store._warm_next(seen)) is None and store._folds.age(*chosen("loss")) == math.inf
+        cost = asyncio.run(store._warm_next(seen))  # loss has not grown since: settled now
         assert cost is not None and cost >= 0 and store._folds.age(*chosen("loss")) is None
-        assert store._folds.behind(*chosen("loss")) == 0 and store._folds.age(*chosen("lr")) is not None
-        assert asyncio.run(store._warm_next(seen)) is not None and store._folds.age(*chosen("lr")) is None
         assert asyncio.run(store._warm_next(seen)) is None  # nothing behind
     finally:
         store.close()
-
-
-def _fold_now(store: Store, cache: Any, metric: str) -> Any:
-    keys = store._keys_of(metric, None, ())
-    return asyncio.run(cache.fold(_selection(metric, None, ()), [(k[0], store._series[k]) for k in keys], fresh=True))
-
-
-def _everything(fold: Any) -> List[Any]:
-    """What a fold answers: windows exact, bucketed and smoothed, its outliers and what it holds."""
-    answers: List[Any] = [fold.sources, fold.version, fold.outliers, fold.newest]
-    for start, end, points, smooth in [(None, None, 5000, 0.0), (None, None, 23, 0.7), (40, 90, 7, 0.0),
-                                       (35, None, 5000, 0.95)]:
-        answers.append(aggregate(fold, start, end, points, smooth))
-    return answers
-
-
-def _random_value(rng: random.Random) -> float:
-    kind = rng.random()
-    if kind < 0.03:
-        return rng.choice([math.nan, math.inf, -math.inf])
-    if kind < 0.08:
-        return rng.choice([1e200, -1e200, 5e-324, -2.5e-310, 0.0, -0.0, 1e-30])  # cancellation, subnormals
-    return rng.uniform(-3, 3) * 10.0 ** rng.randint(-4, 4)
-
-
-def test_a_fold_kept_as_records_come_equals_a_fold_of_every_point_at_once(tmp_path: Path) -> None:
-    # The page's first visit after a long catch-up reads a fold kept up to date as records came (each fold takes
-    # only the points its series gained); its answers must be those of one fold of every point, whatever order
-    # the sources' records came in: NaN/Inf values, sources appearing late, amends adding the metric to an old
-    # step of a source behind the others, a source restarting (segment 1), and after a restart from the state
-    # file's columns.
-    rng = random.Random(20261204)
-    state = tmp_path / "state.sqlite"
-    store = Store(StateDB(state, expected="test"))
-    sources = [f"rank_{i}" for i in range(24)]
-    next_step = {source: rng.randint(1, 30) for source in sources}
-    segment = {source: 0 for source in sources}
-    joined: List[str] = []
-    exact: Dict[int, List[Fraction]] = {}  # segment 0's finite values per step (the mean's oracle)
-    running = None
-    try:
-        for round_ in range(40):
-            if round_ % 6 == 0 and len(joined) < len(sources):  # sources appear as the run goes
-                joined += sources[len(joined):len(joined) + 6]
-                for source in joined[-6:]:
-                    store.add_source(source, f"/logs/{source}.log")
-            for source in rng.sample(joined, len(joined)):  # the sources' records in any order
-                items = []
-                for _ in range(rng.randint(0, 4)):
-                    step = next_step[source]
-                    next_step[source] += rng.choice([1, 1, 2])
-                    record: Dict[str, Any] = {"step": step, "time": T0 + step + rng.random(), "lr": 0.1,
-                                              "segment": segment[source]}
-                    if rng.random() < 0.1:
-                        del record["time"]  # a record without a wall time
-                    if rng.random() < 0.85:
-                        record["loss"] = _random_value(rng)
-                    items.append(Item("record", record))
-                    if "loss" not in record and rng.random() < 0.7:  # a later line adds it (an amend)
-                        items.append(Item("amend", {"step": step, "segment": segment[source],
-                                                    "loss": _random_value(rng)}))
-                stored = store.add(source, items)
-                for data in stored:
-                    value = data.get("loss")
-                    if data.get("segment", 0) == 0 and isinstance(value, float) and math.isfinite(value):
-                        exact.setdefault(data["step"], []).append(Fraction(value))
-                if source == "rank_2" and round_ == 25:
-                    segment[source], next_step[source] = 1, 1  # it restarted: its steps begin again
-            if round_ % 3 == 1:  # what the warmer does while the run grows: sums advanced, no fold taken
-                keys = store._keys_of("loss", None, ())
-                chosen = [(k[0], store._series[k]) for k in keys]
-                asyncio.run(store._folds.advance(_selection("loss", None, ()), chosen))
-            if round_ % 3 == 2:
-                store.commit()
-                kept = _fold_now(store, store._folds, "loss")  # the store's own cache: folds what came since
-                running = running or store._folds._running[_selection("loss", None, ())]
-        kept = _fold_now(store, store._folds, "loss")
-        whole = _fold_now(store, AggregateCache(Turns(lambda: store.last_seq)), "loss")  # every point at once
-        assert kept.version == whole.version == sum(len(s) for k, s in store._series.items() if k[1] == "loss")
-        assert _everything(kept) == _everything(whole)
-        assert kept.outliers  # the sources with ±1e200 values: a ranking to compare
-        assert store._folds._running[_selection("loss", None, ())] is running  # one fold grown, never started again
-        assert kept._bad[0] and kept.nonfinite(None, None) == whole.nonfinite(None, None)
-        # the mean is the exact sum's: within an ulp or two of the exact mean (adding the values in turn is not)
-        for step, mean, count in zip(kept.steps.tolist(), kept.means.tolist(), kept.count.tolist()):
-            if step in exact and len(exact[step]) == count:  # no segment-1 values at this step
-                want = float(sum(exact[step]) / count)
-                assert abs(mean - want) <= 2 * math.ulp(want), step
-    finally:
-        store.close()
-    again = Store(StateDB(state, expected="test"))
-    try:
-        again.load()
-        assert _everything(_fold_now(again, again._folds, "loss")) == _everything(kept)
-    finally:
-        again.close()
-
-
-def test_sparse_steps_fold_as_dense_ones() -> None:
-    # Steps a million apart are indexed by sorting and found by search, not by a table per step: the same answers.
-    def records(rank: int, stride: int) -> List[Dict[str, Any]]:
-        return [{"step": s * stride, "time": T0 + s, "loss": _value(rank, s)} for s in _steps(rank)]
-
-    dense = ranks_store(RANKS, lambda rank: records(rank, 1))
-    sparse = ranks_store(RANKS, lambda rank: records(rank, 1_000_000))
-    try:
-        a, b = _fold_now(dense, dense._folds, "loss"), _fold_now(sparse, sparse._folds, "loss")
-        assert a.outliers == b.outliers == ["rank_11", "rank_7"]
-        assert a.means.tolist() == b.means.tolist() and (b.steps == a.steps * 1_000_000).all()
-        assert b.nonfinite(None, None)["x"] == [150_000_000]
-    finally:
-        dense.close()
-        sparse.close()

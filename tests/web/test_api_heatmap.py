@@ -137,9 +137,9 @@ def test_the_aggregate_fold_runs_in_a_worker_thread(app: Any, monkeypatch: pytes
     threads = []
     fold = aggregate_module._Fold
 
-    def spy(*args: Any) -> Any:
+    def spy(points: Any) -> Any:
         threads.append(threading.get_ident())
-        return fold(*args)
+        return fold(points)
 
     monkeypatch.setattr(aggregate_module, "_Fold", spy)
     answer = get_json(app, "/api/series", metric="step_time_ms", aggregate="mean", exclude=["rank_3"])
