@@ -452,7 +452,7 @@ class AlertEngine:
     # -- records --------------------------------------------------------------------------------------------
     def _record(self, source: str, state: _SourceState, record: Dict[str, Any], now: float, out: List[Change],
                 history: bool = False) -> None:
-        rules, on, alerts = self.rules.rules, self._on, self._alerts
+        rules, on = self.rules.rules, self._on
         step = record.get("step")
         segment = record.get("segment", 0)
         if segment != state.segment:  # a resume: the windows describe another run
@@ -481,17 +481,14 @@ class AlertEngine:
         else:
             state.live = state.live or not history
 
-        # a rule's condition that holds no alert and is clear changes nothing: `_condition` is called only when it
-        # may (most records of a long history call none)
         if on["nonfinite"]:
             bad = []
             for name in rules["nonfinite"]["metrics"]:
                 value = _number(record.get(name))
                 if value is not None and not math.isfinite(value):
                     bad.append(f"{name} = {'NaN' if value != value else value}")
-            if bad or ("nonfinite", source) in alerts:
-                self._condition("nonfinite", source, state, step, now, out, bool(bad),
-                                "non-finite " + ", ".join(bad) if bad else "")
+            self._condition("nonfinite", source, state, step, now, out, bool(bad),
+                            "non-finite " + ", ".join(bad) if bad else "")
 
         if on["loss_spike"]:
             self._spike(source, state, record, step, now, out)
@@ -508,8 +505,7 @@ class AlertEngine:
                     if median > 0 and value > rule["ratio"] * median:
                         message = f"{rule['metric']} {value:.4g} is {value / median:.1f}x its rolling median {median:.4g}"
                 state.norm.append(value)
-                if message or ("grad_norm", source) in alerts:
-                    self._condition("grad_norm", source, state, step, now, out, bool(message), message)
+                self._condition("grad_norm", source, state, step, now, out, bool(message), message)
 
         overflow = record.get("overflow")
         if on["overflow"] and overflow is not None:
@@ -517,23 +513,21 @@ class AlertEngine:
             state.overflow_run = state.overflow_run + 1 if flag else 0
             streak = rules["overflow"]["streak"]
             firing = state.overflow_run >= streak
-            if firing or ("overflow", source) in alerts:
-                self._condition("overflow", source, state, step, now, out, firing,
-                                f"{state.overflow_run} consecutive overflow steps" if firing else "")
+            self._condition("overflow", source, state, step, now, out, firing,
+                            f"{state.overflow_run} consecutive overflow steps" if firing else "")
 
         scale = _number(record.get("loss_scale"))
         if on["loss_scale"] and scale is not None and math.isfinite(scale):
             floor = rules["loss_scale"]["floor"]
             fell = state.max_scale is not None and state.max_scale > floor and scale <= floor
             state.max_scale = scale if state.max_scale is None else max(state.max_scale, scale)
-            if fell or ("loss_scale", source) in alerts:
-                self._condition("loss_scale", source, state, step, now, out, fell,
-                                f"loss scale fell to {scale:g} (floor {floor:g}, was up to {state.max_scale:g})" if fell else "")
+            self._condition("loss_scale", source, state, step, now, out, fell,
+                            f"loss scale fell to {scale:g} (floor {floor:g}, was up to {state.max_scale:g})" if fell else "")
 
         if on["trend"]:
             self._trend(source, state, record, step, now, out)
 
-        if on["error"] and ("error", source) in alerts:  # a step after an error counts towards clearing it
+        if on["error"]:  # a step after an error counts towards clearing it
             self._condition("error", source, state, step, now, out, False, "")
 
     def _spike(self, source: str, state: _SourceState, record: Dict[str, Any], step: Any, now: float, out: List[Change]) -> None:
@@ -553,8 +547,7 @@ class AlertEngine:
                 median = window.median()
                 if value <= median + rule["min_rel"] * abs(median) or value <= median:
                     window.append(value)  # the common case: no spike possible, no MAD needed
-                    if ("loss_spike", source) in self._alerts:
-                        self._condition("loss_spike", source, state, step, now, out, False, "")
+                    self._condition("loss_spike", source, state, step, now, out, False, "")
                     return
                 mad = statistics.median([abs(v - median) for v in window])
                 spread = max(1.4826 * mad, 1e-12)
@@ -562,8 +555,7 @@ class AlertEngine:
                 if score > rule["z"] and value > median + rule["min_rel"] * abs(median):
                     message = f"{name} spike {value:.4g} vs rolling median {median:.4g} ({score:.0f} robust deviations)"
         window.append(value)
-        if message or ("loss_spike", source) in self._alerts:
-            self._condition("loss_spike", source, state, step, now, out, bool(message), message)
+        self._condition("loss_spike", source, state, step, now, out, bool(message), message)
 
     def _trend(self, source: str, state: _SourceState, record: Dict[str, Any], step: Any, now: float, out: List[Change]) -> None:
         rule = self.rules.rules["trend"]
