@@ -84,7 +84,9 @@ def test_idle_connections_beyond_the_fd_limit_cannot_lock_out_an_authenticated_c
         _flood(_address(server.url), FLOOD, idle)
         answers = [_timed_healthz(server.url) for _ in range(3)]
         for status, took, _ in answers:
-            assert status == 200 and took < 1.0, answers
+            # locked out, a request would wait for the flood's header deadline (10 s; httpx gives up at 5): 3 s
+            # tells that apart from a busy 2-core machine (1.05 s was seen once with the whole suite running)
+            assert status == 200 and took < 3.0, answers
         facts = answers[-1][2]
         assert facts["sources"] == 1
         connections = facts["connections"]
