@@ -35,7 +35,6 @@ import math
 import operator
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Tuple
 
 from .record import RESERVED, Item

@@ -21,7 +21,6 @@ import os
 import re
 import time
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 from mstail.parsers import Format, Item

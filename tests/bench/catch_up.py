@@ -170,7 +170,7 @@ def measure(support: Any, args: argparse.Namespace, work: Path, code: Optional[P
             info = {s["id"]: s for s in server.get_json("/api/sources")}.get("rank_0", {})
             done = info.get("counters", {}).get("records") == records
             if done or first_curve is None:
-                answer = server.get_json(f"/api/series?metric=loss&source=rank_0&points=2000")
+                answer = server.get_json("/api/series?metric=loss&source=rank_0&points=2000")
                 xs = [x for series in answer["series"] for x in series.get("x", [])]
                 if xs and first_curve is None:
                     first_curve = time.time() - launched

@@ -5,7 +5,7 @@ line the tests know, for every built-in format, and on the lines built to catch 
 from __future__ import annotations
 
 import json
-from typing import List, Optional
+from typing import Optional
 
 import pytest
 

@@ -49,7 +49,7 @@ def test_the_text_reads_back_as_json_dumps_would(value: Any) -> None:
     {"last": {"loss": math.nan, "step": 3}},  # orjson would write null: a NaN must come back a NaN
     [1.5, [-math.inf, {"x": math.inf}]],
     {"big": 1 << 70},  # beyond 64 bits: orjson refuses, the json module writes it
-    {1: "int key", True: "bool key"},
+    {1: "int key", False: "bool key"},
     {"lone": "\ud800"},
     {"none": None, "message": "a null pointer"},  # "null" in the text, and no NaN behind it
 ])
