@@ -29,7 +29,7 @@ class Block(NamedTuple):
     start: int  # byte offset of the first line in its file
     number: int  # 1-based number of the first line
     count: int  # how many lines
-    decode: Callable[[bytes, int], str]  # the splitter's `decode`, which counts what it drops
+    decode: Callable[[bytes, int], str]  # a line's text from its bytes and offset (the splitter's)
 
     @property
     def end(self) -> int:
@@ -78,7 +78,9 @@ class LineSplitter:
         whole = data[pos:last_newline + 1] if blocks and 0 <= last_newline and size <= self.max_line_bytes else b""
         if whole and _valid_utf8(whole):
             count = whole.count(b"\n")
-            lines.append(Block(whole, self._buffer_start, self.next_number, count, self.decode))
+            # counted here, not as lines are decoded: the fast path decodes only the lines that may matter
+            self.nul_bytes += whole.count(b"\x00")
+            lines.append(Block(whole, self._buffer_start, self.next_number, count, self._text))
             self.next_number += count
             self._buffer_start += len(whole)
             pos = last_newline + 1
@@ -139,6 +141,12 @@ class LineSplitter:
     def decode(self, raw: bytes, start: int) -> str:
         """The text of a line as `feed` hands it out, from its bytes (without the newline, within the length
         limit) and its file offset `start`; counts it in `replaced_lines` / `nul_bytes` as `feed` does."""
+        if b"\x00" in raw:
+            self.nul_bytes += raw.count(b"\x00")
+        return self._text(raw, start)
+
+    def _text(self, raw: bytes, start: int) -> str:
+        """`decode` but for counting NUL bytes: a `Block`'s lines', counted when the block was cut."""
         text = raw.decode("utf-8", errors="replace")
         if "\ufffd" in text and b"\xef\xbf\xbd" not in raw:
             self.replaced_lines += 1
@@ -148,7 +156,6 @@ class LineSplitter:
             # A `\r` progress bar redraws the line: what a terminal would show is the last redraw.
             text = text.rsplit("\r", 1)[1]
         if "\x00" in text:
-            self.nul_bytes += text.count("\x00")
             text = text.replace("\x00", "")
         if start == 0 and text.startswith(BOM):
             text = text[1:]

@@ -35,3 +35,29 @@ def test_any_chunking_gives_the_reference_lines(seed: int) -> None:
     assert [(line.text, line.start, line.end) for line in got] == reference(data, max_line_bytes)
     assert [line.number for line in got] == list(range(1, len(got) + 1))
     assert splitter.offset == (got[-1].end if got else 0)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_nul_bytes_are_counted_alike_in_blocks_and_lines_decoded_or_not(seed: int) -> None:
+    """The catch-up and `mstail parse` read blocks and decode only the lines that may matter: every NUL byte is
+    counted all the same, once, as line by line (a line with 3 NUL bytes once counted 0 there)."""
+    rng = random.Random(seed)
+    words = [b"loss=1.5", b"\x00", b"\x00\x00\x00", b"\r", "é".encode(), b"step 12"]
+    lines = [b" ".join(rng.choice(words) for _ in range(rng.randint(0, 8))) for _ in range(rng.randint(1, 60))]
+    data = b"\n".join(lines) + b"\n"
+    counts = []
+    for blocks, decoded in ((False, True), (True, False), (True, True)):
+        splitter = LineSplitter()
+        pos = 0
+        while pos < len(data):
+            step = rng.choice([5, 64, 4096])
+            for out in splitter.feed(data[pos : pos + step], blocks=blocks):
+                if decoded and not hasattr(out, "text"):  # a Block: its lines' texts, as feed_block takes them
+                    at = 0
+                    while at < len(out.data):
+                        end = out.data.index(b"\n", at)
+                        out.decode(out.data[at:end], out.start + at)
+                        at = end + 1
+            pos += step
+        counts.append(splitter.nul_bytes)
+    assert counts == [data.count(b"\x00")] * 3
