@@ -27,7 +27,12 @@ Measured in the same run, alternating, best of --rounds (default 3):
   workers too.
 The baseline's records are checked against mstail's (same steps, same values).
 
-Run: python tests/bench/parse_speed.py [--case single|mixed|both] [--size-mb 100] [--rounds 3] [--keep DIR]
+Run: python tests/bench/parse_speed.py [--case single|mixed|both] [--size-mb 100] [--rounds 3] [--keep DIR] [--stages]
+
+--stages: where a step's time goes, instead of the comparison: `mstail parse`'s path over the single case's log in
+this process (`jobs=1`), one stage more each time (reading the blocks; the literal search; matching, records and
+amends, `feed_block` into the main parser; the derived series; settling; rows and JSON: `--jobs 1` whole), the CPU
+time of each run and the difference its stage adds, best of --rounds.
 
 Goals (issues "Parse speed" and 16): `mstail parse` >= 4x faster than the competent loop and <= 10x the floor
 (judged on the subprocess wall time; CPU times are printed next to them, as other load on a shared machine inflates
@@ -60,7 +65,7 @@ sys.path.insert(0, str(ROOT))
 
 from mstail.tailer.discovery import SourceNamer  # noqa: E402
 from mstail.tailer.lines import LineSplitter  # noqa: E402
-from mstail.tailer.offline.reading import READ_CHUNK  # noqa: E402
+from mstail.tailer.offline.reading import READ_CHUNK, Chain, chain_lines, feed, new_parser, parse_chain  # noqa: E402
 
 GOAL_VS_BASELINE = 4.0  # mstail at least this many times faster than the competent loop
 GOAL_VS_FLOOR = 10.0  # mstail at most this many times the floor's time
@@ -485,6 +490,62 @@ def run_case(name: str, paths: List[Path], folder: Path, rounds: int) -> bool:
 BASELINE = "competent loop"
 
 
+def stages(path: Path, rounds: int) -> None:
+    """Print the CPU time of `mstail parse`'s path over `path` in this process, a stage more each time (--stages)."""
+    from mstail.parsers.blocks import finder_for
+    from mstail.parsers.derived import load_derived
+    from mstail.parsers.loader import load_formats
+    from mstail.tailer.lines import Block
+    from mstail.tailer.offline import run_parse
+
+    formats, derived, chain = load_formats(), load_derived(None), Chain(path.name, [path])
+
+    def reading() -> None:
+        for _ in chain_lines(chain, blocks=True):
+            pass
+
+    def literal_search() -> None:  # the lines before the format is known are fed: it is needed for the search
+        parser = new_parser(formats, None, derived, chain)
+        for _, piece in chain_lines(chain, blocks=True):
+            if parser.main.format is None or not isinstance(piece, Block):
+                feed(parser, piece, 0.0)
+            else:
+                finder_for(parser.main.format).starts(piece.data)  # type: ignore[union-attr]
+
+    def matching() -> None:  # the main parser's own items: no derived series
+        parser = new_parser(formats, None, derived, chain)
+        for _, piece in chain_lines(chain, blocks=True):
+            feed(parser.main, piece, 0.0)  # type: ignore[arg-type, union-attr]
+
+    def derived_series() -> None:
+        parser = new_parser(formats, None, derived, chain)
+        for _, piece in chain_lines(chain, blocks=True):
+            feed(parser, piece, 0.0)  # type: ignore[arg-type]
+
+    def settling() -> None:
+        for _ in parse_chain(chain, new_parser(formats, None, derived, chain), now=0.0):  # type: ignore[arg-type]
+            pass
+
+    def rows_and_json() -> None:  # all of `mstail parse --jobs 1` but its start-up
+        with open(os.devnull, "w", encoding="utf-8") as out, contextlib.redirect_stderr(io.StringIO()):
+            run_parse([str(path)], formats, None, "jsonl", out, jobs=1, derived=derived)
+
+    programs = [("reading", reading), ("literal search", literal_search), ("matching, records, amends", matching),
+                ("derived series", derived_series), ("settling", settling), ("rows and JSON", rows_and_json)]
+    best = {name: math.inf for name, _ in programs}
+    print(f"\n== stages of one process over {path} (load average {' '.join(f'{x:.2f}' for x in os.getloadavg())})")
+    for _ in range(rounds):
+        for name, program in programs:
+            started = time.process_time()
+            program()
+            best[name] = min(best[name], time.process_time() - started)
+    before = 0.0
+    for name, seconds in best.items():
+        print(f"{name:<26} cpu {seconds:6.3f} s  this stage {seconds - before:+6.3f} s")
+        before = seconds
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--case", choices=("single", "mixed", "both"), default="both",
@@ -492,6 +553,8 @@ def main() -> int:
     parser.add_argument("--size-mb", type=float, default=100.0, help="size of each case's log (default 100)")
     parser.add_argument("--rounds", type=int, default=3, help="measurements of each program; the best counts")
     parser.add_argument("--keep", metavar="DIR", help="write the logs and outputs here and keep them")
+    parser.add_argument("--stages", action="store_true",
+                        help="the CPU time of each stage of mstail parse over the single case's log, in this process")
     args = parser.parse_args()
 
     with contextlib.ExitStack() as stack:
@@ -500,6 +563,9 @@ def main() -> int:
         formats_dir = folder / "no-user-formats"  # the built-ins only, whatever the user has configured
         formats_dir.mkdir(exist_ok=True)
         os.environ["MSTAIL_FORMATS_DIR"] = str(formats_dir)
+        if args.stages:
+            stages(build_single_log(folder, int(args.size_mb * MB))[0], args.rounds)
+            return 0
         met = True
         if args.case in ("single", "both"):
             met &= run_case("single", build_single_log(folder, int(args.size_mb * MB)), folder, args.rounds)
