@@ -256,10 +256,13 @@ class Store:
         self._last_seq = self.db.last_seq()
         after = self._restore_columns(saved)
         for batch in self.db.all_items(after):
+            records: Dict[str, List[Dict[str, Any]]] = {}  # source -> its records in the batch, in order
             for data in batch:
-                info = self.add_source(data["source"], saved.get(data["source"], ("", None))[0])
-                if "kind" not in data:
-                    self._index_record(info, data)
+                self.add_source(data["source"], saved.get(data["source"], ("", None))[0])
+                if "kind" not in data:  # (an amend's values are in its record already)
+                    records.setdefault(data["source"], []).append(data)
+            for source_id, its in records.items():
+                self._index_records(self.sources[source_id], its)
         if after == 0 and self._last_seq:
             self.commit(columns=True)  # the rebuilt columns, saved at once: the next start reads them
         return {source_id: checkpoint for source_id, (_, checkpoint) in saved.items()}
