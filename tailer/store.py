@@ -17,11 +17,12 @@ import asyncio
 import logging
 import math
 import time
+from array import array
 from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from mstail.parsers.record import RESERVED, Item, finite_or_name, ordered
+from mstail.parsers.record import KEY_ORDER, RESERVED, Item, finite_or_name, ordered
 
 from .checkpoint import SourceCheckpoint
 from .aggregate import AggregateCache, Turns, aggregate
@@ -99,10 +100,16 @@ def prepare(item: Item) -> Item:
     first, no `line`), made beforehand (by a catch-up child, `tailer.catchup`); an amend as it is."""
     if item.kind == "amend":
         return item
-    return Item(item.kind, ordered({key: value for key, value in item.data.items() if key not in _ADDED}))
+    data = item.data
+    out = {key: data[key] for key in _KEPT_FIRST if key in data}  # `ordered`'s layout, made in one copy
+    out.update(data)
+    for key in _ADDED:
+        out.pop(key, None)
+    return Item(item.kind, out)
 
 
 _ADDED = ("seq", "source", "line")  # what the store sets, and drops (line numbers belong to `mstail parse` output only)
+_KEPT_FIRST = tuple(key for key in KEY_ORDER if key not in _ADDED)  # the reserved keys a prepared item starts with
 
 
 def _facts(info: SourceInfo) -> Dict[str, Any]:
@@ -164,8 +171,11 @@ class Store:
         that storing one is adding its seq and source."""
         info = self.sources[source_id]
         stored = []
+        records: List[Dict[str, Any]] = []  # stored, not indexed yet: indexed together, before an amend or at the end
         for item in items:
             if item.kind == "amend":
+                self._index_records(info, records)
+                records = []
                 amend = self._amend(info, item.data)
                 if amend is not None:
                     stored.append(amend)
@@ -179,9 +189,10 @@ class Store:
                 data["source"] = source_id
                 data = ordered(data)
             if item.kind == "record":
-                self._index_record(info, data)
+                records.append(data)
                 self._last_record[source_id] = data
             stored.append(data)
+        self._index_records(info, records)
         self.db.insert(stored)
         return stored
 
@@ -245,10 +256,13 @@ class Store:
         self._last_seq = self.db.last_seq()
         after = self._restore_columns(saved)
         for batch in self.db.all_items(after):
+            records: Dict[str, List[Dict[str, Any]]] = {}  # source -> its records in the batch, in order
             for data in batch:
-                info = self.add_source(data["source"], saved.get(data["source"], ("", None))[0])
-                if "kind" not in data:
-                    self._index_record(info, data)
+                self.add_source(data["source"], saved.get(data["source"], ("", None))[0])
+                if "kind" not in data:  # (an amend's values are in its record already)
+                    records.setdefault(data["source"], []).append(data)
+            for source_id, its in records.items():
+                self._index_records(self.sources[source_id], its)
         if after == 0 and self._last_seq:
             self.commit(columns=True)  # the rebuilt columns, saved at once: the next start reads them
         return {source_id: checkpoint for source_id, (_, checkpoint) in saved.items()}
@@ -279,6 +293,66 @@ class Store:
         """Save the chart columns with what is left to commit, and close the state file."""
         self.commit(columns=self._columns.pending > 0, alerts=True)
         self.db.close()
+
+    def _index_records(self, info: SourceInfo, records: List[Dict[str, Any]]) -> None:
+        """Index a source's new records, in order: each run of records with the same keys at once (`_index_run`)
+        where it can be, else one by one."""
+        start = 0
+        for end in range(1, len(records) + 1):
+            if end == len(records) or records[end].keys() != records[start].keys():
+                if end - start < 2 or not self._index_run(info, records[start:end]):
+                    for record in records[start:end]:
+                        self._index_record(info, record)
+                start = end
+
+    def _index_run(self, info: SourceInfo, run: List[Dict[str, Any]]) -> bool:
+        """Index records with the same keys as `_index_record` would one by one, a column at a time (a catch-up
+        stores tens of thousands: about a quarter of the work), when that is the same: one segment already charted,
+        every step and metric plottable, every metric a series already. Returns False, having changed nothing,
+        otherwise."""
+        first = run[0]
+        segment = first.get("segment", 0)
+        frame = self._columns.frames.get((info.id, segment))
+        if frame is None:
+            return False
+        chosen = []
+        for key in first:
+            if key not in RESERVED:
+                series = self._series.get((info.id, key, segment))
+                if series is None:
+                    return False
+                chosen.append((key, series))
+        try:
+            if "segment" in first and any(record["segment"] != segment for record in run):
+                return False
+            steps = array("q", [record["step"] for record in run])  # a float step or one beyond 64 bits: refused
+            times = (array("d", [record["time"] for record in run]) if "time" in first  # None: refused
+                     else array("d", [math.nan]) * len(run))
+            columns = [(series, array("d", [record[key] for record in run])) for key, series in chosen]
+        except (TypeError, OverflowError):  # a value that is no number, or an int beyond the float range
+            return False
+        rows = len(frame.steps)
+        for series, values in columns:
+            points = len(series.values)
+            total = sum(values)
+            if total - total != 0:  # a NaN or an infinity among them
+                series.nonfinite.extend(points + i for i, value in enumerate(values) if value - value != 0)
+            series.values.extend(values)
+            if series.steps is frame.steps and points == rows:
+                continue  # aligned: the frame's steps and times are its own (extended below)
+            if series.steps is frame.steps:  # it missed rows: steps and times of its own from now on (`Frame.add`)
+                series.steps, series.times = frame.steps[:points], frame.times[:points]
+            series.steps.extend(steps)
+            series.times.extend(times)
+        frame.steps.extend(steps)
+        frame.times.extend(times)
+        info.records += len(run)
+        if info.first_step is None:
+            info.first_step = steps[0]
+        info.last_step = steps[-1]
+        info.last_time = run[-1].get("time")
+        self._columns.pending += len(run)
+        return True
 
     def _index_record(self, info: SourceInfo, record: Dict[str, Any]) -> None:
         step, segment = record["step"], record.get("segment", 0)

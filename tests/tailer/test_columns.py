@@ -21,7 +21,7 @@ from mstail.parsers import Item
 from mstail.tailer import columns
 from mstail.tailer.db import StateDB
 from mstail.tailer.series import Series, summary
-from mstail.tailer.store import Store
+from mstail.tailer.store import Store, prepare
 from tests.conftest import start_mstail, wait_until
 
 SOURCES = ("rank_0", "rank_1")
@@ -136,6 +136,67 @@ def test_live_columns_equal_the_records_and_dense_metrics_share_steps() -> None:
     assert store._series[("rank_0", "lr", 0)].steps is not frame.steps  # a value beyond the float range: missed one
     assert store._series[("rank_0", "grad_norm", 0)].steps is not frame.steps  # started late
     assert store._series[("rank_0", "throughput", 0)].steps is not frame.steps  # missed a record
+
+
+def _uneven(seed: int) -> List[Tuple[str, List[Item]]]:
+    """`_history` with what a run of records indexed a column at a time must refuse or keep: amends between
+    records, values that are no float (an int, a bool, None, a string), a time of None, a float step, a metric
+    that appears mid-run, and prepared items (reserved keys first, as a catch-up child hands them)."""
+    rng = random.Random(seed)
+    out = []
+    for source, items in _history(seed, steps=1_200):
+        mixed: List[Item] = []
+        for item in items:
+            data = {**item.data, "line": len(mixed) + 1}  # a line number: `mstail parse`'s, never stored
+            if item.kind == "record":
+                roll = rng.random()
+                if roll < 0.01:
+                    data["loss"] = rng.choice([3, True, None, "n/a"])
+                elif roll < 0.015:
+                    data["time"] = None
+                elif roll < 0.02:
+                    data["step"] = data["step"] + 0.5
+                elif roll < 0.025:
+                    data[f"late_{rng.randint(0, 3)}"] = rng.random()
+            mixed.append(Item(item.kind, data))
+            if item.kind == "record" and rng.random() < 0.05:
+                mixed.append(Item("amend", {"step": data["step"], "segment": data["segment"], "extra": rng.random()}))
+        out.append((source, mixed))
+    return out
+
+
+@pytest.mark.parametrize("seed", [4, 5])
+def test_records_indexed_a_run_at_a_time_equal_one_at_a_time(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs of records with the same keys go into the columns a column at a time (`Store._index_run`): the
+    columns, their sharing of the frame's steps, non-finite indexes, the stored items (prepared ones against
+    plain ones) and the sources' facts are those of storing the same items one by one; and most records of the
+    batches do go that way."""
+    batches = _uneven(seed)
+    one_by_one, in_runs = Store(), Store()
+    for store in (one_by_one, in_runs):
+        for source in SOURCES:
+            store.add_source(source, "")
+    for source, items in batches:
+        for item in items:
+            one_by_one.add(source, [item])
+    singles = []
+    index_record = Store._index_record
+    monkeypatch.setattr(Store, "_index_record", lambda self, info, record: (singles.append(1),
+                                                                            index_record(self, info, record)))
+    for source, items in batches:
+        in_runs.add(source, list(map(prepare, items)), prepared=True)
+    assert _served(in_runs) == _served(one_by_one)
+    for store in (one_by_one, in_runs):
+        store.commit()  # (an amend of a record stored in the same call is written at the commit)
+    assert in_runs.items_after(0, 1 << 20) == one_by_one.items_after(0, 1 << 20)
+    assert _facts(in_runs) == _facts(one_by_one)
+    assert in_runs._columns.pending == one_by_one._columns.pending
+    for key, series in one_by_one._series.items():
+        frame = one_by_one._columns.frames[(key[0], key[2])]
+        twin = in_runs._series[key]
+        assert (twin.steps is in_runs._columns.frames[(key[0], key[2])].steps) == (series.steps is frame.steps), key
+    records = sum(item.kind == "record" for _, items in batches for item in items)
+    assert len(singles) < records / 4  # the runs did the rest
 
 
 def test_a_value_one_line_later_keeps_a_column_aligned() -> None:
