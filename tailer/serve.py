@@ -211,10 +211,14 @@ class HeapFreezer:
 
 
 async def _freeze_when_grown(freezer: HeapFreezer, stop: asyncio.Event) -> None:
-    while not stop.is_set():
-        freezer.check()
+    # The first check waits its turn too: its full collection (30 ms of a restart's heap) would otherwise run before
+    # the server listens, on the way to the history; nothing is gained by freezing the heap before it is built.
+    while True:
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(stop.wait(), FREEZE_CHECK_S)
+        if stop.is_set():
+            return
+        freezer.check()
 
 
 REPLAY_SLICE_S = 0.002  # the alert replay's turn on the event loop: requests wait at most about this per step
