@@ -315,6 +315,8 @@ class StateDB:
         #: clean close (`_CleanClose`), or new; only then, and with nothing failed since, is its close marked clean
         self._sound = path is None
         self._failed = False  # a read or write failed since the opening: the next opening checks the file
+        #: a file this instance's fingerprint wrote was there to open (a restart): `Store.load` has a history to read
+        self.reopened = False
         self.conn = self._open(network)
 
     # -- opening ----------------------------------------------------------------------------------------------
@@ -336,7 +338,8 @@ class StateDB:
             ) from None
         except OSError:
             pass  # a filesystem without locks: go on unguarded
-        self._sound = _CleanClose.taken(self._owner.fileno(), self.path) or not self.path.exists()  # before `_connect`'s chmod
+        existed = self.path.exists()  # both before `_connect`: it makes the file, and its chmod changes the ctime
+        self._sound = _CleanClose.taken(self._owner.fileno(), self.path) or not existed
         try:
             conn = self._prepare(self._connect(), network)
             reason = self._unusable(conn)
@@ -344,6 +347,7 @@ class StateDB:
             conn, reason = None, f"corrupt ({exc})"
         if reason is None:
             self._check = IntegrityCheck(self.path, check=not self._sound)
+            self.reopened = existed
             return conn  # type: ignore[return-value]
         if conn is not None:
             conn.close()

@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import errno
 import gc
+import importlib
 import logging
 import signal
 import socket
@@ -74,8 +75,11 @@ async def serve(
     """Tail and serve until Ctrl-C / SIGTERM; exits within `config.shutdown_timeout_s` + a little.
     `state` is the history database (default: `open_state(config, formats)`)."""
     store, hub = Store(state if state is not None else open_state(config, formats)), Hub()
+    imports = WebImports() if store.db.reopened else None  # a restart: the web's imports beside the history's load
     tailer = Tailer(config, formats, store, hub)
     tailer.resume(store.load())
+    if imports is not None:
+        imports.wait()  # before `read_ahead`, which may fork
     tailer.read_ahead()  # a big history's catch-up child starts now, not after the server's imports
 
     import uvicorn
@@ -149,6 +153,30 @@ async def serve(
             terminate()
 
 
+class WebImports:
+    """The web part's modules (uvicorn, FastAPI and pydantic, the app's routes: about 0.3 s of CPU, more from a cold
+    disk) imported in a thread of its own while a restart loads its history: the state's integrity check and SQLite's
+    reads leave the GIL meanwhile, which the imports take. `wait` before anything forks (a catch-up child forked
+    while another thread imports could inherit a module's import lock, held for good, and hang on it). An import
+    that fails here is left to `serve`'s own, which raises it where it always did."""
+
+    MODULES = ("uvicorn", "mstail.web.app", "mstail.web.sse")
+
+    def __init__(self) -> None:
+        self._thread = threading.Thread(target=self._import, name="mstail-web-imports", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def _import(cls) -> None:
+        with contextlib.suppress(Exception):
+            for name in cls.MODULES:
+                importlib.import_module(name)
+
+    def wait(self) -> None:
+        """Until the imports are done (or failed)."""
+        self._thread.join()
+
+
 #: how often the server looks whether its long-lived state grew (`HeapFreezer`)
 FREEZE_CHECK_S = 1.0
 
@@ -183,10 +211,14 @@ class HeapFreezer:
 
 
 async def _freeze_when_grown(freezer: HeapFreezer, stop: asyncio.Event) -> None:
-    while not stop.is_set():
-        freezer.check()
+    # The first check waits its turn too: its full collection (30 ms of a restart's heap) would otherwise run before
+    # the server listens, on the way to the history; nothing is gained by freezing the heap before it is built.
+    while True:
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(stop.wait(), FREEZE_CHECK_S)
+        if stop.is_set():
+            return
+        freezer.check()
 
 
 REPLAY_SLICE_S = 0.002  # the alert replay's turn on the event loop: requests wait at most about this per step

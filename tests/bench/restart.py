@@ -28,11 +28,13 @@ compiles it). Runs:
   a power cut leaves it: `quick_check` reads the whole file before the history is loaded;
 - baseline, same state, same code: the state's saved columns deleted, which is what a state written by the
   mstail before them holds; the columns are rebuilt from every record's JSON (said once) and saved again;
-- with --before REV: the same restart by the code of git revision REV (its tree exported into a temp folder and
+- with --before REV: the same two restarts by the code of git revision REV (its tree exported into a temp folder and
   put first on PYTHONPATH), over the state as this code left it; the code before the saved columns loaded the
   history and replayed the alert rules before it listened at all.
 
-Run: python tests/bench/restart.py [--steps 1000000] [--before REV] [--keep DIR] [--cold]
+With --rounds N, the restarts (this code's and REV's in turn) are made N times and their medians are the figures.
+
+Run: python tests/bench/restart.py [--steps 1000000] [--before REV] [--keep DIR] [--cold] [--rounds N]
 Goals: history back <= 2 s; RSS <= 200 MB (each run's RSS after the page's queries). Exit status 0 when met.
 """
 
@@ -44,12 +46,13 @@ import math
 import os
 import shutil
 import sqlite3
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from benchsupport import load_test_support
 from latency import proc_cpu_s
@@ -159,6 +162,16 @@ def run(support: Any, label: str, log: Path, state: Path, work: Path, steps: int
     return history, max(rss, smoothed_rss)
 
 
+def crash_restart(support: Any, tag: str, log: Path, state: Path, work: Path, args: argparse.Namespace,
+                  code: Optional[Path] = None) -> float:
+    """A restart as after a crash (the clean close's mark erased from the lock file, as a `kill -9` or a power cut
+    leaves it) by the code in `code` (default this tree); returns the seconds to the whole history."""
+    for lock in state.glob("*.sqlite.lock"):
+        lock.write_bytes(b"")
+    return run(support, f"restart after a crash{tag} (no clean close's mark: the integrity check first)", log, state,
+               work / "crashed", args.steps, code=code, cold=args.cold)[0]
+
+
 def forget_columns(state: Path) -> None:
     """Make the state what an mstail before the saved columns left: items and checkpoints only."""
     [path] = state.glob("*.sqlite")
@@ -192,7 +205,11 @@ def main() -> int:
     parser.add_argument("--keep", type=Path, help="keep the log and the state in this folder and reuse them when "
                         "there (the first run, reading the log, takes minutes on a loaded machine: skipped then)")
     parser.add_argument("--cold", action="store_true", help="drop the page cache before each restart (root only)")
+    parser.add_argument("--rounds", type=int, default=1, help="restarts (a clean one and one after a crash, each by "
+                        "this code and by --before REV in turn) this many times; the medians are the figures")
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error("--rounds needs 1 or more")
     support = load_test_support()
     work = Path(tempfile.mkdtemp(prefix="mstail-restart-"))
     try:
@@ -207,17 +224,27 @@ def main() -> int:
                   f"{time.perf_counter() - began:.1f} s; load {os.getloadavg()[0]:.2f}", flush=True)
             _, first_rss = run(support, "first run, the log read from its start", log, state, work / "first",
                                args.steps)
-        history, rss = run(support, "restart (saved columns)", log, state, work / "restart", args.steps,
-                           cold=args.cold)
-        for lock in state.glob("*.sqlite.lock"):
-            lock.write_bytes(b"")  # what a crash leaves: no clean close's mark
-        crashed, _ = run(support, "restart after a crash (no clean close's mark: the integrity check first)", log,
-                         state, work / "crashed", args.steps, cold=args.cold)
+        before = None
         if args.before:
-            saved = work / "state-copy"
-            shutil.copytree(state, saved)
-            run(support, f"restart by {args.before}", log, saved, work / "before", args.steps,
-                code=code_of(args.before, work / "before-code"), cold=args.cold)
+            before = (code_of(args.before, work / "before-code"), work / "state-copy")
+            shutil.copytree(state, before[1])
+        figures: Dict[str, List[float]] = {}
+        rss = math.nan
+        for round_ in range(1, args.rounds + 1):  # this code and REV's in turn: the machine's load swings
+            tag = f" (round {round_} of {args.rounds})" if args.rounds > 1 else ""
+            history, rss = run(support, f"restart (saved columns){tag}", log, state, work / "restart", args.steps,
+                               cold=args.cold)
+            figures.setdefault("restart", []).append(history)
+            figures.setdefault("after a crash", []).append(crash_restart(support, tag, log, state, work, args))
+            if before is not None:
+                figures.setdefault(f"restart by {args.before}", []).append(
+                    run(support, f"restart by {args.before}{tag}", log, before[1], work / "before", args.steps,
+                        code=before[0], cold=args.cold)[0])
+                figures.setdefault(f"after a crash by {args.before}", []).append(
+                    crash_restart(support, f" by {args.before}{tag}", log, before[1], work, args, code=before[0]))
+        history, crashed = statistics.median(figures["restart"]), statistics.median(figures["after a crash"])
+        if args.rounds > 1:
+            print("medians: " + ", ".join(f"{name} {statistics.median(times):.2f} s" for name, times in figures.items()))
         without = work / "state-without-columns"
         shutil.copytree(state, without)
         forget_columns(without)

@@ -161,3 +161,18 @@ def test_a_page_damaged_unseen_is_found_when_read_and_the_next_start_checks(tmp_
     assert again.load() == {} and again.last_seq == 0  # checked at this start: set aside
     assert len(list(tmp_path.glob("state.sqlite.corrupt-*"))) == 1
     again.close()
+
+
+def test_reopened_says_whether_the_opening_found_a_history_to_load(tmp_path: Path) -> None:
+    """`serve` imports the web part beside `Store.load` only when there is a history to load (a restart)."""
+    path = tmp_path / "state.sqlite"
+    first = StateDB(path, expected="test")
+    assert not first.reopened  # made by this opening
+    first.close()
+    again = StateDB(path, expected="test")
+    assert again.reopened
+    again.close()
+    other = StateDB(path, expected="other")  # another fingerprint's file: set aside, a fresh one made
+    assert not other.reopened
+    other.close()
+    assert not StateDB(None).reopened  # --no-state
