@@ -229,8 +229,8 @@ def _per_step(points: Points, np: Any) -> Tuple[Any, ...]:
         steps, values, times = points.steps, points.values, points.times
     else:
         steps, values, times = points.steps[finite], points.values[finite], points.times[finite]
-    position = np.full(len(points.values), -1, dtype=np.int64)
     if not len(steps):
+        position = np.full(len(points.values), -1, dtype=np.int64)
         return (np.zeros(0, np.int64),) + tuple(np.zeros(0) for _ in range(5)) + (position,)
     distinct, index = step_index(steps, np)
     size = len(distinct)
@@ -241,12 +241,19 @@ def _per_step(points: Points, np: Any) -> Tuple[Any, ...]:
     np.minimum.at(low, index, values)
     np.maximum.at(high, index, values)
     timed = np.isfinite(times)
-    time_total = np.bincount(index[timed], weights=times[timed], minlength=size)
-    time_count = np.bincount(index[timed], minlength=size)
+    if timed.all():  # the usual case again: every step with a finite value has a time
+        time_total, time_count = np.bincount(index, weights=times, minlength=size), count
+    else:
+        time_total = np.bincount(index[timed], weights=times[timed], minlength=size)
+        time_count = np.bincount(index[timed], minlength=size)
     when = np.full(size, np.nan)
     some = time_count > 0
     when[some] = time_total[some] / time_count[some]
-    position[finite] = index
+    if len(index) == len(points.values):  # every value finite: each point's position is its step's index
+        position = index
+    else:
+        position = np.full(len(points.values), -1, dtype=np.int64)
+        position[finite] = index
     return (distinct.astype(np.int64), total / count, low, high, count, when, position)
 
 
@@ -254,10 +261,12 @@ def _outliers(points: Points, mean: Any, position: Any, np: Any) -> List[str]:
     """Up to OUTLIERS_MAX sources whose mean distance from the mean (over their finite values) is at least
     OUTLIER_FACTOR times the median source's, farthest first. `position`: each point's index in `mean`."""
     ok = position >= 0
-    if not ok.any():
+    if ok.all():  # the usual case: no copies of 2 M points through a mask
+        distance, owner = np.abs(points.values - mean[position]), points.owner
+    elif ok.any():
+        distance, owner = np.abs(points.values[ok] - mean[position[ok]]), points.owner[ok]
+    else:
         return []
-    distance = np.abs(points.values[ok] - mean[position[ok]])
-    owner = points.owner[ok]
     n = np.bincount(owner, minlength=len(points.sources))
     has = np.flatnonzero(n)
     if len(has) < 3:

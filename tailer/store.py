@@ -34,7 +34,8 @@ from .series import Series, finite_or_none, window
 log = logging.getLogger("mstail.state")
 WARM_SOURCES_MIN = 16  # the page's MANY_LINES: a metric of more sources is drawn as the mean of every source
 HEATMAPS_KEPT = 16  # heatmap answers kept (a few KiB each) while their series do not grow
-WARM_CHECK_S = 1.0  # how often the warmer looks for a fold that fell behind, when none was
+WARM_CHECK_S = 0.25  # how often the warmer looks for a fold that fell behind, when none was
+WARM_SHARE = 0.25  # the share of a core the warmer's folds may take over time (a live run that keeps settling)
 
 
 @dataclass
@@ -481,19 +482,31 @@ class Store:
     async def keep_folds_warm(self, stop: asyncio.Event) -> None:
         """Until `stop`: keep the fold the page asks first (every source of a metric that more than
         WARM_SOURCES_MIN sources log) current once its metric stopped growing (a finished run, the end of a catch-up,
-        a restart), so a first visit then does not wait for cold folds (a fold of 1,024 ranks x 2,000 steps: 0.2-0.4
-        s each, one after another). One fold at a time, in the fold thread, the next after a pause as long as the
-        fold; a metric seen for the first time is folded once. One still growing (a live run) is then left to the
-        page's first answer, as before: folding it in turn would cost a steady share of a core for folds older than
-        the page takes (aggregate.STALE_FOR_S)."""
+        a restart), so a first visit then does not wait for cold folds (a fold of 1,024 ranks x 2,000 steps: 0.1-0.3
+        s each, one after another). Growth is looked for every WARM_CHECK_S, so the folds start a look after the
+        last records came in; the metrics behind are folded one after another (each in its turn in the fold thread:
+        a page's requests meanwhile go before the next), then the warmer pauses long enough to keep to WARM_SHARE of
+        a core (three times as long as that round took). A metric seen for the first time is folded once. One still
+        growing (a live run) is then left to the page's first answer, as before: folding it in turn would cost a
+        steady share of a core for folds older than the page takes (aggregate.STALE_FOR_S)."""
         said = False
         seen: Dict[str, int] = {}  # metric -> its points at the last look (unchanged: it stopped growing)
+        looked = -1  # the store's seq at the last look
+        idle = False  # that look saw every metric settled (the seq had not moved) and none behind: no look is
+        # needed until the seq moves (a look reads every metric's sources, each WARM_CHECK_S)
+        round_cost = 0.0  # seconds the folds since the last pause took
         while not stop.is_set():
             pause = WARM_CHECK_S
             try:
-                folded = await self._warm_next(seen)
-                if folded is not None:
-                    pause = folded
+                seq = self._last_seq
+                if not (idle and seq == looked):
+                    folded = await self._warm_next(seen)
+                    idle = folded is None and seq == looked
+                    if folded is not None:
+                        round_cost, pause = round_cost + folded, 0.0
+                    else:
+                        pause, round_cost = max(pause, round_cost * (1 - WARM_SHARE) / WARM_SHARE), 0.0
+                    looked = seq
             except Exception:  # noqa: BLE001 - a failed fold leaves the request path to fold; said once
                 if not said:
                     log.exception("keeping the across-source folds warm failed (the page folds when it asks)")
@@ -506,22 +519,22 @@ class Store:
     async def _warm_next(self, seen: Dict[str, int]) -> Optional[float]:
         """Fold again the default selection of a metric whose fold is behind (or missing) and that stopped growing
         since the last look (`seen`: metric -> its points then; a metric not in it yet counts as settled, so it is
-        folded once at first sight), the stalest first. Returns the seconds the fold took, or None when no such
-        fold was behind."""
+        folded once at first sight), the first in the order the records name them (the page's first charts,
+        loss and the optimiser's, before the speed metrics). Returns the seconds the fold took, or None when no
+        such fold was behind."""
         self._metric_keys("")  # the index current
-        best: Optional[Tuple[float, str, List[SeriesKey]]] = None
+        behind: Optional[Tuple[str, List[SeriesKey]]] = None
         for metric, keys in self._by_metric.items():
             if len({key[0] for key in keys}) <= WARM_SOURCES_MIN:
                 continue
             chosen = [(key[0], self._series[key]) for key in keys]
             points = sum(len(series) for _, series in chosen)
             settled, seen[metric] = seen.get(metric, points) == points, points  # first sight: folded once
-            age = self._folds.age((metric, tuple(keys)), chosen) if settled else None
-            if age is not None and (best is None or age > best[0]):
-                best = (age, metric, keys)
-        if best is None:
+            if behind is None and settled and self._folds.age((metric, tuple(keys)), chosen) is not None:
+                behind = (metric, keys)
+        if behind is None:
             return None
-        _, metric, keys = best
+        metric, keys = behind
         fold = await self._folds.fold((metric, tuple(keys)), [(key[0], self._series[key]) for key in keys], fresh=True)
         return fold.cost
 

@@ -12,7 +12,7 @@ import pytest
 
 from mstail.parsers import Item
 from mstail.tailer.hub import Hub
-from mstail.tailer.store import Store
+from mstail.tailer.store import WARM_CHECK_S, Store
 from mstail.web.app import create_app
 
 from tests.tailer.test_series import _oracle
@@ -150,6 +150,17 @@ def test_aggregate_over_chosen_or_all_but_excluded_sources(app: Any) -> None:
     assert chosen["aggregate"]["mean"] == pytest.approx(_oracle_answer([1, 2, 6], None, None, 2000, 0)["mean"], rel=1e-12)
 
 
+def test_aggregate_of_finite_values_only_matches_the_oracle(app: Any) -> None:
+    # Without rank_3's NaN every value is finite: the fold skips its masks then (each point's step index is its
+    # position, the outliers' distances read every point); the answer is the oracle's all the same.
+    answer = get_json(app, "/api/series", metric="loss", aggregate="mean", points=2000, exclude=["rank_3"])
+    agg, want = answer["aggregate"], _oracle_answer([r for r in range(RANKS) if r != 3], None, None, 2000, 0.0)
+    assert agg["x"] == want["x"] and agg["n"] == want["n"] and agg["nonfinite"]["x"] == []
+    for key in ("mean", "min", "max", "t"):
+        assert agg[key] == pytest.approx(want[key], rel=1e-12), key
+    assert agg["outliers"] == ["rank_11", "rank_7"]
+
+
 def test_aggregate_of_nothing_and_bad_values(app: Any) -> None:
     empty = get_json(app, "/api/series", metric="nope", aggregate="mean")
     assert empty["aggregate"]["x"] == [] and empty["series"] == []
@@ -183,7 +194,7 @@ def _warm_for(store: Store, seconds: float) -> None:
 def test_folds_are_kept_warm_before_any_page_asks() -> None:
     # A first visit to 1,024 ranks waited for a cold fold per chart; the warmer folds every metric of more than
     # 16 sources (what the page draws as the mean of all) on its own once it stopped growing, and again after the
-    # run grew and stopped again.
+    # run grew and stopped again (the same warmer, which stopped looking while nothing moved).
     def records(rank: int) -> List[Dict[str, Any]]:
         return [{"step": s, "time": T0 + s, "loss": 1.0 + rank, "lr": 0.1} for s in range(1, 51)]
 
@@ -194,13 +205,26 @@ def test_folds_are_kept_warm_before_any_page_asks() -> None:
             keys = s._keys_of(metric, None, ())
             return s._folds.age((metric, tuple(keys)), [(k[0], s._series[k]) for k in keys])
 
+        async def current(s: Store) -> None:  # bounded: a look, another that sees the metrics settled, two folds
+            for _ in range(200):
+                if age(s, "loss") is None and age(s, "lr") is None:
+                    return
+                await asyncio.sleep(0.05)
+            raise AssertionError("the warmer did not fold loss and lr within 10 s")
+
+        async def run() -> None:
+            stop = asyncio.Event()
+            warming = asyncio.ensure_future(store.keep_folds_warm(stop))
+            await current(store)  # nobody asked
+            await asyncio.sleep(4 * WARM_CHECK_S)  # idle: nothing behind, nothing grew
+            store.add("rank_0", [Item("record", {"step": 51, "time": T0 + 51, "loss": 1.0, "lr": 0.1})])
+            assert age(store, "loss") is not None  # behind the run now
+            await current(store)
+            stop.set()
+            await asyncio.wait_for(warming, 5)
+
         assert age(store, "loss") == math.inf
-        _warm_for(store, 0.3)
-        assert age(store, "loss") is None and age(store, "lr") is None  # current, nobody asked
-        store.add("rank_0", [Item("record", {"step": 51, "time": T0 + 51, "loss": 1.0, "lr": 0.1})])
-        assert age(store, "loss") is not None  # behind the run now
-        _warm_for(store, 2.5)  # a look, then after WARM_CHECK_S another that sees the metric stopped growing
-        assert age(store, "loss") is None and age(store, "lr") is None
+        asyncio.run(run())
         _warm_for(few, 0.3)
         assert age(few, "loss") == math.inf  # 3 sources: the page overlays them, no fold wanted
     finally:
@@ -256,5 +280,28 @@ def test_only_a_metric_that_stopped_growing_is_warmed() -> None:
         cost = asyncio.run(store._warm_next(seen))  # loss has not grown since: settled now
         assert cost is not None and cost >= 0 and store._folds.age(*chosen("loss")) is None
         assert asyncio.run(store._warm_next(seen)) is None  # nothing behind
+    finally:
+        store.close()
+
+
+def test_the_warmer_folds_in_the_order_the_records_name_the_metrics() -> None:
+    # The page's first screen shows loss and the optimiser's metrics, which the records name first: folded first,
+    # whichever fold is oldest (here step_time_ms's, folded before the others when a page asked).
+    metrics = ("loss", "lr", "step_time_ms")
+    store = ranks_store(RANKS, lambda rank: [{"step": s, "time": T0 + s, "loss": 1.0, "lr": 0.1, "step_time_ms": 5.0}
+                                             for s in range(1, 31)])
+    try:
+        def selection(metric: str) -> Any:
+            keys = store._keys_of(metric, None, ())
+            return (metric, tuple(keys)), [(k[0], store._series[k]) for k in keys]
+
+        for metric in reversed(metrics):
+            asyncio.run(store._folds.fold(*selection(metric)))
+        store.add("rank_0", [Item("record", {"step": 31, "time": T0 + 31, "loss": 1.0, "lr": 0.1, "step_time_ms": 5.0})])
+        seen = {metric: RANKS * 30 + 1 for metric in metrics}  # every one settled since, every one behind
+        for folded in (["loss"], ["loss", "lr"], ["loss", "lr", "step_time_ms"]):
+            assert asyncio.run(store._warm_next(seen)) is not None
+            assert [m for m in metrics if store._folds.age(*selection(m)) is None] == folded
+        assert asyncio.run(store._warm_next(seen)) is None
     finally:
         store.close()
