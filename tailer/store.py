@@ -481,32 +481,32 @@ class Store:
 
     async def keep_folds_warm(self, stop: asyncio.Event) -> None:
         """Until `stop`: keep the fold the page asks first (every source of a metric that more than
-        WARM_SOURCES_MIN sources log) current once its metric stopped growing (a finished run, the end of a catch-up,
-        a restart), so a first visit then does not wait for cold folds (a fold of 1,024 ranks x 2,000 steps: 0.1-0.3
-        s each, one after another). Growth is looked for every WARM_CHECK_S, so the folds start a look after the
-        last records came in; the metrics behind are folded one after another (each in its turn in the fold thread:
-        a page's requests meanwhile go before the next), then the warmer pauses long enough to keep to WARM_SHARE of
-        a core (three times as long as that round took). A metric seen for the first time is folded once. One still
-        growing (a live run) is then left to the page's first answer, as before: folding it in turn would cost a
-        steady share of a core for folds older than the page takes (aggregate.STALE_FOR_S)."""
+        WARM_SOURCES_MIN sources log) current once the history stopped growing (a finished run, the end of a
+        catch-up, a restart), so a first visit then does not wait for cold folds (a fold of 1,024 ranks x 2,000
+        steps: 0.1-0.3 s each, one after another). The store's seq is looked at every WARM_CHECK_S (one look costs
+        nothing however many sources: the metrics are read only once it stood still); once nothing was stored for
+        a look, the metrics behind are folded one after another (each in its turn in the fold thread: a page's
+        requests meanwhile go before the next), then the warmer pauses long enough to keep to WARM_SHARE of a core
+        (three times as long as that round took). A history still growing (a live run) is left to the page's first
+        answer, as before: folding it in turn would cost a steady share of a core for folds older than the page
+        takes (aggregate.STALE_FOR_S)."""
         said = False
-        seen: Dict[str, int] = {}  # metric -> its points at the last look (unchanged: it stopped growing)
         looked = -1  # the store's seq at the last look
-        idle = False  # that look saw every metric settled (the seq had not moved) and none behind: no look is
-        # needed until the seq moves (a look reads every metric's sources, each WARM_CHECK_S)
+        idle = False  # no fold was behind at `looked`: none is until the seq moves
         round_cost = 0.0  # seconds the folds since the last pause took
         while not stop.is_set():
             pause = WARM_CHECK_S
             try:
                 seq = self._last_seq
-                if not (idle and seq == looked):
-                    folded = await self._warm_next(seen)
-                    idle = folded is None and seq == looked
+                if seq != looked:  # stored since the last look: still growing; the folds wait for it to stop
+                    looked, idle = seq, False
+                elif not idle:
+                    folded = await self._warm_next()
                     if folded is not None:
                         round_cost, pause = round_cost + folded, 0.0
                     else:
+                        idle = True
                         pause, round_cost = max(pause, round_cost * (1 - WARM_SHARE) / WARM_SHARE), 0.0
-                    looked = seq
             except Exception:  # noqa: BLE001 - a failed fold leaves the request path to fold; said once
                 if not said:
                     log.exception("keeping the across-source folds warm failed (the page folds when it asks)")
@@ -516,27 +516,19 @@ class Store:
             except asyncio.TimeoutError:
                 pass
 
-    async def _warm_next(self, seen: Dict[str, int]) -> Optional[float]:
-        """Fold again the default selection of a metric whose fold is behind (or missing) and that stopped growing
-        since the last look (`seen`: metric -> its points then; a metric not in it yet counts as settled, so it is
-        folded once at first sight), the first in the order the records name them (the page's first charts,
-        loss and the optimiser's, before the speed metrics). Returns the seconds the fold took, or None when no
-        such fold was behind."""
+    async def _warm_next(self) -> Optional[float]:
+        """Fold again the default selection of the first metric, in the order the records name them (the page's
+        first charts, loss and the optimiser's, before the speed metrics), whose fold is behind (or missing).
+        Returns the seconds the fold took, or None when no fold was behind."""
         self._metric_keys("")  # the index current
-        behind: Optional[Tuple[str, List[SeriesKey]]] = None
         for metric, keys in self._by_metric.items():
             if len({key[0] for key in keys}) <= WARM_SOURCES_MIN:
                 continue
             chosen = [(key[0], self._series[key]) for key in keys]
-            points = sum(len(series) for _, series in chosen)
-            settled, seen[metric] = seen.get(metric, points) == points, points  # first sight: folded once
-            if behind is None and settled and self._folds.age((metric, tuple(keys)), chosen) is not None:
-                behind = (metric, keys)
-        if behind is None:
-            return None
-        metric, keys = behind
-        fold = await self._folds.fold((metric, tuple(keys)), [(key[0], self._series[key]) for key in keys], fresh=True)
-        return fold.cost
+            if self._folds.age((metric, tuple(keys)), chosen) is not None:
+                fold = await self._folds.fold((metric, tuple(keys)), chosen, fresh=True)
+                return fold.cost
+        return None
 
     async def heatmap(self, metric: str, exclude: Sequence[str] = (), start: Optional[int] = None,
                       end: Optional[int] = None, columns: int = 120, rows: int = 32) -> Dict[str, Any]:
