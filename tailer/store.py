@@ -36,6 +36,7 @@ WARM_SOURCES_MIN = 16  # the page's MANY_LINES: a metric of more sources is draw
 HEATMAPS_KEPT = 16  # heatmap answers kept (a few KiB each) while their series do not grow
 WARM_CHECK_S = 0.25  # how often the warmer looks for a fold that fell behind, when none was
 WARM_SHARE = 0.25  # the share of a core the warmer's folds may take over time (a live run that keeps settling)
+WARM_BURST_S = 3.0  # ... and the seconds of folds it may spend at once (about three rounds of 1,024 ranks' metrics)
 
 
 @dataclass
@@ -117,6 +118,26 @@ def _facts(info: SourceInfo) -> Dict[str, Any]:
     """What of a source the saved columns' manifest keeps: the facts its records gave."""
     return {"records": info.records, "first_step": info.first_step, "last_step": info.last_step,
             "last_time": info.last_time, "metrics": info.metrics, "unplottable": info.unplottable}
+
+
+class FoldBudget:
+    """The seconds of folds the warmer may spend (`Store.keep_folds_warm`): `share` of a core over time and at most
+    `burst` at once (a token bucket, full at first). A pause of three times each round, its earlier form, made the
+    folds of a run's end wait out the pause of a round made just before the last records came (up to 3 s at 1,024
+    ranks): the first visit after a catch-up then found its folds cold."""
+
+    def __init__(self, share: float, burst: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self._share, self._burst, self._clock = share, burst, clock
+        self._left, self._at = burst, clock()
+
+    def left(self) -> float:
+        """Seconds of folds that may be spent now (negative after an overrun, until earned back)."""
+        now = self._clock()
+        self._left, self._at = min(self._burst, self._left + (now - self._at) * self._share), now
+        return self._left
+
+    def spend(self, seconds: float) -> None:
+        self._left = self.left() - seconds
 
 
 class Store:
@@ -486,27 +507,27 @@ class Store:
         steps: 0.1-0.3 s each, one after another). The store's seq is looked at every WARM_CHECK_S (one look costs
         nothing however many sources: the metrics are read only once it stood still); once nothing was stored for
         a look, the metrics behind are folded one after another (each in its turn in the fold thread: a page's
-        requests meanwhile go before the next), then the warmer pauses long enough to keep to WARM_SHARE of a core
-        (three times as long as that round took). A history still growing (a live run) is left to the page's first
+        requests meanwhile go before the next), within a budget of WARM_SHARE of a core over time and WARM_BURST_S
+        at once (`FoldBudget`). A history still growing (a live run) is left to the page's first
         answer, as before: folding it in turn would cost a steady share of a core for folds older than the page
         takes (aggregate.STALE_FOR_S)."""
         said = False
         looked = -1  # the store's seq at the last look
         idle = False  # no fold was behind at `looked`: none is until the seq moves
-        round_cost = 0.0  # seconds the folds since the last pause took
+        budget = FoldBudget(WARM_SHARE, WARM_BURST_S)
         while not stop.is_set():
             pause = WARM_CHECK_S
             try:
                 seq = self._last_seq
                 if seq != looked:  # stored since the last look: still growing; the folds wait for it to stop
                     looked, idle = seq, False
-                elif not idle:
+                elif not idle and budget.left() > 0:
                     folded = await self._warm_next()
-                    if folded is not None:
-                        round_cost, pause = round_cost + folded, 0.0
-                    else:
+                    if folded is None:
                         idle = True
-                        pause, round_cost = max(pause, round_cost * (1 - WARM_SHARE) / WARM_SHARE), 0.0
+                    else:
+                        budget.spend(folded)
+                        pause = 0.0
             except Exception:  # noqa: BLE001 - a failed fold leaves the request path to fold; said once
                 if not said:
                     log.exception("keeping the across-source folds warm failed (the page folds when it asks)")

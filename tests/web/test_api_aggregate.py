@@ -12,7 +12,7 @@ import pytest
 
 from mstail.parsers import Item
 from mstail.tailer.hub import Hub
-from mstail.tailer.store import WARM_CHECK_S, Store
+from mstail.tailer.store import WARM_CHECK_S, FoldBudget, Store
 from mstail.web.app import create_app
 
 from tests.tailer.test_series import _oracle
@@ -294,6 +294,24 @@ def test_nothing_is_warmed_while_the_history_grows() -> None:
         assert age() is None and read
     finally:
         store.close()
+
+
+def test_the_warmers_budget_lets_the_folds_of_a_runs_end_go_at_once() -> None:
+    # A catch-up settles between its batches, so the warmer folds then; a pause after each such round (three times
+    # its cost) once made the folds of the run's end wait it out, and the first visit found them cold. The budget:
+    # a quarter of a core over time, up to 3 s at once.
+    now = [0.0]
+    budget = FoldBudget(share=0.25, burst=3.0, clock=lambda: now[0])
+    assert budget.left() == 3.0  # full at first
+    budget.spend(1.0)  # a round between two batches
+    now[0] = 0.5
+    assert budget.left() == 2.125  # the run's end half a second later: its folds go at once
+    budget.spend(2.5)
+    assert budget.left() == -0.375  # overrun: nothing more ...
+    now[0] = 0.5 + 0.375 / 0.25
+    assert budget.left() == 0.0  # ... until a quarter of a core earned it back
+    now[0] = 100.0
+    assert budget.left() == 3.0  # never more than the burst
 
 
 def test_the_warmer_folds_in_the_order_the_records_name_the_metrics() -> None:
