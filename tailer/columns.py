@@ -69,6 +69,20 @@ class Frame:
             series.steps, series.times = self.steps[:n], self.times[:n]
         series.append(self.steps[row], value, self.times[row])
 
+    def extend(self, series: Series, row: int, values: array) -> None:
+        """`add` of `values` at the frame's rows `row`, `row + 1`, ... at once (rows the frame holds already)."""
+        n = len(series.values)
+        if series.steps is self.steps and n != row:  # it missed rows: steps and times of its own from now on
+            series.steps, series.times = self.steps[:n], self.times[:n]
+        if series.steps is not self.steps:
+            end = row + len(values)
+            series.steps.extend(self.steps[row:end])
+            series.times.extend(self.times[row:end])
+        total = sum(values)
+        if total - total != 0:  # a NaN or an infinity among them
+            series.nonfinite.extend(n + i for i, value in enumerate(values) if value - value != 0)
+        series.values.extend(values)
+
 
 @dataclass
 class _Saved:

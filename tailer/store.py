@@ -353,21 +353,11 @@ class Store:
             columns = [(series, array("d", [record[key] for record in run])) for key, series in chosen]
         except (TypeError, OverflowError):  # a value that is no number, or an int beyond the float range
             return False
-        rows = len(frame.steps)
-        for series, values in columns:
-            points = len(series.values)
-            total = sum(values)
-            if total - total != 0:  # a NaN or an infinity among them
-                series.nonfinite.extend(points + i for i, value in enumerate(values) if value - value != 0)
-            series.values.extend(values)
-            if series.steps is frame.steps and points == rows:
-                continue  # aligned: the frame's steps and times are its own (extended below)
-            if series.steps is frame.steps:  # it missed rows: steps and times of its own from now on (`Frame.add`)
-                series.steps, series.times = frame.steps[:points], frame.times[:points]
-            series.steps.extend(steps)
-            series.times.extend(times)
+        row = len(frame.steps)
         frame.steps.extend(steps)
         frame.times.extend(times)
+        for series, values in columns:
+            frame.extend(series, row, values)
         info.records += len(run)
         if info.first_step is None:
             info.first_step = steps[0]
