@@ -194,10 +194,13 @@ class Store:
         info = self.sources[source_id]
         stored = []
         records: List[Dict[str, Any]] = []  # stored, not indexed yet: indexed together, before an amend or at the end
+        queued = 0  # stored[:queued] is queued in the database: an amend's rewrite must find its record there
         for item in items:
             if item.kind == "amend":
                 self._index_records(info, records)
                 records = []
+                self.db.insert(stored[queued:])
+                queued = len(stored)
                 amend = self._amend(info, item.data)
                 if amend is not None:
                     stored.append(amend)
@@ -215,7 +218,7 @@ class Store:
                 self._last_record[source_id] = data
             stored.append(data)
         self._index_records(info, records)
-        self.db.insert(stored)
+        self.db.insert(stored[queued:])
         return stored
 
     def _amend(self, info: SourceInfo, values: Dict[str, Any]) -> Optional[Dict[str, Any]]:

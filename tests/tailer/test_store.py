@@ -61,3 +61,15 @@ def test_range_and_segments() -> None:
     assert {(s["segment"], tuple(s["x"])) for s in out} == {(0, (55, 56, 57, 58)), (1, (55, 56, 57, 58))}
     info = store.sources["rank_0"]
     assert info.records == 111 and info.last_step == 60 and info.metrics == ["loss"]
+
+
+def test_a_record_and_its_amend_in_one_add_read_amended_before_and_after_the_commit() -> None:
+    # Until a commit (or while the disk refuses one) readers get queued items from memory: the amend's rewrite
+    # must reach its record there, not wait for the file.
+    store = make_store([Item("record", {"step": 1, "loss": 1.0}), Item("amend", {"step": 1, "segment": 0, "lr": 0.1}),
+                        Item("record", {"step": 2, "loss": 2.0})])
+    for _ in ("queued", "written"):
+        assert [(r["step"], r.get("lr")) for r in store.records_after(0, 10)] == [(1, 0.1), (2, None)]
+        assert [i["seq"] for i in store.items_after(0)] == [1, 2, 3]
+        store.commit()
+    store.close()
