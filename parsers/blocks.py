@@ -101,19 +101,22 @@ def feed_block(
                 raise
             on_error(pending_line, exc)
 
+    counts = main.counts  # the state's own dict: feeding lines never replaces it
+    collecting = main.collecting  # read again after a line is fed: `feed_hot` never opens a multi-line event
     for start in finder.starts(block, pos):
-        if main.collecting and pos < start:  # an open multi-line event takes whatever line comes next
+        if collecting and pos < start:  # an open multi-line event takes whatever line comes next
             if pending:
                 settle()
             while main.collecting and pos < start:
                 feed_next()
+            collecting = main.collecting
             if pos > start:
                 continue  # the event took this line too
         if start > pos:
             # The lines before the next that may matter are only counted, as `feed` counts a line no rule matches.
             # (The `flush(now)` such a line ends with emits nothing: no multi-line event is open here.)
             skipped = block.count(b"\n", pos, start)
-            main.counts["lines"] += skipped
+            counts["lines"] += skipped
             pos, line_no = start, line_no + skipped
         end = find(b"\n", pos)
         text = decode(block[pos:end], offset + pos)
@@ -121,11 +124,13 @@ def feed_block(
             if pending:
                 settle()
             feed_next()
+            collecting = main.collecting
             continue
+        taken = None
         try:
             # A step or progress line is matched here and handed to the engine's record path; any other line,
             # and any while a multi-line event is open, is fed.
-            taken = hot_match(text) if hot_match is not None and not main.collecting and "\x1b" not in text else None
+            taken = hot_match(text) if hot_match is not None and not collecting and "\x1b" not in text else None
             found = main_feed(text, line_no, now) if taken is None else feed_hot(*taken, line_no, now)
         except Exception as exc:  # noqa: BLE001 - as in `feed_next`
             if on_error is None:
@@ -135,6 +140,8 @@ def feed_block(
             if found:
                 pending += found
                 pending_line = line_no
+        if taken is None:
+            collecting = main.collecting
         pos, line_no = end + 1, line_no + 1
     if pending:
         settle()

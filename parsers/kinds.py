@@ -45,9 +45,14 @@ def fits(value: Value, text: str = "") -> bool:
 
 def to_float(text: str, unit: str = "") -> Optional[float]:
     """'1.e-05' -> 1e-05, '[nan]' -> nan, 'inf' -> inf, 'None' -> None."""
-    if not unit and "[" not in text:
+    if not unit:
         try:
-            return float(text)  # the common case, at once: float() itself strips whitespace
+            # the common cases, at once: float() itself strips whitespace; `[1.5]` is a shape-(1,) array
+            if "[" not in text:
+                return float(text)
+            bare = text.strip()
+            if bare[:1] == "[" and bare[-1:] == "]":
+                return float(bare[1:-1])
         except ValueError:
             pass
     bare = _bare(text, unit)

@@ -79,8 +79,12 @@ class LineSplitter:
         if whole and _valid_utf8(whole):
             count = whole.count(b"\n")
             # counted here, not as lines are decoded: the fast path decodes only the lines that may matter
-            self.nul_bytes += whole.count(b"\x00")
-            lines.append(Block(whole, self._buffer_start, self.next_number, count, self._text))
+            nuls = whole.count(b"\x00") if b"\x00" in whole else 0  # `in` is a memchr, `count` a slower pass
+            self.nul_bytes += nuls
+            # A block of valid UTF-8 with no NUL and no `\r` (a log's usual block) has nothing `_text` would change in
+            # a line but a BOM at the file's start: its lines are decoded without `_text`'s checks.
+            decode = self._text if nuls or b"\r" in whole else _plain_text
+            lines.append(Block(whole, self._buffer_start, self.next_number, count, decode))
             self.next_number += count
             self._buffer_start += len(whole)
             pos = last_newline + 1
@@ -160,6 +164,15 @@ class LineSplitter:
         if start == 0 and text.startswith(BOM):
             text = text[1:]
         return text
+
+
+def _plain_text(raw: bytes, start: int) -> str:
+    """`LineSplitter._text` of a line of valid UTF-8 with no NUL and no `\\r`: its text (a BOM at the file's start
+    dropped)."""
+    if start:
+        return raw.decode()
+    text = raw.decode()
+    return text[1:] if text.startswith(BOM) else text
 
 
 def _valid_utf8(data: bytes) -> bool:

@@ -3,9 +3,13 @@
 
 from __future__ import annotations
 
+import math
+
+import pytest
 from tests.parsers.support import FORMATS
 
 from mstail.parsers import SourceParser
+from mstail.parsers.kinds import to_float
 
 PREFIX = "[INFO] 2024-08-12 10:18:15,163 [mindformers/core/callback/callback.py:314] print_output_info: "
 
@@ -37,3 +41,21 @@ def test_a_written_infinity_is_a_value_not_an_error() -> None:
     parser = SourceParser(FORMATS)
     items = parser.feed('{"step": 1, "loss": "Infinity"}', 1, 0.0)
     assert items[0].data["loss"] == float("inf") and parser.counts["field_errors"] == 0
+
+
+@pytest.mark.parametrize("text, expected", [
+    (" [1.6582648]", 1.6582648), ("[ -2.5 ]", -2.5), ("[1e400]", math.inf), ("[None]", None), ("[]", None),
+    ("[ n/a ]", None), ("[[1.5]]", ValueError), ("[1.5", ValueError), ("1.5]", ValueError), ("[1.5]x", ValueError),
+])
+def test_a_float_printed_as_a_one_element_array_reads_as_its_number(text: str, expected: object) -> None:
+    """MindFormers prints global_norm as `[1.66]` (a shape-(1,) array): read at once, the value the full reading gives
+    (a NULL word inside is no value, anything else that is no number a ValueError, a field error)."""
+    if expected is ValueError:
+        with pytest.raises(ValueError):
+            to_float(text)
+    else:
+        assert to_float(text) == expected
+
+
+def test_a_nan_in_brackets_reads_as_nan() -> None:
+    assert math.isnan(to_float(" [nan]"))  # type: ignore[arg-type]

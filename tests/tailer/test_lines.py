@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from mstail.tailer.lines import LineSplitter
+from mstail.tailer.lines import BOM, Block, LineSplitter
 
 
 def reference(data: bytes, max_line_bytes: int):  # type: ignore[no-untyped-def]
@@ -61,3 +61,32 @@ def test_nul_bytes_are_counted_alike_in_blocks_and_lines_decoded_or_not(seed: in
             pos += step
         counts.append(splitter.nul_bytes)
     assert counts == [data.count(b"\x00")] * 3
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_a_blocks_lines_decode_to_the_texts_line_by_line_gives(seed: int) -> None:
+    """`Block.decode` gives each line of a block the text `feed` gives it line by line: a BOM at the file's start
+    dropped, a `\\r` redraw shown as its last, NUL bytes dropped (a block with neither is decoded the plain way)."""
+    rng = random.Random(seed)
+    words = [b"loss=1.5", "é中😀".encode(), b"", b"step 12", BOM.encode()]
+    if seed % 2:  # else a plain block: no NUL, no `\r`
+        words += [b"\x00", b"\r"]
+    lines = [b" ".join(rng.choice(words) for _ in range(rng.randint(0, 8))) for _ in range(rng.randint(1, 60))]
+    data = (BOM.encode() if rng.random() < 0.5 else b"") + b"\n".join(lines) + b"\n"
+    expected = [line.text for line in LineSplitter().feed(data)]
+    splitter, got, blocks, pos = LineSplitter(), [], 0, 0
+    while pos < len(data):
+        step = rng.choice([5, 64, 4096])
+        for out in splitter.feed(data[pos : pos + step], blocks=True):
+            if isinstance(out, Block):
+                blocks += 1
+                at = 0
+                while at < len(out.data):
+                    end = out.data.index(b"\n", at)
+                    got.append(out.decode(out.data[at:end], out.start + at))
+                    at = end + 1
+            else:
+                got.append(out.text)
+        pos += step
+    assert got == expected
+    assert blocks > 0
