@@ -199,7 +199,7 @@ def _widen(conn: Connection) -> None:
 def _child(follower: FileFollower, parser: InterleavedParser, end: int, conn: Connection, now: float,
            parent: int) -> None:
     """The child's work: parse from the resume point to `end` (the size seen at the fork), a batch per block."""
-    failed, sender = False, None
+    status, sender = 0, None  # the exit status: 1 when something failed
     try:
         _as_a_child(parent)
         sender = _Sender(conn)
@@ -232,14 +232,14 @@ def _child(follower: FileFollower, parser: InterleavedParser, end: int, conn: Co
             if not sender.put(Batch(list(map(prepare, fold_amends(items))), checkpoint, parser.emitted, failures)):
                 break  # the parent stopped listening: nothing to send to
     except BaseException:  # noqa: BLE001 - the parent resumes from the last batch and says so; nothing may outlive it
-        failed = True
+        status = 1
     finally:
         try:
             if sender is not None:
                 sender.finish()  # the batches queued before a failure are good: the parent stores them
         except BaseException:  # noqa: BLE001 - as above
-            failed = True
-        os._exit(1 if failed else 0)  # which closes the pipe: the parent's end then reads its end
+            status = 1
+        os._exit(status)  # which closes the pipe: the parent's end then reads its end
 
 
 class _Sender:

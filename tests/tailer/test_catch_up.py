@@ -93,6 +93,7 @@ def test_the_catch_up_gives_what_feeding_every_line_gives(name: str, child: bool
     assert [repr(as_kept(item)) for item in settled(parsed)] == [repr(as_kept(item)) for item in settled(expected)]
     assert followed.parser.counts == reference.counts
     assert followed.catch_up is None and bool(children) == bool(child and path.stat().st_size > 1024)
+    assert not followed.no_child  # a child ended as one that did its work (exit status 0)
     store = tailer.store
     store.commit()
     for (text,) in store.db._rows("SELECT data FROM items"):  # the texts a child prepared are the store's own
@@ -296,6 +297,7 @@ def test_a_child_parses_on_while_the_parent_takes_no_batch(tmp_path: Path, monke
 
     asyncio.run(catch_up())
     _assert_caught_up_once(tailer, path)
+    assert not followed.no_child  # the child ended as one that did its work (exit status 0)
 
 
 def _bytes_read(io: Path) -> int:
