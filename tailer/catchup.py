@@ -5,7 +5,8 @@ busy for tens of seconds, one 64 KiB round at a time, beside the live files. Whe
 has at least BULK_MIN_BYTES to read, the tailer forks: the child continues with copies of that file's follower and
 parser, exactly where the parent's stopped (a pass end where the parser held nothing: a resume point), reads up to
 the size the file had then in blocks of BULK_BLOCK_BYTES through the same fast path (`parsers.blocks.feed_block`)
-and sends, block by block, the items it got and a `SourceCheckpoint` where its parser held nothing after the block.
+and sends, block by block, the items it got and a `SourceCheckpoint` where its parser held nothing after the block
+(written to the pipe by a thread of its own, `_Sender`, so that it parses on while the parent takes none).
 The parent stores each batch as a pass's items and commits it with that checkpoint (or, inside a multi-line event,
 with the resume point before it and the count of items emitted since: a restart skips those), so the history a
 restart finds is always one the line-by-line path would have committed. When the child is done (or stopped early:
@@ -24,10 +25,13 @@ import contextlib
 import fcntl
 import multiprocessing
 import os
+import queue
 import signal
+import threading
 import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
+from multiprocessing.reduction import ForkingPickler
 from typing import TYPE_CHECKING, Any, List, Optional, Tuple
 
 from mstail.parsers import Item
@@ -50,12 +54,18 @@ BULK_MIN_BYTES = 8 << 20
 #: bytes the child reads and parses between two batches (about 80 steps of a MindFormers log): each batch is a
 #: pickled message the parent decodes and stores in a few ms, and a resume point for a restart
 BULK_BLOCK_BYTES = 128 << 10
-#: the pipe's capacity asked for (Linux; at most /proc/sys/fs/pipe-max-size, 1 MiB by default): about 20 batches
-#: the child may send ahead before it waits for the parent, whose passes then never wait for a half-written one
+#: the pipe's capacity asked for (Linux; at most /proc/sys/fs/pipe-max-size, 1 MiB by default): about 80 batches
+#: in the pipe, so the parent's passes seldom wait for a half-written one
 PIPE_BYTES = 1 << 20
+#: batches the child may parse ahead of the parent (pickled, about 12 KB each: 1,024 are 128 MiB of log and ~13 MB of
+#: the child's memory). The parent takes none while it imports the web part and starts the server (half a second
+#: and more); a child that waited on the full pipe meanwhile lost that time on the way to the history's end.
+AHEAD_BATCHES = 1024
 #: a child that sends no batch for this long (a block takes milliseconds) is stuck — a lock held by another of the
 #: parent's threads at the fork, a filesystem that stopped answering —: it is stopped and the passes read on
 STALL_S = 30.0
+#: how long a child whose pipe closed is given to exit by itself (it is exiting) before `stop` kills it
+EXIT_WAIT_S = 5.0
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)  # Python 3.10+ names it
 
 
@@ -70,6 +80,16 @@ class Batch:
     checkpoint: Optional[SourceCheckpoint]
     emitted: int
     failures: List[Tuple[int, str]] = field(default_factory=list)
+
+    # Pickled with its items as plain (kind, data) tuples: an `Item` (a NamedTuple) pickles through a Python-level
+    # `__getnewargs__`, a call per item that was half the child's cost of sending a batch.
+    def __getstate__(self) -> Tuple[List[Tuple[str, Any]], Optional[SourceCheckpoint], int, List[Tuple[int, str]]]:
+        return [tuple(item) for item in self.items], self.checkpoint, self.emitted, self.failures
+
+    def __setstate__(self, state: Tuple[List[Tuple[str, Any]], Optional[SourceCheckpoint], int,
+                                        List[Tuple[int, str]]]) -> None:
+        pairs, self.checkpoint, self.emitted, self.failures = state
+        self.items = list(map(Item._make, pairs))
 
 
 def eligible(follower: Any, parser: Any) -> bool:
@@ -130,7 +150,8 @@ class CatchUp:
         while not self.done and count < limit and self._conn.poll(wait_s if not out else 0):
             try:
                 batch: Batch = self._conn.recv()  # the pipe holds all of it, or the child is writing the rest now
-            except (EOFError, OSError):  # the child is done (or died)
+            except (EOFError, OSError):  # the child is done (or died): its exit status says which (`failed`)
+                self._process.join(timeout=EXIT_WAIT_S)
                 self.stop()
                 break
             out.append(batch)
@@ -178,8 +199,10 @@ def _widen(conn: Connection) -> None:
 def _child(follower: FileFollower, parser: InterleavedParser, end: int, conn: Connection, now: float,
            parent: int) -> None:
     """The child's work: parse from the resume point to `end` (the size seen at the fork), a batch per block."""
+    status, sender = 0, None  # the exit status: 1 when something failed
     try:
         _as_a_child(parent)
+        sender = _Sender(conn)
         current = follower.current
         while follower.current is current and current.pos < end:  # type: ignore[union-attr]
             failures: List[Tuple[int, str]] = []
@@ -206,12 +229,63 @@ def _child(follower: FileFollower, parser: InterleavedParser, end: int, conn: Co
                 break  # a launcher tag: the parent reads on from the last resume point, with sources for the parts
             checkpoint = None if parser.holding else SourceCheckpoint(follower.checkpoint(), parser.snapshot_json(),
                                                                       emitted_at=parser.emitted)
-            conn.send(Batch(list(map(prepare, fold_amends(items))), checkpoint, parser.emitted, failures))
+            if not sender.put(Batch(list(map(prepare, fold_amends(items))), checkpoint, parser.emitted, failures)):
+                break  # the parent stopped listening: nothing to send to
     except BaseException:  # noqa: BLE001 - the parent resumes from the last batch and says so; nothing may outlive it
-        os._exit(1)
+        status = 1
     finally:
-        conn.close()
-        os._exit(0)
+        try:
+            if sender is not None:
+                sender.finish()  # the batches queued before a failure are good: the parent stores them
+        except BaseException:  # noqa: BLE001 - as above
+            status = 1
+        os._exit(status)  # which closes the pipe: the parent's end then reads its end
+
+
+class _Sender:
+    """The child's batches written to the pipe by a thread of their own, so that parsing goes on while the parent
+    takes none (at most AHEAD_BATCHES ahead). The batches are pickled in the parsing thread, as `Connection.send`
+    would, and written in order.
+
+    Args:
+        conn: the child's end of the pipe.
+    """
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+        self._queue: queue.Queue = queue.Queue(maxsize=AHEAD_BATCHES)
+        self._stopped = threading.Event()  # the writer is done: all written, or the pipe broke (the parent stopped it)
+        self._thread = threading.Thread(target=self._write, name="mstail-catch-up-sender", daemon=True)
+        self._thread.start()
+
+    def put(self, batch: Batch) -> bool:
+        """Queue a batch (waiting while AHEAD_BATCHES are queued); False once the writer stopped (a broken pipe)."""
+        data = ForkingPickler.dumps(batch)
+        while not self._stopped.is_set():
+            with contextlib.suppress(queue.Full):
+                self._queue.put(data, timeout=1.0)  # bounded: a look at `_stopped` every second
+                return True
+        return False
+
+    def finish(self) -> None:
+        """Wait until every queued batch is written (or the pipe broke)."""
+        while not self._stopped.is_set():
+            with contextlib.suppress(queue.Full):
+                self._queue.put(None, timeout=1.0)
+                break
+        self._thread.join()
+
+    def _write(self) -> None:
+        try:
+            while True:
+                data = self._queue.get()
+                if data is None:
+                    return
+                self._conn.send_bytes(data)
+        except OSError:  # BrokenPipeError: the parent stopped it; `put` then says so
+            pass
+        finally:
+            self._stopped.set()
 
 
 def _as_a_child(parent: int) -> None:

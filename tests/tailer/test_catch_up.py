@@ -93,6 +93,7 @@ def test_the_catch_up_gives_what_feeding_every_line_gives(name: str, child: bool
     assert [repr(as_kept(item)) for item in settled(parsed)] == [repr(as_kept(item)) for item in settled(expected)]
     assert followed.parser.counts == reference.counts
     assert followed.catch_up is None and bool(children) == bool(child and path.stat().st_size > 1024)
+    assert not followed.no_child  # a child ended as one that did its work (exit status 0)
     store = tailer.store
     store.commit()
     for (text,) in store.db._rows("SELECT data FROM items"):  # the texts a child prepared are the store's own
@@ -224,10 +225,19 @@ def _catch_up_with_a_failing_child(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     with caplog.at_level(logging.WARNING, logger="mstail.sidecar"):
         asyncio.run(catch_up())
     (followed,) = tailer._sources.values()
-    assert followed.caught_up and followed.catch_up is None
     assert len(started) == 1  # a child that ended early is not forked again for that file
+    _assert_caught_up_once(tailer, path)
+    return "\n".join(record.getMessage() for record in caplog.records)
+
+
+def _assert_caught_up_once(tailer: Tailer, path: Path) -> None:
+    """The tailer's one source is caught up, its child gone, and its store holds every item of the file once, in
+    order (what the parser still holds at the end added), as feeding every line gives them."""
+    (followed,) = tailer._sources.values()
+    assert followed.caught_up and followed.catch_up is None
     tail = followed.parser.flush(READ_TIME, force=True)
-    stored = store.items_after(0, 1 << 30)
+    stored = tailer.store.items_after(0, 1 << 30)
+    assert [item["seq"] for item in stored] == list(range(1, len(stored) + 1))
     got = [{k: v for k, v in item.items() if k not in ("seq", "source")} for item in stored if item.get("kind") != "amend"]
     got += [{k: v for k, v in item.data.items() if k != "line"} for item in settled(tail)]
     reference = InterleavedParser(lambda: SourceParser(FORMATS))
@@ -235,7 +245,6 @@ def _catch_up_with_a_failing_child(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     expected = settled(expected + reference.flush(READ_TIME, force=True))
     assert list(map(_sorted_json, got)) == [_sorted_json({k: v for k, v in item.data.items() if k != "line"})
                                             for item in expected]
-    return "\n".join(record.getMessage() for record in caplog.records)
 
 
 def test_a_child_that_dies_leaves_the_history_to_the_passes_and_is_said(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -255,3 +264,45 @@ def test_a_child_that_stops_sending_is_stopped_and_the_passes_read_on(tmp_path: 
     monkeypatch.setattr(catchup, "STALL_S", 0.5)
     said = _catch_up_with_a_failing_child(tmp_path, monkeypatch, caplog, lambda: catchup.time.sleep(120))
     assert "ended early (no batch for 0.5 s)" in said, said
+
+
+def test_a_child_parses_on_while_the_parent_takes_no_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`serve` takes no batch while it imports the web part and starts the server: the child reads the whole history
+    meanwhile (its batches queued in it, far more than the pipe holds), and the passes then store every item once,
+    in order, as feeding every line gives them."""
+    monkeypatch.setattr(tailer_module.time, "time", lambda: READ_TIME)
+    monkeypatch.setattr(tailer_module, "CATCH_UP_SLICE", 1024)
+    monkeypatch.setattr(tailer_module, "BULK_MIN_BYTES", 1)
+    monkeypatch.setattr(catchup, "BULK_BLOCK_BYTES", 2048)
+    monkeypatch.setattr(catchup, "PIPE_BYTES", 4096)  # the smallest pipe: a child waiting on it read a few blocks
+    path = tmp_path / "info.log"
+    path.write_text("\n".join(mixed_log() * 8) + "\n", encoding="utf-8")
+    store = Store()
+    tailer = Tailer(Config(logs=(str(path),), persist=False, pass_time_s=0.0, alert_rules=None), FORMATS, store, Hub())
+    tailer.read_ahead()
+    (followed,) = tailer._sources.values()
+    assert followed.catch_up is not None
+    left = path.stat().st_size - followed.follower.current.pos  # what the child has to read
+    io = Path(f"/proc/{followed.catch_up._process.pid}/io")
+    for _ in range(600):  # up to a minute for the child to read what it has left (it takes milliseconds)
+        if _bytes_read(io) >= left:
+            break
+        catchup.time.sleep(0.1)
+    assert _bytes_read(io) >= left, "the child waits for the parent"
+
+    async def catch_up() -> None:
+        for _ in range(1000):
+            if not await tailer.pass_once():
+                break
+
+    asyncio.run(catch_up())
+    _assert_caught_up_once(tailer, path)
+    assert not followed.no_child  # the child ended as one that did its work (exit status 0)
+
+
+def _bytes_read(io: Path) -> int:
+    """What a process has read so far (`rchar` of /proc/PID/io: files and pipes alike)."""
+    for line in io.read_text(encoding="ascii").splitlines():
+        if line.startswith("rchar:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no rchar in {io}")
