@@ -186,12 +186,14 @@ class IntegrityCheck:
     Args:
         path: the state file, already opened (and in WAL mode) by its owner.
         check: run the check; False = only read ahead (the answer is then None).
+        reader: the file opened for reading before SQLite opened it, to read it in order (needed with `check`);
+            its owner closes it after SQLite's connections (`StateDB._reader`).
     """
 
-    def __init__(self, path: Path, check: bool = True) -> None:
+    def __init__(self, path: Path, check: bool = True, reader: Optional[IO[bytes]] = None) -> None:
         self._conn = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True, check_same_thread=False)
         self._reason: Optional[str] = None
-        self._path = path
+        self._reader = reader
         self._cancelled = False
         self.checks = check
         self._thread = threading.Thread(target=self._run, name="mstail-state-check", daemon=True)
@@ -217,10 +219,12 @@ class IntegrityCheck:
         """Read the file from start to end once, into the page cache: the check reads it page by page in its
         b-trees' order, which from a disk is random reads (9 s for a million records' 375 MB out of the cache,
         against 1.5 s for this read and 1 s for the check then)."""
-        with contextlib.suppress(OSError), open(self._path, "rb", buffering=0) as f:
+        if self._reader is None:
+            return
+        with contextlib.suppress(OSError):
             chunk = bytearray(1 << 20)
-            for _ in range(os.fstat(f.fileno()).st_size // len(chunk) + 1):  # the size now: its owner may write on
-                if self._cancelled or not f.readinto(chunk):
+            for at in range(0, os.fstat(self._reader.fileno()).st_size, len(chunk)):  # the size now: it may grow
+                if self._cancelled or not os.preadv(self._reader.fileno(), [chunk], at):
                     return
 
     def result(self) -> Optional[str]:
@@ -367,6 +371,11 @@ class StateDB:
         self._retry_at = 0.0
         self._network = network
         self._check: Optional[IntegrityCheck] = None  # checking or reading ahead, from the opening until `verify`
+        #: the file opened for the check's read in order before SQLite opened it, closed only after SQLite closed it:
+        #: closing any descriptor of a file drops all of the process's POSIX locks on it, SQLite's too, and without its
+        #: shared lock another program's connection, closing, takes itself for the last one and deletes the WAL
+        #: mstail still writes to
+        self._reader: Optional[IO[bytes]] = None
         #: the file's pages are known to hold together: checked at this opening (`verify`), unchanged since its
         #: owner's mark (`_OwnerMark`), or new; only then, and with nothing failed since, is it marked (open or clean)
         self._sound = path is None
@@ -397,13 +406,16 @@ class StateDB:
             pass  # a filesystem without locks: go on unguarded
         existed = self.path.exists()  # both before `_connect`: it makes the file, and its chmod changes the ctime
         self._sound = _OwnerMark.taken(self._owner.fileno(), self.path) or not existed
+        if not self._sound:
+            with contextlib.suppress(OSError):  # none: the check reads it page by page only
+                self._reader = open(self.path, "rb", buffering=0)
         try:
             conn = self._prepare(self._connect(), network)
             reason = self._unusable(conn)
         except sqlite3.DatabaseError as exc:
             conn, reason = None, f"corrupt ({exc})"
         if reason is None:
-            self._check = IntegrityCheck(self.path, check=not self._sound)
+            self._check = IntegrityCheck(self.path, check=not self._sound, reader=self._reader)
             self.reopened = existed
             return conn  # type: ignore[return-value]
         if conn is not None:
@@ -412,6 +424,7 @@ class StateDB:
 
     def _set_aside(self, reason: str, network: bool) -> sqlite3.Connection:
         """Move the unusable state file (and its -wal, -shm, -journal) aside, said once, and start a fresh one."""
+        self._close_reader()  # SQLite's connections to it are closed
         aside = self.path.with_name(f"{self.path.name}.{reason.split()[0]}-{int(time.time())}")  # type: ignore[union-attr]
         log.warning("state %s is %s: moved to %s; reading the logs from the start", self.path, reason, aside)
         for suffix in ("", "-wal", "-shm", "-journal"):
@@ -452,6 +465,12 @@ class StateDB:
         if not self._failed and self._owner is not None and not self._owner.closed:
             _OwnerMark.erase(self._owner.fileno())
         self._failed = True
+
+    def _close_reader(self) -> None:
+        """Close the check's reader (`_reader`): only once no SQLite connection to the file is open."""
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
 
     def _connect(self) -> sqlite3.Connection:
         """The database file, made 0600 before SQLite opens it: its -wal, -shm and -journal files take the
@@ -572,6 +591,7 @@ class StateDB:
             self._check.cancel()
         with self._lock:
             self.conn.close()  # the last connection: SQLite moves the WAL into the file, syncs it and deletes the WAL
+            self._close_reader()
             if self._owner is None:
                 return
             clean = self._sound and not self._failed and self.write_error is None and not (

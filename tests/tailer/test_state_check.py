@@ -135,10 +135,10 @@ def test_a_close_before_the_check_ended_brings_the_check_back(tmp_path: Path) ->
 
 
 #: a state's owner in a process of its own, killed by the test once it printed "ready"; argv: the state file, then
-#: what it does first: "commit" (loads, stores 100 more records, commits), "read" (loads, reads a damaged page),
-#: "open" (opens the file and leaves its check running)
+#: what it does first: "commit" (loads, stores 100 more records, commits), "shared" (the same after another process
+#: read the state), "read" (loads, reads a damaged page), "open" (opens the file and leaves its check running)
 _OWNER = """
-import sqlite3, sys, time
+import sqlite3, subprocess, sys, time
 from pathlib import Path
 from mstail.parsers import Item
 from mstail.tailer.db import StateDB
@@ -149,7 +149,10 @@ print("checked" if db._check.checks else "trusted", flush=True)
 if sys.argv[2] != "open":
     store = Store(db)
     store.load()
-if sys.argv[2] == "commit":
+if sys.argv[2] == "shared":  # another program reads the state meanwhile
+    reader = f"import sqlite3; c = sqlite3.connect({sys.argv[1]!r}); c.execute('SELECT count(*) FROM items'); c.close()"
+    subprocess.run([sys.executable, "-c", reader], check=True, timeout=60)
+if sys.argv[2] in ("commit", "shared"):
     last = store.last_seq
     store.add("rank_0", [Item("record", {"step": step, "time": 1e9 + step, "loss": 1.0 / step, "lr": 1e-4})
                          for step in range(last + 1, last + 101)])
@@ -295,3 +298,21 @@ def test_reopened_says_whether_the_opening_found_a_history_to_load(tmp_path: Pat
     assert not other.reopened
     other.close()
     assert not StateDB(None).reopened  # --no-state
+
+
+
+@pytest.mark.parametrize("mark", ["none", "clean"])
+def test_another_program_reading_the_state_meanwhile_leaves_mstail_its_wal(tmp_path: Path, mark: str) -> None:
+    """The check reads the file in order through a descriptor of its own: closed while SQLite had the file open, it
+    dropped SQLite's shared lock (POSIX locks are the process's, whichever descriptor), and another program's
+    connection, closing, took itself for the last one and deleted the WAL the owner went on committing to: lost
+    at the owner's crash."""
+    path = tmp_path / "state.sqlite"
+    _state(path)
+    if mark == "none":
+        path.with_name("state.sqlite.lock").write_bytes(b"")
+    assert _killed_owner(path, "shared") == ("checked" if mark == "none" else "trusted")
+    again = Store(StateDB(path, expected="test"))
+    again.load()
+    assert again.last_seq == RECORDS + 100
+    again.close()
