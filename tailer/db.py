@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import json
 import logging
@@ -178,18 +179,21 @@ class IntegrityCheck:
     program's write) that still opens. Such pages would fail later reads and commits, the history would stop being
     written; found at the start, the file is moved aside and the logs read again. The check reads every page (the
     whole file, 375 MB for a million records: 1 s from the page cache, more from a disk, read in order first), so
-    it runs while the server's modules are imported, not before; a file unchanged since its last clean close
-    (`_CleanClose`) is not checked, only what `Store.load` will read is read ahead (`_READ_AHEAD`).
+    it runs while the server's modules are imported, not before; a file its owner's mark (`_OwnerMark`) shows
+    unchanged since its last clean close, or since the last commit of a process that ended in this boot of the
+    machine, is not checked: only what `Store.load` will read is read ahead (`_READ_AHEAD`).
 
     Args:
         path: the state file, already opened (and in WAL mode) by its owner.
         check: run the check; False = only read ahead (the answer is then None).
+        reader: the file opened for reading before SQLite opened it, to read it in order (needed with `check`);
+            its owner closes it after SQLite's connections (`StateDB._reader`).
     """
 
-    def __init__(self, path: Path, check: bool = True) -> None:
+    def __init__(self, path: Path, check: bool = True, reader: Optional[IO[bytes]] = None) -> None:
         self._conn = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True, check_same_thread=False)
         self._reason: Optional[str] = None
-        self._path = path
+        self._reader = reader
         self._cancelled = False
         self.checks = check
         self._thread = threading.Thread(target=self._run, name="mstail-state-check", daemon=True)
@@ -215,10 +219,12 @@ class IntegrityCheck:
         """Read the file from start to end once, into the page cache: the check reads it page by page in its
         b-trees' order, which from a disk is random reads (9 s for a million records' 375 MB out of the cache,
         against 1.5 s for this read and 1 s for the check then)."""
-        with contextlib.suppress(OSError), open(self._path, "rb", buffering=0) as f:
+        if self._reader is None:
+            return
+        with contextlib.suppress(OSError):
             chunk = bytearray(1 << 20)
-            for _ in range(os.fstat(f.fileno()).st_size // len(chunk) + 1):  # the size now: its owner may write on
-                if self._cancelled or not f.readinto(chunk):
+            for at in range(0, os.fstat(self._reader.fileno()).st_size, len(chunk)):  # the size now: it may grow
+                if self._cancelled or not os.preadv(self._reader.fileno(), [chunk], at):
                     return
 
     def result(self) -> Optional[str]:
@@ -234,44 +240,99 @@ class IntegrityCheck:
         self._thread.join()
 
 
-class _CleanClose:
-    """The mark a clean close leaves in the state's lock file: the closed file's identity and timestamps (device,
-    inode, size, modification and status change times in ns) and SQLite's 100-byte header. An opening takes it
-    (erased, synced, before anything is written) and trusts the file without `IntegrityCheck` only when the file
-    is still exactly what that close left: no -wal or -journal with content beside it, every one of those the
-    same. Any write to the file since (a program's, a copy, a restore, even one that puts the modification time
-    back) changes the status change time, which only the kernel sets: such a file gets the check. What no stat
-    shows (a disk that damages a page without a write) is what SQLite reports when it reads the page (`_failed`)."""
+@functools.lru_cache(maxsize=None)
+def boot_id() -> Optional[str]:
+    """The id of this boot of the kernel (Linux: a new one at every start of the machine), or None where unreadable."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            return f.read().strip() or None
+    except (OSError, ValueError):
+        return None
+
+
+class _OwnerMark:
+    """The mark the state's owner keeps in its lock file, which says whether the next opening may trust the file
+    without `IntegrityCheck`. Its facts: the file's identity and timestamps (device, inode, size, modification and
+    status change times in ns), and SQLite's 100-byte header in a clean close's mark.
+
+    - `clean FACTS`, left by a clean close: no -wal or -journal with content beside the file.
+    - `open BOOT FACTS`, written once the file is known sound and again after every commit while its owner runs:
+      FACTS with its -wal's and -journal's (inode, size, times), BOOT the kernel's boot id. A process that ends
+      without closing (`kill -9`, the OOM killer, a crash) leaves it. The machine kept running, so every write the
+      process made is in the kernel's page cache, and SQLite's own guarantee (a transaction is wholly in the file or
+      its WAL or not at all; the WAL's committed frames, checked by their checksums, replayed at the next opening)
+      leaves a consistent file. After a machine crash (another boot id) a disk that lied about flushing may have
+      torn pages: that file is checked.
+
+    An opening takes the mark (erased, synced, before anything is written) and trusts the file only when the mark
+    still describes it exactly. Any write to the file since (a program's, a copy, a restore, even one that puts the
+    modification time back) changes the status change time, which only the kernel sets; a process killed between a
+    commit and its mark leaves facts that do not match: both are checked. What no stat shows (a disk that damages a
+    page without a write) is what SQLite reports when it reads the page (`StateDB._fail` erases the mark then)."""
 
     @staticmethod
-    def _facts(path: Path) -> Optional[str]:
-        """The file's identity as the mark holds it, or None where there is none to trust (a WAL or journal with
-        something in it beside it: not closed, or still open elsewhere; a read-only reader leaves an empty WAL)."""
+    def _facts(path: Path, running: bool) -> Optional[str]:
+        """The file's facts as a mark holds them, or None where there are none to trust. `running` (an open mark,
+        made after every commit): the -wal's and -journal's identity and times too, and no header, as the file is
+        never opened while SQLite has it (closing a descriptor drops all of the process's POSIX locks on the file,
+        SQLite's too). Else (a clean close) the -wal and -journal must be empty: one with something in it means not
+        closed, or still open elsewhere; a read-only reader leaves an empty WAL."""
         try:
+            if running:
+                facts = []
+                for name in (str(path), f"{path}-wal", f"{path}-journal"):
+                    try:
+                        st = os.stat(name)
+                    except FileNotFoundError:
+                        facts.append("-")
+                        continue
+                    facts.append(f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}")
+                return " ".join(facts) if facts[0] != "-" else None
             for suffix in ("-wal", "-journal"):
                 with contextlib.suppress(FileNotFoundError):
                     if os.stat(f"{path}{suffix}").st_size:
                         return None
             with open(path, "rb") as f:
-                st = os.fstat(f.fileno())
-                header = f.read(100)
+                st, header = os.fstat(f.fileno()), f.read(100)
         except OSError:
             return None
         return json.dumps({"dev": st.st_dev, "ino": st.st_ino, "size": st.st_size, "mtime_ns": st.st_mtime_ns,
                            "ctime_ns": st.st_ctime_ns, "header": header.hex()}, sort_keys=True)
 
     @classmethod
-    def mark(cls, lock: int, path: Path) -> None:
-        facts = cls._facts(path)
-        if facts is not None:
-            with contextlib.suppress(OSError):  # no mark: the next opening checks the file, as after a crash
-                os.ftruncate(lock, 0)
-                os.pwrite(lock, f"clean {facts}\n".encode(), 0)
+    def _text(cls, path: Path, running: bool) -> Optional[str]:
+        """The mark that describes `path` now, clean or open (None: nothing to mark, or no boot id to mark with)."""
+        facts = cls._facts(path, running)
+        if facts is None:
+            return None
+        if not running:
+            return f"clean {facts}\n"
+        boot = boot_id()
+        return f"open {boot} {facts}\n" if boot is not None else None
+
+    @classmethod
+    def mark(cls, lock: int, path: Path, running: bool) -> None:
+        """Mark `path` as it is now: `running` = an open mark (after a commit), else a clean close's."""
+        text = cls._text(path, running)
+        if text is None:
+            cls.erase(lock)
+            return
+        with contextlib.suppress(OSError):  # no mark: the next opening checks the file, as after a machine crash
+            data = text.encode()
+            os.pwrite(lock, data, 0)
+            os.ftruncate(lock, len(data))
+
+    @staticmethod
+    def erase(lock: int) -> None:
+        """No mark: the next opening checks the file."""
+        with contextlib.suppress(OSError):
+            os.ftruncate(lock, 0)
 
     @classmethod
     def taken(cls, lock: int, path: Path) -> bool:
-        """Whether the lock file held a clean close's mark that `path` still matches; the mark is erased either
-        way (synced: a crash after this opening must not leave it behind for a changed file)."""
+        """Whether the lock file held a mark that `path` still matches (an open mark: in this boot of the machine);
+        the mark is erased either way (synced: a crash after this opening must not leave it behind for a changed
+        file)."""
         try:
             mark = os.pread(lock, 4096, 0).decode("utf-8", "replace")
             if not mark:
@@ -280,8 +341,7 @@ class _CleanClose:
             os.fsync(lock)
         except OSError:
             return False
-        facts = cls._facts(path)
-        return facts is not None and mark == f"clean {facts}\n"
+        return mark == cls._text(path, running=mark.startswith("open "))
 
 
 class StateDB:
@@ -299,7 +359,7 @@ class StateDB:
         self.path = path
         self.expected = expected
         self._lock = threading.Lock()
-        #: the open lock file that keeps a second mstail out, and holds the clean close's mark (`_CleanClose`); a file
+        #: the open lock file that keeps a second mstail out, and holds its owner's mark (`_OwnerMark`); a file
         #: object, so that a StateDB dropped unclosed releases the lock
         self._owner: Optional[IO[bytes]] = None
         self._unsaved: List[Tuple[int, str, Optional[str], str]] = []  # (seq, source, kind, JSON) not yet on disk
@@ -311,13 +371,19 @@ class StateDB:
         self._retry_at = 0.0
         self._network = network
         self._check: Optional[IntegrityCheck] = None  # checking or reading ahead, from the opening until `verify`
-        #: the file's pages are known to hold together: checked at this opening (`verify`), unchanged since its last
-        #: clean close (`_CleanClose`), or new; only then, and with nothing failed since, is its close marked clean
+        #: the file opened for the check's read in order before SQLite opened it, closed only after SQLite closed it:
+        #: closing any descriptor of a file drops all of the process's POSIX locks on it, SQLite's too, and without its
+        #: shared lock another program's connection, closing, takes itself for the last one and deletes the WAL
+        #: mstail still writes to
+        self._reader: Optional[IO[bytes]] = None
+        #: the file's pages are known to hold together: checked at this opening (`verify`), unchanged since its
+        #: owner's mark (`_OwnerMark`), or new; only then, and with nothing failed since, is it marked (open or clean)
         self._sound = path is None
         self._failed = False  # a read or write failed since the opening: the next opening checks the file
         #: a file this instance's fingerprint wrote was there to open (a restart): `Store.load` has a history to read
         self.reopened = False
         self.conn = self._open(network)
+        self._mark_running()
 
     # -- opening ----------------------------------------------------------------------------------------------
     def _open(self, network: bool) -> sqlite3.Connection:
@@ -339,14 +405,17 @@ class StateDB:
         except OSError:
             pass  # a filesystem without locks: go on unguarded
         existed = self.path.exists()  # both before `_connect`: it makes the file, and its chmod changes the ctime
-        self._sound = _CleanClose.taken(self._owner.fileno(), self.path) or not existed
+        self._sound = _OwnerMark.taken(self._owner.fileno(), self.path) or not existed
+        if not self._sound:
+            with contextlib.suppress(OSError):  # none: the check reads it page by page only
+                self._reader = open(self.path, "rb", buffering=0)
         try:
             conn = self._prepare(self._connect(), network)
             reason = self._unusable(conn)
         except sqlite3.DatabaseError as exc:
             conn, reason = None, f"corrupt ({exc})"
         if reason is None:
-            self._check = IntegrityCheck(self.path, check=not self._sound)
+            self._check = IntegrityCheck(self.path, check=not self._sound, reader=self._reader)
             self.reopened = existed
             return conn  # type: ignore[return-value]
         if conn is not None:
@@ -355,6 +424,7 @@ class StateDB:
 
     def _set_aside(self, reason: str, network: bool) -> sqlite3.Connection:
         """Move the unusable state file (and its -wal, -shm, -journal) aside, said once, and start a fresh one."""
+        self._close_reader()  # SQLite's connections to it are closed
         aside = self.path.with_name(f"{self.path.name}.{reason.split()[0]}-{int(time.time())}")  # type: ignore[union-attr]
         log.warning("state %s is %s: moved to %s; reading the logs from the start", self.path, reason, aside)
         for suffix in ("", "-wal", "-shm", "-journal"):
@@ -368,7 +438,7 @@ class StateDB:
 
     def verify(self) -> None:
         """Wait for the integrity check started when the file was opened, if it was (not for a file unchanged since
-        its last clean close, `_CleanClose`). It reads the whole file (1 s for a million records from the page cache,
+        its owner's mark, `_OwnerMark`). It reads the whole file (1 s for a million records from the page cache,
         1.5 s more from a disk) in a thread of its own: SQLite leaves the GIL meanwhile, so the server's imports run
         beside it. A state that fails it is moved aside and a fresh one started, as at opening. Call it before anything is
         read from the state (`Store.load` does)."""
@@ -381,6 +451,26 @@ class StateDB:
                 self.conn.close()
                 self.conn = self._set_aside(reason, self._network)
         self._sound = True
+        self._mark_running()
+
+    def _mark_running(self) -> None:
+        """The open mark for the file as it is now (known sound, nothing failed since): a process that ends without
+        closing from here leaves a file the next opening in this boot may trust (`_OwnerMark`)."""
+        if self._owner is not None and self._sound and not self._failed:
+            _OwnerMark.mark(self._owner.fileno(), self.path, running=True)  # type: ignore[arg-type]
+
+    def _fail(self) -> None:
+        """A read or a commit failed (maybe a damaged page, which SQLite finds when it reads it; a full disk): nothing
+        proves the file sound any more, so its mark goes now, and the next opening checks it even after a crash."""
+        if not self._failed and self._owner is not None and not self._owner.closed:
+            _OwnerMark.erase(self._owner.fileno())
+        self._failed = True
+
+    def _close_reader(self) -> None:
+        """Close the check's reader (`_reader`): only once no SQLite connection to the file is open."""
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
 
     def _connect(self) -> sqlite3.Connection:
         """The database file, made 0600 before SQLite opens it: its -wal, -shm and -journal files take the
@@ -463,7 +553,7 @@ class StateDB:
                 with contextlib.suppress(sqlite3.Error):
                     if self.conn.in_transaction:
                         self.conn.execute("ROLLBACK")
-                self._failed = True
+                self._fail()
                 self.write_error = str(exc) or type(exc).__name__
                 self._backoff = min(max(self._backoff * 2, 1.0), 30.0)
                 self._retry_at = now + self._backoff
@@ -472,6 +562,7 @@ class StateDB:
         self._unsaved_checkpoints.clear()
         self._rewrites.clear()
         self.write_error, self._backoff = None, 0.0
+        self._mark_running()  # the files as this commit left them: what a crash from here leaves
         return True
 
     def _write_columns(self, flush: Flush) -> None:
@@ -500,12 +591,15 @@ class StateDB:
             self._check.cancel()
         with self._lock:
             self.conn.close()  # the last connection: SQLite moves the WAL into the file, syncs it and deletes the WAL
+            self._close_reader()
             if self._owner is None:
                 return
             clean = self._sound and not self._failed and self.write_error is None and not (
                 self._unsaved or self._unsaved_checkpoints or self._rewrites)
             if clean:
-                _CleanClose.mark(self._owner.fileno(), self.path)  # type: ignore[arg-type]
+                _OwnerMark.mark(self._owner.fileno(), self.path, running=False)  # type: ignore[arg-type]
+            else:
+                _OwnerMark.erase(self._owner.fileno())  # no open mark left behind either
             self._owner.close()  # releases the lock
 
     # -- reading ----------------------------------------------------------------------------------------------
@@ -514,7 +608,7 @@ class StateDB:
             try:
                 return self.conn.execute(sql, params).fetchall()
             except sqlite3.DatabaseError:
-                self._failed = True  # maybe a damaged page (SQLite finds them when it reads them): check it next time
+                self._fail()
                 raise
 
     def sources(self) -> Dict[str, Tuple[str, Optional[SourceCheckpoint]]]:

@@ -24,8 +24,11 @@ compiles it). Runs:
 - first run: the log read from its start (no state): time, RSS, peak (skipped with --keep DIR when DIR holds
   the state of an earlier run: reading the log takes minutes on a loaded machine);
 - restart: this code, over the state the first run left (closed cleanly: opened without SQLite's integrity check);
-- restart after a crash: the same with the clean close's mark erased from the state's lock file, as a `kill -9` or
-  a power cut leaves it: `quick_check` reads the whole file before the history is loaded;
+  that mstail is then killed (SIGKILL);
+- restart after a crash: the next one, over the state the killed one left (its last commits in the WAL; the lock
+  file's mark as the killed process left it: in this boot of the machine, no integrity check), stopped with Ctrl-C;
+- restart after a machine crash: the next one with the lock file's mark erased, as a power cut or a kernel crash
+  leaves it (the mark of another boot, or none): `quick_check` reads the whole file before the history is loaded;
 - baseline, same state, same code: the state's saved columns deleted, which is what a state written by the
   mstail before them holds; the columns are rebuilt from every record's JSON (said once) and saved again;
 - with --before REV: the same two restarts by the code of git revision REV (its tree exported into a temp folder and
@@ -120,10 +123,11 @@ def drop_page_cache() -> None:
 
 
 def run(support: Any, label: str, log: Path, state: Path, work: Path, steps: int,
-        code: Optional[Path] = None, cold: bool = False) -> Tuple[float, float]:
+        code: Optional[Path] = None, cold: bool = False, kill: bool = False) -> Tuple[float, float]:
     """One mstail over `log` with `state` (run from `code`, default this tree): prints and returns (seconds to the
     whole history, RSS MiB then). A restart (`state` holds a state) gets a new step appended to the log first:
-    tailing has resumed when that step is served; with `cold`, the page cache is dropped just before it."""
+    tailing has resumed when that step is served; with `cold`, the page cache is dropped just before it. The mstail
+    is stopped with Ctrl-C, or with `kill` killed (SIGKILL: a crash)."""
     new_step = append_step(log) if any(state.glob("*.sqlite")) else None
     if cold and new_step is not None:
         drop_page_cache()
@@ -154,22 +158,36 @@ def run(support: Any, label: str, log: Path, state: Path, work: Path, steps: int
               f"{rss_mib(server.proc.pid, 'VmHWM'):.0f} MiB; load {os.getloadavg()[0]:.2f}", flush=True)
     finally:
         stopped = time.perf_counter()
-        server.stop(timeout=600)
-        print(f"[{label}] stopped in {time.perf_counter() - stopped:.2f} s", flush=True)
+        if kill:
+            server.proc.kill()
+            server.proc.wait(timeout=60)
+        else:
+            server.stop(timeout=600)
+        print(f"[{label}] {'killed' if kill else 'stopped'} in {time.perf_counter() - stopped:.2f} s", flush=True)
     said = [line for line in server.stderr_path.read_text("utf-8", "replace").splitlines() if "state" in line]
     for line in said:
         print(f"[{label}] stderr: {line}")
     return history, max(rss, smoothed_rss)
 
 
-def crash_restart(support: Any, tag: str, log: Path, state: Path, work: Path, args: argparse.Namespace,
-                  code: Optional[Path] = None) -> float:
-    """A restart as after a crash (the clean close's mark erased from the lock file, as a `kill -9` or a power cut
-    leaves it) by the code in `code` (default this tree); returns the seconds to the whole history."""
-    for lock in state.glob("*.sqlite.lock"):
-        lock.write_bytes(b"")
-    return run(support, f"restart after a crash{tag} (no clean close's mark: the integrity check first)", log, state,
-               work / "crashed", args.steps, code=code, cold=args.cold)[0]
+def restarts(support: Any, tag: str, log: Path, state: Path, work: Path, args: argparse.Namespace,
+             code: Optional[Path] = None) -> Tuple[Dict[str, float], float]:
+    """A restart over a cleanly closed state (then killed), one after that crash (then stopped with Ctrl-C), and one
+    as after a machine crash (the lock file's mark erased, as a power cut or another boot leaves it), by the code in
+    `code` (default this tree); returns the seconds to the whole history of each, and the highest RSS (MiB)."""
+    by = f" by {args.before}" if code is not None else ""
+    times, rss = {}, []
+    for name, label, kill in ((f"restart{by}", f"restart{by}{tag}, then killed", True),
+                              (f"after a crash{by}", f"restart after a crash (kill -9){by}{tag}", False),
+                              (f"after a machine crash{by}",
+                               f"restart after a machine crash (no mark: the integrity check first){by}{tag}", False)):
+        if name.startswith("after a machine crash"):
+            for lock in state.glob("*.sqlite.lock"):
+                lock.write_bytes(b"")
+        times[name], its_rss = run(support, label, log, state, work / name.replace(" ", "-"), args.steps,
+                                   code=code, cold=args.cold, kill=kill)
+        rss.append(its_rss)
+    return times, max(rss)
 
 
 def forget_columns(state: Path) -> None:
@@ -228,21 +246,22 @@ def main() -> int:
         if args.before:
             before = (code_of(args.before, work / "before-code"), work / "state-copy")
             shutil.copytree(state, before[1])
+            # a copy is a new file to its lock's mark (checked at its opening): one start by REV, not counted, closes it
+            run(support, f"warm-up by {args.before}: the copy checked and closed cleanly, not counted", log, before[1],
+                work / "before-warm-up", args.steps, code=before[0], cold=args.cold)
         figures: Dict[str, List[float]] = {}
         rss = math.nan
         for round_ in range(1, args.rounds + 1):  # this code and REV's in turn: the machine's load swings
             tag = f" (round {round_} of {args.rounds})" if args.rounds > 1 else ""
-            history, rss = run(support, f"restart (saved columns){tag}", log, state, work / "restart", args.steps,
-                               cold=args.cold)
-            figures.setdefault("restart", []).append(history)
-            figures.setdefault("after a crash", []).append(crash_restart(support, tag, log, state, work, args))
+            times, rss = restarts(support, tag, log, state, work, args)
+            made = [times]
             if before is not None:
-                figures.setdefault(f"restart by {args.before}", []).append(
-                    run(support, f"restart by {args.before}{tag}", log, before[1], work / "before", args.steps,
-                        code=before[0], cold=args.cold)[0])
-                figures.setdefault(f"after a crash by {args.before}", []).append(
-                    crash_restart(support, f" by {args.before}{tag}", log, before[1], work, args, code=before[0]))
+                made.append(restarts(support, tag, log, before[1], work / "before", args, code=before[0])[0])
+            for times in made:
+                for name, seconds in times.items():
+                    figures.setdefault(name, []).append(seconds)
         history, crashed = statistics.median(figures["restart"]), statistics.median(figures["after a crash"])
+        rebooted = statistics.median(figures["after a machine crash"])
         if args.rounds > 1:
             print("medians: " + ", ".join(f"{name} {statistics.median(times):.2f} s" for name, times in figures.items()))
         without = work / "state-without-columns"
@@ -251,10 +270,11 @@ def main() -> int:
         baseline, _ = run(support, "baseline: restart over a state without saved columns", log, without,
                           work / "baseline", args.steps, cold=args.cold)
         print(f"time to history: {history:.2f} s vs {baseline:.2f} s rebuilding the columns from JSON "
-              f"({baseline / history:.1f}x), {crashed:.2f} s after a crash; goal <= {GOAL_HISTORY_S} s")
+              f"({baseline / history:.1f}x), {crashed:.2f} s after a crash (kill -9), {rebooted:.2f} s after a "
+              f"machine crash; goal <= {GOAL_HISTORY_S} s")
         print(f"RSS: {first_rss:.0f} MiB after reading the log, {rss:.0f} MiB after the restart; goal <= {GOAL_RSS_MB} MB")
         worst_rss = max(rss, first_rss) if first_rss == first_rss else rss  # NaN: the first run was skipped (--keep)
-        return 0 if history <= GOAL_HISTORY_S and worst_rss * 1.048576 <= GOAL_RSS_MB else 1
+        return 0 if max(history, crashed) <= GOAL_HISTORY_S and worst_rss * 1.048576 <= GOAL_RSS_MB else 1
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

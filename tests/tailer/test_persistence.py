@@ -220,10 +220,10 @@ def test_ctrl_c_closes_the_state_cleanly_and_the_next_start_trusts_it(tmp_path: 
     _, side, first = log_read_once(tmp_path, sidecar, 200)
     assert first.stop() == 0
     lock = Path(f"{_state_file(tmp_path)}.lock")
-    assert lock.read_text().startswith("clean ")  # `_CleanClose`: the next start needs no integrity check
+    assert lock.read_text().startswith("clean ")  # `_OwnerMark`: the next start needs no integrity check
     second = side.start()
     assert_exactly_once(side.records(second, 200), range(1, 201))
-    assert lock.read_text() == ""  # taken at the opening: a crash from now on leaves no mark
+    assert lock.read_text().startswith("open ")  # taken at the opening; in its place the running owner's mark
 
 
 def test_sse_ids_survive_a_restart_last_event_id_resumes_exactly(tmp_path: Path, sidecar) -> None:  # type: ignore[no-untyped-def]

@@ -1,21 +1,27 @@
 """The state file's integrity check runs in a thread of its own from the opening (so the server's imports run beside
 it) and is waited for before anything is read from the state (`Store.load` -> `StateDB.verify`): a file damaged
 inside, that still opens, is set aside there and the logs are read from the start, as a state damaged at its head
-always was. A file exactly as its last clean close left it (the mark in its lock file, `_CleanClose`) is not read
-whole again; any write to it since, a crash, or an opening that never checked it brings the check back."""
+always was. A file exactly as its last clean close left it, or as the last commit of a process killed while the
+machine kept running left it (the owner's mark in its lock file, `_OwnerMark`), is not read whole again; any write to
+it or its WAL since, a machine restart, a failed read, or an opening that never checked it brings the check back.
+The crashes are real: a child process holding the state is killed with SIGKILL."""
 
 from __future__ import annotations
 
 import logging
 import os
+import signal
 import sqlite3
+import subprocess
+import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
 
 from mstail.parsers import Item
-from mstail.tailer.db import StateDB, _CleanClose
+from mstail.tailer.db import StateDB, _OwnerMark
 from mstail.tailer.store import Store
 
 RECORDS = 20_000
@@ -107,7 +113,7 @@ def test_a_state_unchanged_since_its_clean_close_is_not_read_whole_again(tmp_pat
     for _ in range(2):  # each clean close marks it again
         db = StateDB(path, expected="test")
         assert db._check is not None and not db._check.checks  # only what `Store.load` reads is read ahead
-        assert path.with_name("state.sqlite.lock").read_bytes() == b""  # taken at the opening: a crash leaves none
+        assert path.with_name("state.sqlite.lock").read_bytes().startswith(b"open ")  # taken; the owner's in its place
         store = Store(db)
         store.load()
         assert store.last_seq == RECORDS
@@ -115,14 +121,9 @@ def test_a_state_unchanged_since_its_clean_close_is_not_read_whole_again(tmp_pat
         store.close()
 
 
-def test_a_crash_or_a_close_before_the_check_ended_brings_the_check_back(tmp_path: Path) -> None:
+def test_a_close_before_the_check_ended_brings_the_check_back(tmp_path: Path) -> None:
     path = tmp_path / "state.sqlite"
     _state(path)
-    crashed = StateDB(path, expected="test")
-    crashed._owner.close()  # type: ignore[union-attr]  # what a kill -9 leaves: the lock released, no mark written
-    crashed._owner = None
-    crashed.close()
-    assert _checked_at_opening(path)
     StateDB(path, expected="test").close()  # trusted at opening: its close is clean again
     assert not _checked_at_opening(path)
     unchecked = StateDB(path.with_name("other.sqlite"), expected="test")  # a new file: sound, closed clean
@@ -133,13 +134,134 @@ def test_a_crash_or_a_close_before_the_check_ended_brings_the_check_back(tmp_pat
     assert _checked_at_opening(path)
 
 
+#: a state's owner in a process of its own, killed by the test once it printed "ready"; argv: the state file, then
+#: what it does first: "commit" (loads, stores 100 more records, commits), "shared" (the same after another process
+#: read the state), "read" (loads, reads a damaged page), "open" (opens the file and leaves its check running)
+_OWNER = """
+import sqlite3, subprocess, sys, time
+from pathlib import Path
+from mstail.parsers import Item
+from mstail.tailer.db import StateDB
+from mstail.tailer.store import Store
+
+db = StateDB(Path(sys.argv[1]), expected="test")
+print("checked" if db._check.checks else "trusted", flush=True)
+if sys.argv[2] != "open":
+    store = Store(db)
+    store.load()
+if sys.argv[2] == "shared":  # another program reads the state meanwhile
+    reader = f"import sqlite3; c = sqlite3.connect({sys.argv[1]!r}); c.execute('SELECT count(*) FROM items'); c.close()"
+    subprocess.run([sys.executable, "-c", reader], check=True, timeout=60)
+if sys.argv[2] in ("commit", "shared"):
+    last = store.last_seq
+    store.add("rank_0", [Item("record", {"step": step, "time": 1e9 + step, "loss": 1.0 / step, "lr": 1e-4})
+                         for step in range(last + 1, last + 101)])
+    store.commit()
+elif sys.argv[2] == "read":
+    try:
+        store.db.records_after(12_340, 10)
+    except sqlite3.DatabaseError:
+        pass
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+def _killed_owner(path: Path, does: str) -> str:
+    """Run `_OWNER` over the state at `path`, SIGKILL it once it is ready; returns whether its opening checked the
+    file ("checked") or trusted it ("trusted")."""
+    owner = subprocess.Popen([sys.executable, "-c", _OWNER, str(path), does], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        opened, ready = owner.stdout.readline(), owner.stdout.readline()  # type: ignore[union-attr]
+        assert ready == "ready\n", owner.stderr.read() if owner.poll() is not None else ready  # type: ignore[union-attr]
+    finally:
+        owner.send_signal(signal.SIGKILL)
+        owner.wait(timeout=30)
+        owner.stdout.close()  # type: ignore[union-attr]
+        owner.stderr.close()  # type: ignore[union-attr]
+    assert owner.returncode == -signal.SIGKILL
+    return opened.strip()
+
+
+def test_a_process_killed_in_this_boot_leaves_a_file_trusted_with_its_last_commit(tmp_path: Path) -> None:
+    path = tmp_path / "state.sqlite"
+    _state(path)
+    assert _killed_owner(path, "commit") == "trusted"  # the clean close's mark
+    assert path.with_name("state.sqlite-wal").stat().st_size  # killed with its last commit in the WAL only
+    assert _killed_owner(path, "commit") == "trusted"  # the open mark of the last commit, this boot
+    db = StateDB(path, expected="test")
+    assert db._check is not None and not db._check.checks
+    store = Store(db)
+    store.load()
+    assert store.last_seq == RECORDS + 200  # both killed owners' commits, replayed from the WAL
+    assert store.series("loss", points=RECORDS + 200)[0]["x"][-1] == RECORDS + 200
+    store.close()
+    assert not list(tmp_path.glob("*.corrupt-*"))
+
+
+def test_a_file_left_by_a_killed_process_is_checked_after_a_machine_restart(tmp_path: Path) -> None:
+    path = tmp_path / "state.sqlite"
+    _state(path)
+    _killed_owner(path, "commit")
+    lock = path.with_name("state.sqlite.lock")
+    mark = lock.read_text()
+    assert mark.startswith("open ")
+    facts = mark.split(" ", 2)[2]
+    lock.write_text(f"open {uuid.uuid4()} {facts}")  # the mark as the boot before this one left it
+    db = StateDB(path, expected="test")
+    assert db._check is not None and db._check.checks  # a disk may have lost what it said it had written
+    store = Store(db)
+    store.load()
+    assert store.last_seq == RECORDS + 100  # intact: checked, and loaded whole
+    store.close()
+
+
+@pytest.mark.parametrize("written", ["state.sqlite", "state.sqlite-wal"])
+def test_a_file_written_after_its_owner_was_killed_is_checked_and_a_damaged_one_set_aside(
+        tmp_path: Path, written: str, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "state.sqlite"
+    _state(path)
+    _killed_owner(path, "commit")
+    if written == "state.sqlite":
+        _damage_the_page_holding(path, b'"step":12345,')
+    else:  # the same bytes again: only the status change time tells
+        target = tmp_path / written
+        target.write_bytes(target.read_bytes())
+    with caplog.at_level(logging.WARNING, logger="mstail.state"):
+        db = StateDB(path, expected="test")
+        assert db._check is not None and db._check.checks
+        store = Store(db)
+        store.load()
+    damaged = written == "state.sqlite"
+    assert store.last_seq == (0 if damaged else RECORDS + 100)
+    assert any("is corrupt" in r.getMessage() for r in caplog.records) == damaged
+    assert len(list(tmp_path.glob("state.sqlite.corrupt-*"))) == damaged
+    store.close()
+
+
+@pytest.mark.parametrize("does", ["read", "open"])
+def test_a_process_killed_after_a_failed_read_or_before_its_check_ended_leaves_no_trust(
+        tmp_path: Path, does: str) -> None:
+    path = tmp_path / "state.sqlite"
+    _state(path)
+    if does == "read":
+        _damage_unseen(path, b'"step":12345,')
+    else:
+        path.with_name("state.sqlite.lock").write_bytes(b"")  # no mark: the owner's opening checks the file
+    assert _killed_owner(path, does) == ("trusted" if does == "read" else "checked")
+    assert path.with_name("state.sqlite.lock").read_bytes() == b""  # the read failed / nothing proven yet: no mark
+    assert _checked_at_opening(path)
+    assert len(list(tmp_path.glob("state.sqlite.corrupt-*"))) == (does == "read")
+
+
 def _damage_unseen(path: Path, text: bytes) -> None:
     """Damage the page holding `text` as a disk would, below the filesystem: no timestamp tells (the clean close's
     mark is made again for the damaged file)."""
     _damage_the_page_holding(path, text)
     lock = os.open(f"{path}.lock", os.O_RDWR)
     try:
-        _CleanClose.mark(lock, path)
+        _OwnerMark.mark(lock, path, running=False)
     finally:
         os.close(lock)
 
@@ -176,3 +298,21 @@ def test_reopened_says_whether_the_opening_found_a_history_to_load(tmp_path: Pat
     assert not other.reopened
     other.close()
     assert not StateDB(None).reopened  # --no-state
+
+
+
+@pytest.mark.parametrize("mark", ["none", "clean"])
+def test_another_program_reading_the_state_meanwhile_leaves_mstail_its_wal(tmp_path: Path, mark: str) -> None:
+    """The check reads the file in order through a descriptor of its own: closed while SQLite had the file open, it
+    dropped SQLite's shared lock (POSIX locks are the process's, whichever descriptor), and another program's
+    connection, closing, took itself for the last one and deleted the WAL the owner went on committing to: lost
+    at the owner's crash."""
+    path = tmp_path / "state.sqlite"
+    _state(path)
+    if mark == "none":
+        path.with_name("state.sqlite.lock").write_bytes(b"")
+    assert _killed_owner(path, "shared") == ("checked" if mark == "none" else "trusted")
+    again = Store(StateDB(path, expected="test"))
+    again.load()
+    assert again.last_seq == RECORDS + 100
+    again.close()
