@@ -78,8 +78,8 @@ SOURCE_PUSH_MAX_S = 1.0
 #: after an unexpected error, a source is left alone this long, the whole loop this long at first (doubling to 30 s).
 FAILURE_BACKOFF_S = 1.0
 #: the alert engine's time-based rules (hang, gone, stragglers: one look at every source) run at most this often;
-#: beyond ALERT_TICK_SHARE sources less often, at most every ALERT_TICK_MAX_S (a tick at 1,024 sources costs ~10 ms;
-#: the hang rule's bound is a minute by default).
+#: beyond ALERT_TICK_SHARE sources less often, at most every ALERT_TICK_MAX_S (a tick at 1,024 live sources costs
+#: ~2-3 ms, most of it the straggler rule's medians; the hang rule's bound is a minute by default).
 ALERT_TICK_S = 0.5
 ALERT_TICK_SHARE = 512
 ALERT_TICK_MAX_S = 1.0
