@@ -43,7 +43,7 @@ from .hub import Hub, ItemsMessage, SourceMessage
 from .lines import Block
 from .netfs import MOUNTINFO, existing_ancestor, network_fs, parse_mountinfo
 from .notices import Notices
-from .planner import Pacer, Plan, Planner
+from .planner import QUIET_S, Pacer, Plan, Planner
 from .runs import NOTHING_YET, RunFinder
 from .store import Store
 from .watch import Changes, watch_directories
@@ -539,8 +539,11 @@ class Tailer:
 
     def _stale(self, source: _Source, now: float, rotations: bool) -> bool:
         """Whether a sweep reads a source events did not name: a stat shows news (`rotations`: of its path, else of
-        its open file), or its state changed with time."""
-        return source.follower.may_have_news(rotations) or self._state(source, source.id, now) != source.shown_state
+        its open file if it got data in the last QUIET_S), or its state changed with time."""
+        last = source.follower.last_data_time
+        quiet = last is None or now - last >= QUIET_S
+        return (source.follower.may_have_news(rotations, quiet)
+                or self._state(source, source.id, now) != source.shown_state)
 
     def _source_failed(self, source: _Source, exc: Exception) -> None:
         source.failures += 1
