@@ -411,31 +411,44 @@ class AlertEngine:
         out: List[Change] = []
         if self.rules.on("straggler"):
             self._stragglers(now, out)
+        gone_on, hang_on = self.rules.on("gone"), self.rules.on("hang")
+        min_s = float(self.rules.rules["hang"]["min_s"])
+        alerts = self._alerts
+        # A thousand sources a tick: what cannot change an alert is passed over before any median is taken (a
+        # source silent less than `min_s` is within its hang bound; a resolve without an alert is a no-op).
         for source, follower_state in states.items():
             state = self._sources.get(source)
             gone = follower_state == "gone"
-            if self.rules.on("gone"):
+            if gone_on:
                 if gone:
                     self._fire("gone", source, state.last_step if state else None, now, "log file disappeared", out)
-                else:
+                elif ("gone", source) in alerts:
                     self._resolve("gone", source, now, out, "log file is back")
-            if state is None or not self.rules.on("hang"):
+            if state is None or not hang_on:
                 continue
-            bound = self.hang_bound(source)
-            hung = (
-                not gone and not state.ended and state.live and state.last_arrival is not None
-                and now - state.last_arrival >= bound
-            )
-            if hung and writing is not None and writing(source) is False:
-                state.ended = True  # the writer closed the file: over (an error before it raised its own alert)
-                hung = False
-            if hung:
-                waited = now - state.last_arrival  # type: ignore[operator]
-                self._fire("hang", source, state.last_step, now,
-                           f"no new step for {waited:.0f} s after step {state.last_step} (bound {bound:.0f} s)", out)
-            elif state.ended or gone or (state.last_arrival is not None and now - state.last_arrival < bound):
-                self._resolve("hang", source, now, out, "training ended" if state.ended else "steps again")
+            may_hang = (not gone and not state.ended and state.live and state.last_arrival is not None
+                        and now - state.last_arrival >= min_s)
+            if may_hang or ("hang", source) in alerts:
+                self._hang(source, state, gone, now, writing, out)
         return out
+
+    def _hang(self, source: str, state: _SourceState, gone: bool, now: float,
+              writing: Optional[Callable[[str], Optional[bool]]], out: List[Change]) -> None:
+        """The hang rule for one source at a tick (`tick`'s `writing`; `gone`: its file disappeared)."""
+        bound = self.hang_bound(source)
+        hung = (
+            not gone and not state.ended and state.live and state.last_arrival is not None
+            and now - state.last_arrival >= bound
+        )
+        if hung and writing is not None and writing(source) is False:
+            state.ended = True  # the writer closed the file: over (an error before it raised its own alert)
+            hung = False
+        if hung:
+            waited = now - state.last_arrival  # type: ignore[operator]
+            self._fire("hang", source, state.last_step, now,
+                       f"no new step for {waited:.0f} s after step {state.last_step} (bound {bound:.0f} s)", out)
+        elif state.ended or gone or (state.last_arrival is not None and now - state.last_arrival < bound):
+            self._resolve("hang", source, now, out, "training ended" if state.ended else "steps again")
 
     def ended(self, source: str) -> bool:
         """Whether the source's run is over: it logged its end, or its writer closed the file while silent."""

@@ -43,8 +43,9 @@ class Config:
             from other nodes); None = events plus a safety timer, or `network_poll_s` when the CLI finds a
             log on a network filesystem.
         network_poll_s: the timer the CLI sets for logs on a network filesystem when `--poll` is not given; 1 s.
-        safety_poll_s: with events on, sweep this often: one stat per file, and a read of each whose stat shows
-            news (events are hints and can be missed; `mstail.tailer.planner`); 1 s.
+        safety_poll_s: with events on, sweep this often: one stat per file written lately (every file's path
+            each 5th sweep), and a read of each whose stat shows news (events are hints and can be missed;
+            `mstail.tailer.planner`); 1 s.
         watch_step_ms: watchfiles' `step`: delay before reporting a change; latency is 1-2x this. 10 ms.
         read_budget_bytes: bytes read per file per pass at most; 1 MiB.
         pass_time_s: a pass stops starting new read rounds after this long, so a flooding file cannot delay

@@ -217,16 +217,19 @@ class FileFollower:
         """The path the source stands for (its history's, its checkpoint's): the followed path."""
         return self.path
 
-    def may_have_news(self, rotation: bool = True) -> bool:
+    def may_have_news(self, rotation: bool = True, quiet: bool = False) -> bool:
         """False only when one `stat` shows nothing a read would find: the open file's size is what has been read,
         no older file is being drained, and (`rotation`, default) the path still names the open file. Without
         `rotation` the open file's own `fstat` is taken (no path lookup: about half the cost), blind to a new file
-        at the path. Only where attributes are current (a local filesystem; NFS may show an old size) and as a
-        check behind file events: a rewrite in place to the very same size passes it (the event of that write
-        does not)."""
+        at the path, and none at all when `quiet` (default False: the caller's word that the file got no data for a
+        while, `planner.QUIET_S`). Only where attributes are current (a local filesystem; NFS may show an old size)
+        and as a check behind file events: a rewrite in place to the very same size passes it (the event of that
+        write does not)."""
         current = self.current
         if current is None or self.draining or self.state != "following":
             return True
+        if quiet and not rotation:
+            return False
         try:
             st = os.stat(self.path) if rotation else os.fstat(current.fd)
         except OSError:

@@ -5,7 +5,8 @@ events) reads every source, as a pass always did. With file events, a pass reads
 events named, and those with something due: more to read than the last pass took, a multi-line event (a traceback)
 waiting for more lines (the grace period), a state that time changes (following -> idle), never delivered yet. Events
 are hints and can be missed, so every `safety_poll_s` a *sweep* also takes the sources one `stat` shows may have
-news (`FileFollower.may_have_news`). New files are looked for (a glob per pattern, the costly part with a
+news (`FileFollower.may_have_news`; between the sweeps that stat paths, only the files written lately: QUIET_S).
+New files are looked for (a glob per pattern, the costly part with a
 thousand files) in every full pass, when an event names a path no source has that a pattern may name (a new
 file, or a folder on the way to one), and every REDISCOVER_S in sweeps.
 """
@@ -27,8 +28,12 @@ REDISCOVER_S = 10.0
 #: events naming new paths a pattern may name look for new files at most this often (the rest wait for a pass).
 DISCOVER_EVENT_S = 0.1
 #: one sweep in this many stats the files' paths (a rotation events missed); the others each open file (`fstat`: no
-#: path lookup, a third of the cost, the most of an idle mstail's time with a thousand files).
+#: path lookup, a third of the cost) that got data in the last QUIET_S.
 ROTATION_SWEEP_EVERY = 5
+#: a file with no new data for this long is left to the sweeps that stat paths: a write events missed waits for the
+#: next of those (at most ROTATION_SWEEP_EVERY sweeps, 5 s) unless it came within QUIET_S of the file's previous data
+#: (the last lines of a crash: one sweep, 1 s). A thousand quiet files: fstat was most of an idle mstail's sweeps.
+QUIET_S = 5.0
 
 S = TypeVar("S")
 

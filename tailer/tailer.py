@@ -43,7 +43,7 @@ from .hub import Hub, ItemsMessage, SourceMessage
 from .lines import Block
 from .netfs import MOUNTINFO, existing_ancestor, network_fs, parse_mountinfo
 from .notices import Notices
-from .planner import Pacer, Plan, Planner
+from .planner import QUIET_S, Pacer, Plan, Planner
 from .runs import NOTHING_YET, RunFinder
 from .store import Store
 from .watch import Changes, watch_directories
@@ -78,8 +78,8 @@ SOURCE_PUSH_MAX_S = 1.0
 #: after an unexpected error, a source is left alone this long, the whole loop this long at first (doubling to 30 s).
 FAILURE_BACKOFF_S = 1.0
 #: the alert engine's time-based rules (hang, gone, stragglers: one look at every source) run at most this often;
-#: beyond ALERT_TICK_SHARE sources less often, at most every ALERT_TICK_MAX_S (a tick at 1,024 sources costs ~10 ms;
-#: the hang rule's bound is a minute by default).
+#: beyond ALERT_TICK_SHARE sources less often, at most every ALERT_TICK_MAX_S (a tick at 1,024 live sources costs
+#: ~2-3 ms, most of it the straggler rule's medians; the hang rule's bound is a minute by default).
 ALERT_TICK_S = 0.5
 ALERT_TICK_SHARE = 512
 ALERT_TICK_MAX_S = 1.0
@@ -539,8 +539,11 @@ class Tailer:
 
     def _stale(self, source: _Source, now: float, rotations: bool) -> bool:
         """Whether a sweep reads a source events did not name: a stat shows news (`rotations`: of its path, else of
-        its open file), or its state changed with time."""
-        return source.follower.may_have_news(rotations) or self._state(source, source.id, now) != source.shown_state
+        its open file if it got data in the last QUIET_S), or its state changed with time."""
+        last = source.follower.last_data_time
+        quiet = last is None or now - last >= QUIET_S
+        return (source.follower.may_have_news(rotations, quiet)
+                or self._state(source, source.id, now) != source.shown_state)
 
     def _source_failed(self, source: _Source, exc: Exception) -> None:
         source.failures += 1

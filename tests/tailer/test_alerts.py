@@ -4,6 +4,7 @@ clean sample logs (no alert) / the sample logs with a NaN step or a crash (exact
 from __future__ import annotations
 
 import math
+import random
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -196,6 +197,59 @@ def test_source_gone_is_its_own_state_and_suppresses_hang() -> None:
     assert run.tick(run.now + 100, state="gone") == []  # no hang on a file that is gone
     back = run.tick(run.now + 0.1, state="following")  # back, but still no new step after 100 s: hung
     assert [(c["rule"], c["state"]) for c in back] == [("gone", "resolved"), ("hang", "firing")]
+
+
+class EveryHangEngine(AlertEngine):
+    """The hang rule judged for every source at every tick: what `AlertEngine.tick` passes over must not matter."""
+
+    def tick(self, now: float, states: Dict[str, str], writing: Any = None) -> List[Dict[str, Any]]:
+        out: List[Dict[str, Any]] = []
+        self._stragglers(now, out)
+        for source, follower_state in states.items():
+            state, gone = self._sources.get(source), follower_state == "gone"
+            if gone:
+                self._fire("gone", source, state.last_step if state else None, now, "log file disappeared", out)
+            else:
+                self._resolve("gone", source, now, out, "log file is back")
+            if state is not None:
+                self._hang(source, state, gone, now, writing, out)
+        return out
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_tick_gives_the_changes_of_judging_every_source(seed: int) -> None:
+    """40 sources with their own step times, pauses (past the hang bound or not), files gone and back, writers
+    leaving, live records and history: each tick's changes equal those of judging the hang rule everywhere."""
+    rng = random.Random(seed)
+    rules = {"hang": {"min_s": 3.0, "k": 4.0}, "straggler": {"min_window": 3, "window": 5}}
+    fast, every = AlertEngine(load_alert_rules(overrides=rules)), EveryHangEngine(load_alert_rules(overrides=rules))
+    sources = [f"rank_{n}" for n in range(40)]
+    period = {s: rng.choice([0.1, 0.5, 1.0, 2.0]) for s in sources}
+    paused_until = dict.fromkeys(sources, 0.0)
+    states = dict.fromkeys(sources, "following")
+    writer_gone = set()
+    step = dict.fromkeys(sources, 0)
+    now, changes = T0, 0
+    for _ in range(400):
+        now += 0.25
+        for source in sources:
+            if rng.random() < 0.01:
+                paused_until[source] = now + rng.choice([2.0, 5.0, 12.0, 30.0])
+            if rng.random() < 0.005:
+                states[source] = "gone" if states[source] != "gone" else "following"
+            if rng.random() < 0.003:
+                writer_gone.symmetric_difference_update({source})
+            if now >= paused_until[source] and rng.random() < 0.25 / period[source]:
+                step[source] += 1
+                record = {"step": step[source], "time": now, "loss": 2.0, "step_time_ms": 1000 * period[source]}
+                history = step[source] < 3
+                assert fast.observe(source, record, now, history) == every.observe(source, record, now, history)
+        if rng.random() < 0.5:
+            got = fast.tick(now, dict(states), lambda s: s not in writer_gone)
+            assert got == every.tick(now, dict(states), lambda s: s not in writer_gone)
+            changes += len(got)
+    assert fast.table() == every.table()
+    assert changes > 20  # hangs, gones and their resolves happened
 
 
 def test_cooldown_reopens_a_flapping_alert_and_publishes_again_only_after_it() -> None:

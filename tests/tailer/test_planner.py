@@ -23,7 +23,7 @@ from mstail.tailer.discovery import PatternFilter, SourceNamer
 from mstail.tailer.follower import FileFollower
 from mstail.tailer.hub import Hub
 from mstail.tailer import planner
-from mstail.tailer.planner import ROTATION_SWEEP_EVERY, Pacer, Plan
+from mstail.tailer.planner import QUIET_S, ROTATION_SWEEP_EVERY, Pacer, Plan
 from mstail.tailer.store import Store
 from mstail.tailer.tailer import Tailer
 from mstail.tailer.watch import Changes
@@ -70,6 +70,14 @@ def test_an_event_pass_reads_the_named_files_and_a_sweep_finds_what_no_event_nam
         _append(logs[0], 3)
         await tailer.pass_once(Plan(set(), sweep=True, rotations=False))  # missed again: the open file's stat sees it
         assert _steps(tailer)["rank_0"] == [1, 2, 3]
+        # a file quiet for QUIET_S: its missed write waits for the next sweep that stats paths
+        for source in tailer._sources.values():
+            source.follower.last_data_time = time.time() - QUIET_S
+        _append(logs[1], 3)
+        await tailer.pass_once(Plan(set(), sweep=True, rotations=False))
+        assert _steps(tailer)["rank_1"] == [1, 2]
+        await tailer.pass_once(Plan(set(), sweep=True))
+        assert _steps(tailer) == {"rank_0": [1, 2, 3], "rank_1": [1, 2, 3], "rank_2": [1, 2]}
 
     asyncio.run(scenario())
 
@@ -116,6 +124,8 @@ def test_a_stat_tells_whether_a_read_may_find_anything(tmp_path: Path) -> None:
     assert follower.may_have_news()  # another file at the path
     _append(tmp_path / "info.log.1", 3)
     assert follower.may_have_news(rotation=False)  # the open file grew
+    assert not follower.may_have_news(rotation=False, quiet=True)  # a quiet file is not looked at between path stats
+    assert follower.may_have_news(quiet=True)
     follower.close()
 
 
