@@ -58,10 +58,14 @@ class Pacer:
         self._full = True
 
     def plan(self, changes: Changes) -> Optional[Plan]:
-        """The next pass's plan from what the watchers saw; None = a full pass (polling, the first pass, a
-        watcher (re)started, or file events unavailable)."""
+        """The next pass's plan from what the watchers saw; None = a full pass (polling when its timer is due, the
+        first pass, a watcher (re)started, or file events unavailable). A pass that comes early while polling (the
+        pass before had more to read, a held record's grace ends) reads only the files with something due: a
+        thousand files' history is read in many short passes, each of which would otherwise look at every file."""
         paths = changes.take()
         now = time.monotonic()
+        if self.poll_s is not None and not self._full and now < self._next:
+            return Plan(paths, sweep=False)
         if self.poll_s is not None or changes.failed or self._full:
             self._full = False
             self._next = now + (self.poll_s if self.poll_s is not None else self.sweep_s)

@@ -57,6 +57,10 @@ READ_SLICE = 8 << 10
 #: through the parsers' fast path (`parsers.blocks`): a round's parsing costs a few ms, and its records (about 40)
 #: cost as much again to store, so live files still wait about one short pass.
 CATCH_UP_SLICE = 64 << 10
+#: how long a pass goes on reading the history of files still catching up, a slice each (those read longest ago
+#: first): many files' history comes in passes about this long, so live files wait about one such pass, a pass holds
+#: about this much parsed history in memory (not every file's at once), and the passes' own cost stays small.
+HISTORY_PASS_S = 0.05
 #: how long a pass with nothing else to read waits for a catch-up child's next batch (it ends at once when one comes)
 BULK_WAIT_S = 0.005
 #: a read pass running longer than this is a stall: /healthz says so (a pass normally takes milliseconds).
@@ -113,6 +117,7 @@ class _Source:
     catch_up: Optional[CatchUp] = None  # the child process parsing its history, while one does (`tailer.catchup`)
     prepared: bool = False  # this pass's items come from a catch-up child, as the store keeps them (`store.prepare`)
     no_child: bool = False  # a catch-up child of this source ended early: the passes read the rest (no fork loop)
+    history_turn: int = 0  # the pass that last read its history: the longest ago go first (`_read_pass`)
 
 
 class Tailer:
@@ -406,7 +411,10 @@ class Tailer:
         """Read every source in rounds of at most `READ_SLICE` bytes each until all are drained, each reached
         `read_budget_bytes`, or the pass (reading, plus storing what it read at the measured cost per item)
         would run over `pass_time_s`: a quiet file's new lines are read in the first round of every pass, so
-        they wait for about one short pass however much a flooding file has queued."""
+        they wait for about one short pass however much a flooding file has queued. Files still reading their
+        history come after the live ones, those read longest ago first, each only while the pass has time: a
+        first pass over 1,024 files once parsed 64 KiB of every one before it looked at the clock (seconds, with
+        the records of all of them in memory at once: 0.9 GB)."""
         start = time.monotonic()
         budget = self.config.read_budget_bytes
         sources = [s for s in self._choose(start, now) if s.failed_until <= start]
@@ -417,13 +425,29 @@ class Tailer:
         taken = dict.fromkeys(items, 0)
         more = False  # some file has more than its budget allowed: the next pass starts at once
         bulk = [s for s in sources if s.catch_up is not None]  # their history comes from a child (`_take_batches`)
-        unfinished = [s for s in sources if s.catch_up is None]
-        while unfinished:
+        unfinished = sorted((s for s in sources if s.catch_up is None),
+                            key=lambda s: (not s.caught_up, s.history_turn))  # stable: the live ones keep their order
+        parsed = 0  # the items this pass has parsed so far
+        history_read = False  # one file's history is read in every pass, so a flooding live file cannot stall them
+        out_of_time = False
+        passed_over: Set[_Source] = set()  # history left for the next pass without a read in this one
+
+        def over_time(limit: float) -> bool:
+            return time.monotonic() - start + parsed * self._deliver_s_per_item >= limit
+
+        while unfinished and not out_of_time:
             behind = []
-            for source in unfinished:
+            for index, source in enumerate(unfinished):
                 catching_up = not source.caught_up
+                if catching_up:
+                    if history_read and over_time(max(HISTORY_PASS_S, self.config.pass_time_s)):
+                        behind += unfinished[index:]  # not read this round: first in the next pass
+                        passed_over = {s for s in unfinished[index:] if not taken[s.id]}
+                        out_of_time = True
+                        break
+                    source.history_turn, history_read = self.passes, True
                 allowance = min(CATCH_UP_SLICE if catching_up else READ_SLICE, budget - taken[source.id])
-                before = source.follower.counters["bytes"]
+                before, had = source.follower.counters["bytes"], len(items[source.id])
                 try:
                     lines = source.follower.read(allowance, now, blocks=catching_up)
                 except Exception as exc:  # noqa: BLE001 - one file's trouble must not stop the others
@@ -438,6 +462,7 @@ class Tailer:
                         items[source.id] += source.parser.feed(line.text, line.number, now)
                     except Exception as exc:  # noqa: BLE001 - a line the parser cannot take is skipped, not fatal
                         self._line_failed(source, line.number, exc)
+                parsed += len(items[source.id]) - had
                 got = source.follower.counters["bytes"] - before
                 if got < allowance and not source.caught_up:
                     source.caught_up = True  # at the end of what there is: what comes next is live
@@ -450,11 +475,11 @@ class Tailer:
                     else:
                         more = True
             unfinished = behind
-            storing = sum(map(len, items.values())) * self._deliver_s_per_item
-            if time.monotonic() - start + storing >= self.config.pass_time_s:
-                break
+            out_of_time = out_of_time or over_time(self.config.pass_time_s)
         results = []
         for source in sources:
+            if passed_over and source in passed_over:
+                continue  # nothing read: nothing to finish
             try:
                 finished = items[source.id] if source in bulk else self._finish_pass(source, items[source.id], now)
                 results.append((source, finished))
