@@ -78,10 +78,11 @@ class AggregateCache:
     async def fold(self, key: Any, series: Sequence[Tuple[str, Series]], fresh: bool = False) -> "_Fold":
         """The fold of `series` (the selection `key`): cached while they have not grown, else folded from a copy
         in the fold thread (one fold per selection at a time: concurrent callers share it), the cached fold grown
-        by what it lacks where it can be (`Points`: a live run's fold costs its new steps, not its history). A fold that took
-        STALE_COST_S or more is still served for STALE_FOR_S after its copy was taken, however the series grew
-        (its `seq` says what it holds; the page's stream brings the rest): a live run of 1,024 ranks would
-        otherwise make every visit and zoom wait for a fold; `fresh` (default off): never. On the event loop."""
+        by what it lacks where it can be (`Points`: a live run's fold costs its new steps, not its history). A
+        fold that took STALE_COST_S or more is still served for STALE_FOR_S after its copy was taken, however the
+        series grew (its `seq` says what it holds; the page's stream brings the rest): a live run of 1,024 ranks
+        would otherwise make every visit and zoom wait for a fold; `fresh` (default off): never. On the event
+        loop."""
         version = sum(len(s) for _, s in series)
         fold = self._folds.get(key)
         if not fresh and fold is not None and fold.version < version and fold.cost >= STALE_COST_S \
@@ -181,7 +182,8 @@ class _Fold:
             self.newest = int(points.steps.max()) if len(points.steps) else 0
         else:  # the steps before the cut as the base has them, the others from the copy
             keep = int(np.searchsorted(base.steps, points.cut))
-            base_mean, base_when = np.frombuffer(base.mean.values), np.frombuffer(base.mean.times)  # views: it never grows
+            base_mean = np.frombuffer(base.mean.values)  # views: the base's mean never grows
+            base_when = np.frombuffer(base.mean.times)
             steps, mean, low, high, count, when = (
                 np.concatenate((old[:keep], new)) for old, new in
                 zip((base.steps, base_mean, base.low, base.high, base.count, base_when),
@@ -245,14 +247,15 @@ class Points:
         if starts is not None:
             self._copy(series, starts, owners, np)
             if _ascending(self.steps, [n - start for n, start in zip(self.lengths, starts)], np):
-                before = np.array([old - start for old, start in zip(after.lengths, starts)], dtype=np.int64)  # type: ignore[union-attr]
+                # each series' first points in the copy (its length in the base less its start) are the base's
                 copied = np.array(self.lengths, dtype=np.int64) - np.array(starts, dtype=np.int64)
+                before = np.array(after.lengths, dtype=np.int64) - np.array(starts, dtype=np.int64)  # type: ignore
                 first = np.repeat(np.cumsum(copied) - copied, copied)
                 self.held = np.arange(len(self.steps)) - first < np.repeat(before, copied)
                 return
         self.base = None
         self._copy(series, [0] * len(series), owners, np)
-        self.held = np.zeros(len(self.steps), dtype=bool)
+        self.held = None  # (no base)
 
     def _grown_from(self, series: Sequence[Tuple[str, Series]], after: Optional[_Fold]) -> Optional[List[int]]:
         """Each series' first index at or after the cut when `after` can be grown (setting `cut`), else None."""
@@ -273,7 +276,8 @@ class Points:
         """`steps`, `values`, `times` and `owner` of each series from its index in `starts` on."""
         def column(name: str, dtype: Any) -> Any:
             # np.concatenate copies: the views on the store's arrays end with this call
-            parts = [np.frombuffer(getattr(s, name), dtype=dtype)[start:len(s)] for (_, s), start in zip(series, starts)]
+            parts = [np.frombuffer(getattr(s, name), dtype=dtype)[start:len(s)]
+                     for (_, s), start in zip(series, starts)]
             return np.concatenate(parts) if parts else np.zeros(0, dtype)
 
         self.steps = column("steps", np.int64)

@@ -8,8 +8,9 @@ what `Store.keep_folds_warm` does when a live run pauses between steps (>= 0.25 
 Printed: the first fold's CPU time (in a new process: page faults make it vary); per live step, the fold's CPU time
 (median, max) and the answer's (median); the memory one more live step's fold allocates at its peak (tracemalloc,
 which numpy reports its arrays to) and the process's peak RSS growth over the live steps (beyond the first fold's
-peak); the load average. The history is --ranks x --steps x 24 bytes. With --before REV the same run alternates, each in a process of
-its own, with the code of that git revision (e.g. 3bec343, where every fold copied and folded every point).
+peak); the load average. The history is --ranks x --steps x 24 bytes. With --before REV the same run alternates,
+each in a process of its own, with the code of that git revision (e.g. 3bec343, where every fold copied and folded
+every point).
 
 Run: python tests/bench/live_folds.py [--ranks 1024] [--steps 10000] [--live 20] [--before REV --rounds N]
 """
@@ -82,7 +83,8 @@ def measure(ranks: int, steps: int, live: int) -> None:
         print(f"{ranks} ranks x {steps:,} steps: the first (full) fold {cold * 1000:.0f} ms CPU; a live step's fold "
               f"median {statistics.median(folds) * 1000:.1f} ms, max {max(folds) * 1000:.1f} ms CPU, its answer "
               f"median {statistics.median(answers) * 1000:.1f} ms; a live step's fold allocates {peak:.1f} MiB at "
-              f"its peak; RSS peak +{grown:.0f} MiB over {live} steps (history {ranks * steps * 24 / 2**20:.0f} MiB); load {loadavg()}", flush=True)
+              f"its peak; RSS peak +{grown:.0f} MiB over {live} steps (history {ranks * steps * 24 / 2**20:.0f} "
+              f"MiB); load {loadavg()}", flush=True)
 
     asyncio.run(run())
 
@@ -114,8 +116,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 if code is not None:
                     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(code), env.get("PYTHONPATH", "")]))
                 print(f"{label}, round {round_ + 1}: ", end="", flush=True)
-                subprocess.run([sys.executable, __file__, "--measure", "--ranks", str(args.ranks), "--steps",
-                                str(args.steps), "--live", str(args.live)], env=env, check=True)
+                command = [sys.executable, __file__, "--measure", "--ranks", str(args.ranks), "--steps",
+                           str(args.steps), "--live", str(args.live)]
+                subprocess.run(command, env=env, check=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

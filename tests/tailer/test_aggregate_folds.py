@@ -28,7 +28,8 @@ def assert_same_fold(grown: _Fold, whole: _Fold) -> None:
         assert getattr(grown, name).dtype == getattr(whole, name).dtype, name
     assert (grown.mean.steps, grown.mean.values.tobytes(), grown.mean.times.tobytes()) == \
         (whole.mean.steps, whole.mean.values.tobytes(), whole.mean.times.tobytes())
-    assert (grown.bad, grown.outliers, grown.sources, grown.newest) == (whole.bad, whole.outliers, whole.sources, whole.newest)
+    assert (grown.bad, grown.outliers, grown.sources, grown.newest) == \
+        (whole.bad, whole.outliers, whole.sources, whole.newest)
     assert (grown.version, grown.lengths, grown.seq) == (whole.version, whole.lengths, whole.seq)
     assert np.array_equal(grown.counted, whole.counted)
     assert np.allclose(grown.distance, whole.distance, rtol=1e-12, atol=1e-12)
