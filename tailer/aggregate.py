@@ -117,6 +117,7 @@ class AggregateCache:
 
 
 CACHED_STEPS_MAX = 2_000_000
+FEW_POINTS = 64  # points a series copied at most, on average, for which slices beat numpy views (`Points`)
 STALE_COST_S = 0.05  # folds that took this long or longer may be served ...
 STALE_FOR_S = 5.0  # ... this long after their copy was taken, while a newer one is made (Store.keep_folds_warm)
 
@@ -269,21 +270,29 @@ class Points:
                 firsts.append(s.steps[old])
         if not firsts:
             return None
-        self.cut = min(firsts)
-        return [bisect_left(s.steps, self.cut, 0, old) for (_, s), old in zip(series, after.lengths)]
+        cut = self.cut = min(firsts)
+        # (most series' points before their new ones are below the cut: no search)
+        return [old if old == 0 or s.steps[old - 1] < cut else bisect_left(s.steps, cut, 0, old)
+                for (_, s), old in zip(series, after.lengths)]
 
     def _copy(self, series: Sequence[Tuple[str, Series]], starts: Sequence[int], owners: Any, np: Any) -> None:
         """`steps`, `values`, `times` and `owner` of each series from its index in `starts` on."""
+        counts = [n - start for n, start in zip(self.lengths, starts)]
+        few = sum(counts) <= FEW_POINTS * len(series)
+
         def column(name: str, dtype: Any) -> Any:
-            # np.concatenate copies: the views on the store's arrays end with this call
-            parts = [np.frombuffer(getattr(s, name), dtype=dtype)[start:len(s)]
-                     for (_, s), start in zip(series, starts)]
+            if few:  # a live run's last steps: slices of the arrays joined (a numpy view costs more than they do)
+                return np.frombuffer(b"".join([getattr(s, name)[start:n] for (_, s), start, n
+                                               in zip(series, starts, self.lengths)]), dtype=dtype)
+            # np.concatenate copies once (slices joined would copy twice): the views on the store's arrays end here
+            parts = [np.frombuffer(getattr(s, name), dtype=dtype)[start:n]
+                     for (_, s), start, n in zip(series, starts, self.lengths)]
             return np.concatenate(parts) if parts else np.zeros(0, dtype)
 
         self.steps = column("steps", np.int64)
         self.values = column("values", np.float64)
         self.times = column("times", np.float64)
-        self.owner = np.repeat(owners, [n - start for n, start in zip(self.lengths, starts)])
+        self.owner = np.repeat(owners, counts)
 
 
 def _ascending(steps: Any, lengths: Sequence[int], np: Any) -> bool:
