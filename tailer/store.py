@@ -37,7 +37,6 @@ HEATMAPS_KEPT = 16  # heatmap answers kept (a few KiB each) while their series d
 WARM_CHECK_S = 0.25  # how often the warmer looks for a fold that fell behind, when none was
 WARM_SHARE = 0.25  # the share of a core the warmer's folds may take over time (a live run that keeps settling)
 WARM_BURST_S = 3.0  # ... and the seconds of folds it may spend at once (about three rounds of 1,024 ranks' metrics)
-WARM_GROWING_S = 5.0  # how often the warmer grows the folds of a history that keeps growing (a catch-up, a live run)
 
 
 @dataclass
@@ -499,32 +498,26 @@ class Store:
         nothing however many sources: the metrics are read only once it stood still); once nothing was stored for
         a look, the metrics behind are folded one after another (each in its turn in the fold thread: a page's
         requests meanwhile go before the next), within a budget of WARM_SHARE of a core over time and WARM_BURST_S
-        at once (`FoldBudget`). Each fold is grown from the one before (a copy of the new steps,
-        `AggregateCache.fold`: bounded however long the run), so a live run whose steps pause for a look is folded
-        after each step, and a history that keeps growing (a catch-up, a live run that never stands still) has its
-        folds grown once every WARM_GROWING_S, every metric once: its end then finds them a few seconds behind,
-        not cold (a look at every metric's series at each look, four times a second, would cost the loop more than
-        the folds save)."""
+        at once (`FoldBudget`). A live run whose steps pause for a look is folded after each step, from the fold
+        before (a copy of its new steps, `AggregateCache.fold`: bounded however long the run). A history that never
+        stands still is left to the page's first answer: a look at every metric's series four times a second
+        would cost the loop more than the folds save."""
         said = False
         looked = -1  # the store's seq at the last look
         idle = False  # no fold was behind at `looked`: none is until the seq moves
         budget = FoldBudget(WARM_SHARE, WARM_BURST_S)
-        grown = time.monotonic()  # when the folds of a growing history were grown last
         while not stop.is_set():
             pause = WARM_CHECK_S
             try:
                 seq = self._last_seq
-                if seq != looked:  # stored since the last look: still growing
+                if seq != looked:  # stored since the last look: still growing; the folds wait for it to stop
                     looked, idle = seq, False
-                    if time.monotonic() - grown >= WARM_GROWING_S:
-                        await self._warm_round(budget)
-                        grown = time.monotonic()
                 elif not idle and budget.left() > 0:
                     folded = await self._warm_next()
                     if folded is None:
                         idle = True
                     else:
-                        budget.spend(folded[1])
+                        budget.spend(folded)
                         pause = 0.0
             except Exception:  # noqa: BLE001 - a failed fold leaves the request path to fold; said once
                 if not said:
@@ -535,29 +528,19 @@ class Store:
             except asyncio.TimeoutError:
                 pass
 
-    async def _warm_next(self, done: Sequence[str] = ()) -> Optional[Tuple[str, float]]:
-        """Fold again the default selection of the first metric but `done`, in the order the records name them
-        (the page's first charts, loss and the optimiser's, before the speed metrics), whose fold is behind (or
-        missing). Returns the metric and the seconds its fold took, or None when no fold was behind."""
+    async def _warm_next(self) -> Optional[float]:
+        """Fold again the default selection of the first metric, in the order the records name them (the page's
+        first charts, loss and the optimiser's, before the speed metrics), whose fold is behind (or missing).
+        Returns the seconds the fold took, or None when no fold was behind."""
         self._metric_keys("")  # the index current
         for metric, keys in self._by_metric.items():
-            if metric in done or len({key[0] for key in keys}) <= WARM_SOURCES_MIN:
+            if len({key[0] for key in keys}) <= WARM_SOURCES_MIN:
                 continue
             chosen = [(key[0], self._series[key]) for key in keys]
             if self._folds.age((metric, tuple(keys)), chosen) is not None:
                 fold = await self._folds.fold((metric, tuple(keys)), chosen, fresh=True)
-                return metric, fold.cost
+                return fold.cost
         return None
-
-    async def _warm_round(self, budget: FoldBudget) -> None:
-        """Fold again every metric whose fold is behind, once each, while `budget` lasts (a growing history)."""
-        done: List[str] = []
-        while budget.left() > 0:
-            folded = await self._warm_next(done)
-            if folded is None:
-                return
-            done.append(folded[0])
-            budget.spend(folded[1])
 
     async def heatmap(self, metric: str, exclude: Sequence[str] = (), start: Optional[int] = None,
                       end: Optional[int] = None, columns: int = 120, rows: int = 32) -> Dict[str, Any]:

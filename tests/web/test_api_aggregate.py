@@ -261,10 +261,10 @@ def test_an_expensive_fold_is_served_while_young_and_says_what_it_holds(monkeypa
         store.close()
 
 
-def test_nothing_is_warmed_while_the_history_grows_for_less_than_the_growing_interval() -> None:
-    # A look while the history grows reads no metric (at 1,024 ranks reading them four times a second cost 3 % of a
-    # core): the folds come once nothing was stored for a look (the end of a run or of a catch-up), or once
-    # WARM_GROWING_S passed (the next test).
+def test_nothing_is_warmed_while_the_history_grows() -> None:
+    # A live run is left to the page's first answer (folding it in turn cost a steady share of a core), and a look
+    # while it grows reads no metric (at 1,024 ranks reading them four times a second cost 3 % of a core): the
+    # folds come once nothing was stored for a look (the end of a run or of a catch-up).
     store = ranks_store(RANKS, lambda rank: [{"step": s, "time": T0 + s, "loss": 1.0} for s in range(1, 31)])
     try:
         keys = store._keys_of("loss", None, ())
@@ -292,44 +292,6 @@ def test_nothing_is_warmed_while_the_history_grows_for_less_than_the_growing_int
 
         asyncio.run(run())
         assert age() is None and read
-    finally:
-        store.close()
-
-
-def test_a_history_that_keeps_growing_has_its_folds_grown_every_interval(monkeypatch: Any) -> None:
-    # A catch-up or a live run that never stands still for a look: every WARM_GROWING_S each metric's fold is grown
-    # (from the one before: a copy of the new steps), so its end finds them seconds behind, not cold.
-    from mstail.tailer import store as store_module
-
-    monkeypatch.setattr(store_module, "WARM_GROWING_S", 0.3)
-    store = ranks_store(RANKS, lambda rank: [{"step": s, "time": T0 + s, "loss": 1.0, "lr": 0.1} for s in range(1, 31)])
-    try:
-        copies: List[Tuple[int, int]] = []  # (points each fold copied, the series' points then)
-        fold = store._folds.fold
-
-        async def counted(*args: Any, **kwargs: Any) -> Any:
-            made = await fold(*args, **kwargs)
-            copies.append((made.copied, made.version))
-            return made
-
-        store._folds.fold = counted  # type: ignore[method-assign]
-
-        async def run() -> None:
-            stop = asyncio.Event()
-            warming = asyncio.ensure_future(store.keep_folds_warm(stop))
-            for step in range(31, 231):  # bounded: a record every 0.05 s (never still for a look) until two rounds
-                store.add(f"rank_{step % RANKS}", [Item("record", {"step": step, "time": T0 + step, "loss": 1.0,
-                                                                    "lr": 0.1})])
-                await asyncio.sleep(0.05)
-                if len(copies) >= 4:
-                    break
-            stop.set()
-            await asyncio.wait_for(warming, 5)
-
-        asyncio.run(run())
-        assert len(copies) >= 4, "the warmer did not fold a growing history twice within 10 s"
-        assert copies[0][0] == copies[0][1] and copies[1][0] == copies[1][1]  # loss and lr first: every point
-        assert all(0 < copied <= version - RANKS * 30 for copied, version in copies[2:])  # then what came since
     finally:
         store.close()
 
