@@ -501,9 +501,10 @@ class Store:
         nothing however many sources: the metrics are read only once it stood still); once nothing was stored for
         a look, the metrics behind are folded one after another (each in its turn in the fold thread: a page's
         requests meanwhile go before the next), within a budget of WARM_SHARE of a core over time and WARM_BURST_S
-        at once (`FoldBudget`). A history still growing (a live run) is left to the page's first
-        answer, as before: folding it in turn would cost a steady share of a core for folds older than the page
-        takes (aggregate.STALE_FOR_S)."""
+        at once (`FoldBudget`). A live run whose steps pause for a look is folded after each step, from the fold
+        before (a copy of its new steps, `AggregateCache.fold`: bounded however long the run). A history that never
+        stands still is left to the page's first answer: a look at every metric's series four times a second
+        would cost the loop more than the folds save."""
         said = False
         looked = -1  # the store's seq at the last look
         idle = False  # no fold was behind at `looked`: none is until the seq moves
