@@ -58,9 +58,10 @@ READ_SLICE = 8 << 10
 #: cost as much again to store, so live files still wait about one short pass.
 CATCH_UP_SLICE = 64 << 10
 #: how long a pass goes on reading the history of files still catching up, a slice each (those read longest ago
-#: first): many files' history comes in passes about this long, so live files wait about one such pass, a pass holds
-#: about this much parsed history in memory (not every file's at once), and the passes' own cost stays small.
-HISTORY_PASS_S = 0.05
+#: first): many files' history comes in passes about this long, so live files wait about one such pass and a pass
+#: holds this much parsed history (not every file's at once). 1,024 files of 2,000 records: 114 s and 358 MiB at most;
+#: at 0.05 s 124 s (the passes' own cost), 337 MiB; unbounded 89-93 s, 1.2-1.3 GB, passes of 12-29 s (/healthz: stalled).
+HISTORY_PASS_S = 0.2
 #: how long a pass with nothing else to read waits for a catch-up child's next batch (it ends at once when one comes)
 BULK_WAIT_S = 0.005
 #: a read pass running longer than this is a stall: /healthz says so (a pass normally takes milliseconds).
