@@ -9,7 +9,7 @@ polls /api/sources until it counts every record (what `mstail parse` gives for t
 `/api/series?metric=loss&source=rank_0` until it serves the last step of the history, and one SSE client of
 `/api/stream` notes when each live record arrives. With --before REV the same runs alternate with the code of git
 revision REV, on the same history (--rounds of each).
-mstail runs with its bytecode compiled first, as an installed mstail has it (`compiled`).
+mstail runs with its bytecode compiled first, as an installed mstail has it (`benchsupport.installed_env`).
 
 Printed: the time from starting mstail to its serving line, to the first points of the history and to the full
 history served through /api/series; the catch-up's rate in MB/s; live latency (arrival - the writer's time just before
@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from benchsupport import SSEReader, load_test_support
+from benchsupport import SSEReader, installed_env, load_test_support
 
 import parse_speed
 from latency import loadavg, percentile, proc_cpu_s, proc_mem_kib
@@ -116,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
 
         shutil.rmtree(work / "before-code", ignore_errors=True)
         codes.append((f"code of {args.before}", code_of(args.before, work / "before-code")))
-    env = compiled(codes)
+    env = installed_env(work / "pycache", [code for _, code in codes])
     met = True
     for round_ in range(args.rounds):
         for label, code in codes:
@@ -129,23 +129,9 @@ def run(args: argparse.Namespace) -> int:
     return 0 if met else 1
 
 
-def compiled(codes: Sequence[Tuple[str, Optional[Path]]]) -> Dict[str, str]:
-    """The environment mstail runs in, with the bytecode of every code measured compiled first (in its own
-    __pycache__ folders, which git ignores): an installed mstail has its bytecode (pip compiles it), while a source
-    tree under PYTHONDONTWRITEBYTECODE compiled its modules on every start (0.15 s of CPU before the catch-up child
-    forked, 0.3 s before the server listened)."""
-    env = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
-    for _, code in codes:
-        package = (code or parse_speed.ROOT) / "mstail"
-        parts = [package / part if code is not None else parse_speed.ROOT / part for part in ("parsers", "tailer", "web")]
-        subprocess.run([sys.executable, "-m", "compileall", "-q", str(package), *map(str, parts)], env=env, check=True,
-                       stdout=subprocess.DEVNULL)
-    return env
-
-
 def measure(support: Any, args: argparse.Namespace, work: Path, code: Optional[Path], size: int, records: int,
             last_step: int, env: Dict[str, str]) -> bool:
-    """One real mstail (run from `code`, default this tree, in `env`: `compiled`) over the history and the live
+    """One real mstail (run from `code`, default this tree, in `env`: `installed_env`) over the history and the live
     files; prints its figures and returns whether the goals were met."""
     log_dir = work / "output" / "log"
     for rank in range(1, args.live + 1):

@@ -19,8 +19,8 @@ Measured, each restart a new real process over the same state:
   EMA's sums, 1.5 bytes a point), and the peak (VmHWM).
 With --cold, the page cache is dropped before each restart (`sync; echo 3 > /proc/sys/vm/drop_caches`, root
 only): the state file, the log and mstail's own modules are read from the disk, as after a reboot.
-mstail runs as an installed one does, with its modules' bytecode cached (`installed_env`; the first start
-compiles it). Runs:
+mstail runs as an installed one does, with its modules' bytecode compiled first (`benchsupport.installed_env`).
+Runs:
 - first run: the log read from its start (no state): time, RSS, peak (skipped with --keep DIR when DIR holds
   the state of an earlier run: reading the log takes minutes on a loaded machine);
 - restart: this code, over the state the first run left (closed cleanly: opened without SQLite's integrity check);
@@ -57,7 +57,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from benchsupport import load_test_support
+from benchsupport import installed_env, load_test_support
 from latency import proc_cpu_s
 from page_load import T0, get, rss_mib, write_log
 
@@ -107,15 +107,6 @@ def served(server: Any, step: int) -> bool:
     return entry["x"] == [step]
 
 
-def installed_env(cache: Path) -> Dict[str, str]:
-    """The environment of an installed mstail: its modules' bytecode cached (pip compiles a wheel's at install;
-    this tree's, imported from the source, would be compiled at every start where PYTHONDONTWRITEBYTECODE is
-    set, as on this machine: 0.3 s), here under `cache`, not in the tree."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    env["PYTHONPYCACHEPREFIX"] = str(cache)
-    return env
-
-
 def drop_page_cache() -> None:
     """Empty the page cache (root only): what a restart after a reboot reads comes from the disk."""
     subprocess.run(["sync"], check=True)
@@ -128,6 +119,7 @@ def run(support: Any, label: str, log: Path, state: Path, work: Path, steps: int
     whole history, RSS MiB then). A restart (`state` holds a state) gets a new step appended to the log first:
     tailing has resumed when that step is served; with `cold`, the page cache is dropped just before it. The mstail
     is stopped with Ctrl-C, or with `kill` killed (SIGKILL: a crash)."""
+    env = installed_env(log.parent / "pycache", [code])  # before the page cache is dropped: it reads the modules
     new_step = append_step(log) if any(state.glob("*.sqlite")) else None
     if cold and new_step is not None:
         drop_page_cache()
@@ -136,7 +128,7 @@ def run(support: Any, label: str, log: Path, state: Path, work: Path, steps: int
     here, support.ROOT = support.ROOT, code or support.ROOT  # start_mstail runs mstail from ROOT (cwd, PYTHONPATH)
     try:
         server = support.start_mstail([], work, args=["--jsonl", str(log), "--state-dir", str(state)], timeout=600,
-                                      env=installed_env(log.parent / "pycache"))
+                                      env=env)
     finally:
         support.ROOT = here
     listening = time.perf_counter() - began
