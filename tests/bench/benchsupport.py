@@ -29,14 +29,14 @@ def load_test_support() -> Any:
     return module
 
 
-def installed_env(cache: Path, codes: Sequence[Optional[Path]] = (None,)) -> Dict[str, str]:
-    """The environment of an installed mstail: its modules' bytecode there to load (pip compiles a wheel's at
-    install), cached under `cache`, not in the tree. A source tree imported where PYTHONDONTWRITEBYTECODE is set, as on
-    this machine, compiles its modules at every start (0.15 s of CPU before a catch-up child forks, 0.3 s before the
-    server listens). `codes`: the code each start runs, compiled now (None: this tree; else a folder holding an
-    importable `mstail`, `restart.code_of`)."""
+def installed_env(codes: Sequence[Optional[Path]] = (None,)) -> Dict[str, str]:
+    """The environment of an installed mstail, whose modules' bytecode is there to load (pip compiles a wheel's at
+    install). A source tree imported where PYTHONDONTWRITEBYTECODE is set, as on this machine, compiles its modules at
+    every start (0.15 s of CPU before a catch-up child forks, 0.3 s before the server listens). `codes`: the code each
+    start runs, compiled now into its own __pycache__ folders, which git ignores (None: this tree; else a folder
+    holding an importable `mstail`, `restart.code_of`). No PYTHONPYCACHEPREFIX: the packages mstail imports would be
+    compiled again into it at the first start."""
     env = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
-    env["PYTHONPYCACHEPREFIX"] = str(cache)
     for code in codes:
         folders = [ROOT / part for part in ("mstail", "parsers", "tailer", "web")] if code is None else [
             code / "mstail", *(code / "mstail" / part for part in ("parsers", "tailer", "web"))]  # those are links

@@ -116,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
 
         shutil.rmtree(work / "before-code", ignore_errors=True)
         codes.append((f"code of {args.before}", code_of(args.before, work / "before-code")))
-    env = installed_env(work / "pycache", [code for _, code in codes])
+    env = installed_env([code for _, code in codes])
     met = True
     for round_ in range(args.rounds):
         for label, code in codes:

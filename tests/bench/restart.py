@@ -119,7 +119,7 @@ def run(support: Any, label: str, log: Path, state: Path, work: Path, steps: int
     whole history, RSS MiB then). A restart (`state` holds a state) gets a new step appended to the log first:
     tailing has resumed when that step is served; with `cold`, the page cache is dropped just before it. The mstail
     is stopped with Ctrl-C, or with `kill` killed (SIGKILL: a crash)."""
-    env = installed_env(log.parent / "pycache", [code])  # before the page cache is dropped: it reads the modules
+    env = installed_env([code])  # before the page cache is dropped: it reads the modules
     new_step = append_step(log) if any(state.glob("*.sqlite")) else None
     if cold and new_step is not None:
         drop_page_cache()
