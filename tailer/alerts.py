@@ -310,6 +310,14 @@ class _SourceState:
         self.norm.load(saved["norm"])
 
 
+def _silence(state: "_SourceState", gone: bool, now: float) -> Optional[float]:
+    """How long a source's live run has waited for its next step (None: it waits for none: its file is gone, its
+    run ended, its steps are history, or it has had none)."""
+    if gone or state.ended or not state.live or state.last_arrival is None:
+        return None
+    return now - state.last_arrival
+
+
 class AlertEngine:
     """Rules -> alerts. Used from one thread (the event loop).
 
@@ -426,9 +434,8 @@ class AlertEngine:
                     self._resolve("gone", source, now, out, "log file is back")
             if state is None or not hang_on:
                 continue
-            may_hang = (not gone and not state.ended and state.live and state.last_arrival is not None
-                        and now - state.last_arrival >= min_s)
-            if may_hang or ("hang", source) in alerts:
+            silence = _silence(state, gone, now)
+            if (silence is not None and silence >= min_s) or ("hang", source) in alerts:
                 self._hang(source, state, gone, now, writing, out)
         return out
 
@@ -436,17 +443,14 @@ class AlertEngine:
               writing: Optional[Callable[[str], Optional[bool]]], out: List[Change]) -> None:
         """The hang rule for one source at a tick (`tick`'s `writing`; `gone`: its file disappeared)."""
         bound = self.hang_bound(source)
-        hung = (
-            not gone and not state.ended and state.live and state.last_arrival is not None
-            and now - state.last_arrival >= bound
-        )
+        silence = _silence(state, gone, now)
+        hung = silence is not None and silence >= bound
         if hung and writing is not None and writing(source) is False:
             state.ended = True  # the writer closed the file: over (an error before it raised its own alert)
             hung = False
         if hung:
-            waited = now - state.last_arrival  # type: ignore[operator]
             self._fire("hang", source, state.last_step, now,
-                       f"no new step for {waited:.0f} s after step {state.last_step} (bound {bound:.0f} s)", out)
+                       f"no new step for {silence:.0f} s after step {state.last_step} (bound {bound:.0f} s)", out)
         elif state.ended or gone or (state.last_arrival is not None and now - state.last_arrival < bound):
             self._resolve("hang", source, now, out, "training ended" if state.ended else "steps again")
 

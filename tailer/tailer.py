@@ -479,7 +479,7 @@ class Tailer:
             out_of_time = out_of_time or over_time(self.config.pass_time_s)
         results = []
         for source in sources:
-            if passed_over and source in passed_over:
+            if source in passed_over:
                 continue  # nothing read: nothing to finish
             try:
                 finished = items[source.id] if source in bulk else self._finish_pass(source, items[source.id], now)
