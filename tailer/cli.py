@@ -329,7 +329,9 @@ def _run_server(config: Config, formats: Sequence[Format]) -> int:
             print(f"mstail: history kept in {state.path} (--no-state: keep none)", file=sys.stderr, flush=True)
 
     try:
-        asyncio.run(serve(config, formats, sock, on_started=announce, state=state))
+        again = asyncio.run(serve(config, formats, sock, on_started=announce, state=state))
+        while again is not None:  # the state failed its check after its history was served: over a fresh one
+            again = asyncio.run(serve(config, formats, again))  # (a fresh state is closed clean: trusted next)
     except KeyboardInterrupt:
         pass
     return 0
