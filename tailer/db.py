@@ -179,9 +179,10 @@ class IntegrityCheck:
     program's write) that still opens. Such pages would fail later reads and commits, the history would stop being
     written; found at the start, the file is moved aside and the logs read again. The check reads every page (the
     whole file, 375 MB for a million records: 1 s from the page cache, more from a disk, read in order first), so
-    it runs while the server starts and serves the history loaded beside it (`serve`), not before; a file its owner's mark (`_OwnerMark`) shows
-    unchanged since its last clean close, or since the last commit of a process that ended in this boot of the
-    machine, is not checked: only what `Store.load` will read is read ahead (`_READ_AHEAD`).
+    it runs while the server starts and serves the history loaded beside it (`serve`), not before; a file its
+    owner's mark (`_OwnerMark`) shows unchanged since its last clean close, or since the last commit of a process
+    that ended in this boot of the machine, is not checked: only what `Store.load` will read is read ahead
+    (`_READ_AHEAD`).
 
     The check waits for `start` (or `result`): a history loaded beside it (`Store.load`) reads its columns from the
     disk first, not behind the 375 MB read in order (which made that load 0.9 s instead of 0.2 s, cold).
@@ -466,8 +467,8 @@ class StateDB:
             check.result()
 
     def verify(self) -> Optional[str]:
-        """Wait for the integrity check started when the file was opened, if it was (not for a file unchanged since
-        its owner's mark, `_OwnerMark`). It reads the whole file (0.3-1 s for a million records' 375 MB from the
+        """Wait for the integrity check of this opening, if there is one (not for a file unchanged since its owner's
+        mark, `_OwnerMark`). It reads the whole file (0.3-1 s for a million records' 375 MB from the
         page cache, more from a disk) in a thread of its own: SQLite leaves the GIL meanwhile. A state that fails it
         is moved aside and a fresh one started, as at opening. Returns why it failed (then nothing read from the
         file before is to be kept), or None. Call it before anything read from the state is trusted and before

@@ -20,6 +20,7 @@ import time
 import uuid
 from array import array
 from pathlib import Path
+from typing import Optional, Tuple
 
 import pytest
 
@@ -100,12 +101,17 @@ def test_a_state_damaged_inside_is_set_aside_before_anything_is_read(tmp_path: P
     again.close()
 
 
-def _after_a_machine_crash(path: Path) -> StateDB:
-    """The state opened as after a machine crash (no mark its owner left holds: another boot's, or none)."""
-    path.with_name(f"{path.name}.lock").write_bytes(b"")
-    db = StateDB(path, expected="test")
-    assert db.checking
-    return db
+def _after_a_machine_crash(tmp_path: Path, damage: Optional[bytes] = None) -> Tuple[Path, Store]:
+    """A state of RECORDS records (the page holding `damage` overwritten, if given), opened as after a machine
+    crash (no mark its owner left holds: another boot's, or none): (its path, its store, not loaded yet)."""
+    path = tmp_path / "state.sqlite"
+    _state(path)
+    if damage is not None:
+        _damage_the_page_holding(path, damage)
+    path.with_name("state.sqlite.lock").write_bytes(b"")
+    store = Store(StateDB(path, expected="test"))
+    assert store.db.checking
+    return path, store
 
 
 def _one_more(store: Store) -> None:
@@ -114,9 +120,7 @@ def _one_more(store: Store) -> None:
 
 
 def test_a_history_loaded_beside_its_check_is_written_to_only_once_the_check_passed(tmp_path: Path) -> None:
-    path = tmp_path / "state.sqlite"
-    _state(path)
-    store = Store(_after_a_machine_crash(path))
+    path, store = _after_a_machine_crash(tmp_path)
     store.load(beside_check=True)
     assert store.db.checking  # loaded: the check has not even begun (it waits for the load's reads)
     assert store.last_seq == RECORDS and store.series("loss", points=RECORDS)[0]["x"][-1] == RECORDS
@@ -134,10 +138,7 @@ def test_a_history_loaded_beside_its_check_is_written_to_only_once_the_check_pas
 
 def test_a_history_loaded_beside_a_check_that_fails_is_dropped_and_nothing_written(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    path = tmp_path / "state.sqlite"
-    _state(path)
-    _damage_the_page_holding(path, b'"step":12345,')  # an items page: the load beside the check does not read it
-    store = Store(_after_a_machine_crash(path))
+    path, store = _after_a_machine_crash(tmp_path, b'"step":12345,')  # an items page: the load does not read it
     store.load(beside_check=True)
     assert store.last_seq == RECORDS  # served meanwhile (`serve` says the file is being checked)
     _one_more(store)
@@ -156,10 +157,7 @@ def test_a_history_loaded_beside_a_check_that_fails_is_dropped_and_nothing_writt
 
 def test_saved_columns_that_fail_to_read_beside_the_check_wait_for_it(tmp_path: Path,
                                                                     caplog: pytest.LogCaptureFixture) -> None:
-    path = tmp_path / "state.sqlite"
-    _state(path)
-    _damage_the_page_holding(path, array("d", [1.0 / 12345]).tobytes())  # a page of the loss column
-    store = Store(_after_a_machine_crash(path))
+    _, store = _after_a_machine_crash(tmp_path, array("d", [1.0 / 12345]).tobytes())  # a page of the loss column
     with caplog.at_level(logging.WARNING, logger="mstail.state"):
         assert store.load(beside_check=True) == {}  # the read failed: the check decided, before anything was served
     assert store.last_seq == 0 and not store.sources and not store.db.checking
@@ -169,9 +167,7 @@ def test_saved_columns_that_fail_to_read_beside_the_check_wait_for_it(tmp_path: 
 
 
 def test_a_store_closed_while_its_check_runs_leaves_the_file_to_be_checked_again(tmp_path: Path) -> None:
-    path = tmp_path / "state.sqlite"
-    _state(path)
-    store = Store(_after_a_machine_crash(path))
+    path, store = _after_a_machine_crash(tmp_path)
     store.load(beside_check=True)
     store.db.start_check()
     store.close()  # Ctrl-C while the check runs: it is interrupted, and proves nothing
