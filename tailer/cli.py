@@ -317,19 +317,30 @@ def _run_server(config: Config, formats: Sequence[Format]) -> int:
     else:
         following = f"following {files}" + ("" if found else ", waiting for the files to appear")
 
+    address = url_of(sock)
+    announced = []  # once, by the first server that starts: one that starts over (below) serves the same address
+
     def announce() -> None:
+        if announced:
+            return
+        announced.append(True)
         if generated:
-            url = f"{url_of(sock)}/?token={config.token}"
+            url = f"{address}/?token={config.token}"
             following_ = f"{following}; every request needs this token, or 'Authorization: Bearer TOKEN'"
         else:
-            url = url_of(sock)
+            url = address
             following_ = following + ("; token required" if config.token else "")
         print(f"mstail: serving {url}  ({following_})", flush=True)
         if state.path is not None:
             print(f"mstail: history kept in {state.path} (--no-state: keep none)", file=sys.stderr, flush=True)
 
     try:
-        asyncio.run(serve(config, formats, sock, on_started=announce, state=state))
+        again = asyncio.run(serve(config, formats, sock, on_started=announce, state=state))
+        # The state failed its check after its history was served: the same address, over a fresh state (which is
+        # closed clean, so trusted by the next opening), the browser not opened twice.
+        config = dataclasses.replace(config, open_browser=False)
+        while again is not None:
+            again = asyncio.run(serve(config, formats, again, on_started=announce))
     except KeyboardInterrupt:
         pass
     return 0

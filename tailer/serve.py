@@ -16,7 +16,7 @@ import socket
 import threading
 import time
 import webbrowser
-from typing import TYPE_CHECKING, Callable, Dict, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence
 
 from mstail.parsers import Format
 
@@ -71,13 +71,20 @@ async def serve(
     sock: socket.socket,
     on_started: Optional[Callable[[], None]] = None,
     state: Optional[StateDB] = None,
-) -> None:
+) -> Optional[socket.socket]:
     """Tail and serve until Ctrl-C / SIGTERM; exits within `config.shutdown_timeout_s` + a little.
-    `state` is the history database (default: `open_state(config, formats)`)."""
+    `state` is the history database (default: `open_state(config, formats)`). Returns None, or a copy of `sock`
+    to serve on again over a fresh state when the state failed its integrity check after its history was served
+    (`_restore_then_tail`: everything read from it is dropped; the pages' streams, cut, reconnect, and reload where
+    they were beyond the new history)."""
     store, hub = Store(state if state is not None else open_state(config, formats)), Hub()
     imports = WebImports() if store.db.reopened else None  # a restart: the web's imports beside the history's load
     tailer = Tailer(config, formats, store, hub)
-    tailer.resume(store.load())
+    if store.db.checking:  # (a file that exists: a new one is sound)
+        log.info("checking the state %s whole (the machine restarted, or the file changed, since mstail last wrote "
+                 "it): its history is served meanwhile, new lines are read once it passes", store.db.path)
+    tailer.resume(store.load(beside_check=True))
+    store.db.start_check()  # after the load's reads: the check's read of the whole file would have queued them
     if imports is not None:
         imports.wait()  # before `read_ahead`, which may fork
     tailer.read_ahead()  # a big history's catch-up child starts now, not after the server's imports
@@ -92,6 +99,7 @@ async def serve(
         store,
         hub,
         health=lambda: {**tailer.health(), **_alert_health(tailer, webhooks), "restoring_alerts": restoring or None,
+                        "state_check": STATE_CHECKING if store.db.checking else None,
                         "connections": limits.stats(len(server.server_state.connections)), "streams": streams.stats()},
         token=config.token,
         check_host=config.token is None,  # loopback without a token: only loopback Host headers (DNS rebinding)
@@ -118,8 +126,14 @@ async def serve(
     )
     restore_logs = install_quiet_logs(asyncio.get_running_loop())
     stop = asyncio.Event()
+    again: List[socket.socket] = []  # the socket to serve on again over a fresh state (the state failed its check)
+
+    def start_over() -> None:
+        again.append(sock.dup())  # before uvicorn closes `sock`: the same port, no moment without a listener
+        server.should_exit = True
+
     webhooks.start()
-    tailing = asyncio.create_task(_restore_then_tail(store, tailer, stop, restoring))
+    tailing = asyncio.create_task(_restore_then_tail(store, tailer, stop, restoring, start_over))
     warming = asyncio.create_task(store.keep_folds_warm(stop))  # the page's first folds ready before it asks
     freezing = asyncio.create_task(_freeze_when_grown(HeapFreezer(lambda: (len(store.sources), store.series_count)),
                                                       stop))
@@ -134,7 +148,10 @@ async def serve(
         await freezing
         await webhooks.stop()
         gc.unfreeze()  # exit finalizes what is left as it would have unfrozen
-        store.close()  # the last commit and the state's clean close (its mark: no integrity check next time)
+        if again:
+            store.db.close()  # the fresh state, empty: nothing of the history read from the damaged one goes into it
+        else:
+            store.close()  # the last commit and the state's clean close (its mark: no integrity check next time)
 
     try:
         await server.serve(sockets=[sock])
@@ -151,6 +168,7 @@ async def serve(
         finally:
             restore_logs()
             terminate()
+    return again[0] if again else None
 
 
 class WebImports:
@@ -225,12 +243,32 @@ REPLAY_SLICE_S = 0.002  # the alert replay's turn on the event loop: requests wa
 _SAY_REPLAY = 100_000  # stored items from which the alert replay is said on stderr
 
 
-async def _restore_then_tail(store: Store, tailer: Tailer, stop: asyncio.Event, progress: Dict[str, int]) -> None:
-    """Give the alert rules back their state (a restart with a state), then tail. The state saved with the
-    history is taken back and only the items stored after it are replayed; a state without one (an older mstail's,
-    or rules changed since) is replayed whole. A replay feeds the engine a batch at a time, so the server answers
-    meanwhile (/healthz shows `restoring_alerts`); tailing waits for it because the rules must see the old records
-    before the new ones. From then on the rules' state is saved with the history."""
+#: /healthz's `state_check` (and the page's banner) while the state's integrity check runs
+STATE_CHECKING = ("the history's file is being checked (it is not as mstail last left it in this boot of the machine): "
+                  "shown meanwhile, new lines are read once it passes")
+
+
+async def _restore_then_tail(store: Store, tailer: Tailer, stop: asyncio.Event, progress: Dict[str, int],
+                             start_over: Callable[[], None] = lambda: None) -> None:
+    """Wait for the state's integrity check when the history was loaded beside it (`Store.load`), then give the
+    alert rules back their state (a restart with a state), then tail. A state that fails the check is set aside
+    (said) and `start_over` called: nothing read from it is kept, nothing is written before the check passed. The
+    alert state saved with the history is taken back and only the items stored after it are replayed; a state
+    without one (an older mstail's, or rules changed since) is replayed whole. A replay feeds the engine a batch at
+    a time, so the server answers meanwhile (/healthz shows `restoring_alerts`); tailing waits for it because the
+    rules must see the old records before the new ones. From then on the rules' state is saved with the history."""
+    if store.db.checking:
+        tailer.running = True  # starting: not "tailing has stopped" on /healthz while the check runs
+        checked = asyncio.ensure_future(asyncio.to_thread(store.db.wait_for_check))
+        stopping = asyncio.ensure_future(stop.wait())
+        await asyncio.wait([checked, stopping], return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
+        if stop.is_set() or store.db.verify() is not None:  # not checked: `close` cancels it, and marks nothing
+            if not stop.is_set():
+                start_over()
+                await stop.wait()
+            await tailer.run(stop)  # returns at once, the catch-up children stopped
+            return
     alerts = tailer.alerts
     if alerts is not None and store.last_seq:
         tailer.running = True  # starting: not "tailing has stopped" on /healthz while the replay runs

@@ -140,6 +140,10 @@ class FoldBudget:
         self._left = self.left() - seconds
 
 
+class _NeedsCheck(Exception):
+    """Saved chart columns that cannot be used, found while the state's check runs: damage, maybe; the check decides."""
+
+
 class Store:
     """The history of all sources. Used from the event loop only.
 
@@ -153,19 +157,24 @@ class Store:
 
     def __init__(self, db: Optional[StateDB] = None) -> None:
         self.db = db if db is not None else StateDB(None)
+        self._forget()
+        self._turns = Turns(lambda: self._last_seq)  # copies of series computed in the fold thread, one at a time
+        self._folds = AggregateCache(self._turns)  # across-source folds for `aggregate`
+        self._heatmaps: Dict[Any, Tuple[int, Dict[str, Any]]] = {}  # the last heatmap answers, by question
+        self._alert_state: Optional[Callable[[], Dict[str, Any]]] = None  # `save_alerts`
+        self._alerts_saved = -1  # the seq of the alert rules' state last saved (-1: none saved by this process)
+        self._alerts_next_save = 0.0  # monotonic time before which it is not saved again (but at close)
+
+    def _forget(self) -> None:
+        """No history: what a new store holds, and what `load` goes back to when what it read beside the state's
+        check is not to be kept."""
         self._last_seq = 0
         self._columns = Columns()
         self._series: Dict[Tuple[str, str, int], Series] = self._columns.series
         self._last_record: Dict[str, Dict[str, Any]] = {}  # source -> its newest record as stored (what an amend is for)
         self.sources: Dict[str, SourceInfo] = {}
-        self._turns = Turns(lambda: self._last_seq)  # copies of series computed in the fold thread, one at a time
-        self._folds = AggregateCache(self._turns)  # across-source folds for `aggregate`
-        self._heatmaps: Dict[Any, Tuple[int, Dict[str, Any]]] = {}  # the last heatmap answers, by question
         self._by_metric: Dict[str, List[SeriesKey]] = {}  # metric -> its series' keys (`_metric_keys`)
         self._indexed = 0  # how many series `_by_metric` holds
-        self._alert_state: Optional[Callable[[], Dict[str, Any]]] = None  # `save_alerts`
-        self._alerts_saved = -1  # the seq of the alert rules' state last saved (-1: none saved by this process)
-        self._alerts_next_save = 0.0  # monotonic time before which it is not saved again (but at close)
 
     @property
     def last_seq(self) -> int:
@@ -268,18 +277,35 @@ class Store:
         rules have seen every stored item (after a replay), never before: a state saved is taken as complete."""
         self._alert_state = snapshot
 
-    def load(self) -> Dict[str, Optional[SourceCheckpoint]]:
+    def load(self, beside_check: bool = False) -> Dict[str, Optional[SourceCheckpoint]]:
         """Rebuild sources and columns from the database (at start): the saved columns, and the records after
         them from their JSON; a state without saved columns (an earlier mstail's) has them rebuilt from every
-        record, said once. Returns each saved source's checkpoint (source id -> checkpoint or None)."""
+        record, said once. Returns each saved source's checkpoint (source id -> checkpoint or None).
+
+        Args:
+            beside_check: while the state's integrity check runs (`StateDB.checking`: after a machine crash), read
+                the saved columns beside it instead of waiting for it; the caller then waits for the check
+                (`StateDB.verify`) before anything is written or tailed, and starts over from a fresh state if it
+                fails (`serve`). A read that fails, or saved columns that cannot be used, wait for the check here
+                and the load starts again from what it leaves. Default False: the check first, nothing read before.
+        """
+        if beside_check and self.db.checking:
+            try:
+                return self._load(rebuild=False)
+            except Exception:  # noqa: BLE001 - a damaged page may fail SQLite, JSON or the columns: the check decides
+                self._forget()  # and the load starts again from what it leaves, as without a check beside it
         self.db.verify()  # a state whose pages do not hold together is set aside here: nothing read from it yet
+        return self._load(rebuild=True)
+
+    def _load(self, rebuild: bool) -> Dict[str, Optional[SourceCheckpoint]]:
+        """`load`'s reading; `rebuild` False: raise `_NeedsCheck` where the columns would be rebuilt from the items."""
         saved = self.db.sources()
         for source_id, (path, checkpoint) in saved.items():
             info = self.add_source(source_id, path)
             if checkpoint is not None:
                 info.counters = {**checkpoint.follower.counters, **checkpoint.parser.counts}
         self._last_seq = self.db.last_seq()
-        after = self._restore_columns(saved)
+        after = self._restore_columns(saved, rebuild)
         for batch in self.db.all_items(after):
             records: Dict[str, List[Dict[str, Any]]] = {}  # source -> its records in the batch, in order
             for data in batch:
@@ -292,9 +318,10 @@ class Store:
             self.commit(columns=True)  # the rebuilt columns, saved at once: the next start reads them
         return {source_id: checkpoint for source_id, (_, checkpoint) in saved.items()}
 
-    def _restore_columns(self, saved: Dict[str, Tuple[str, Optional[SourceCheckpoint]]]) -> int:
+    def _restore_columns(self, saved: Dict[str, Tuple[str, Optional[SourceCheckpoint]]], rebuild: bool) -> int:
         """The saved columns and sources' facts, when the state has them and they hold together; returns the seq
-        up to which records are in them (0: rebuild every column from the records, said once)."""
+        up to which records are in them (0: rebuild every column from the records, said once; with `rebuild`
+        False, `_NeedsCheck` is raised instead)."""
         if not self._last_seq:
             return 0
         manifest = self.db.columns_manifest()
@@ -304,6 +331,8 @@ class Store:
                        manifest["seq"] > 0 and not self.db.has_item(manifest["seq"]) else
                        self._columns.restore(manifest, self.db.column_pieces(), self.db.column_blocks()))
         if problem is not None:
+            if not rebuild:
+                raise _NeedsCheck(problem)
             log.warning("state %s: chart columns not usable (%s): rebuilding them from the %d stored items, once",
                         self.db.path, problem, self._last_seq)
             self._columns.clear()

@@ -28,7 +28,8 @@ Runs:
 - restart after a crash: the next one, over the state the killed one left (its last commits in the WAL; the lock
   file's mark as the killed process left it: in this boot of the machine, no integrity check), stopped with Ctrl-C;
 - restart after a machine crash: the next one with the lock file's mark erased, as a power cut or a kernel crash
-  leaves it (the mark of another boot, or none): `quick_check` reads the whole file before the history is loaded;
+  leaves it (the mark of another boot, or none): `quick_check` reads the whole file, beside the history's load and
+  the server's start (before them up to e38a66e), and tailing waits for it;
 - baseline, same state, same code: the state's saved columns deleted, which is what a state written by the
   mstail before them holds; the columns are rebuilt from every record's JSON (said once) and saved again;
 - with --before REV: the same two restarts by the code of git revision REV (its tree exported into a temp folder and
@@ -172,7 +173,7 @@ def restarts(support: Any, tag: str, log: Path, state: Path, work: Path, args: a
     for name, label, kill in ((f"restart{by}", f"restart{by}{tag}, then killed", True),
                               (f"after a crash{by}", f"restart after a crash (kill -9){by}{tag}", False),
                               (f"after a machine crash{by}",
-                               f"restart after a machine crash (no mark: the integrity check first){by}{tag}", False)):
+                               f"restart after a machine crash (no mark: the integrity check){by}{tag}", False)):
         if name.startswith("after a machine crash"):
             for lock in state.glob("*.sqlite.lock"):
                 lock.write_bytes(b"")

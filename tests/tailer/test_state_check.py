@@ -4,6 +4,8 @@ inside, that still opens, is set aside there and the logs are read from the star
 always was. A file exactly as its last clean close left it, or as the last commit of a process killed while the
 machine kept running left it (the owner's mark in its lock file, `_OwnerMark`), is not read whole again; any write to
 it or its WAL since, a machine restart, a failed read, or an opening that never checked it brings the check back.
+A history may be loaded beside the check (`Store.load(beside_check=True)`, what `serve` does after a machine crash):
+nothing is written to the file before the check passed, and when it fails nothing read from the file is kept.
 The crashes are real: a child process holding the state is killed with SIGKILL."""
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ import subprocess
 import sys
 import time
 import uuid
+from array import array
 from pathlib import Path
+from typing import Optional, Tuple
 
 import pytest
 
@@ -95,6 +99,80 @@ def test_a_state_damaged_inside_is_set_aside_before_anything_is_read(tmp_path: P
     again.load()
     assert again.last_seq == 1
     again.close()
+
+
+def _after_a_machine_crash(tmp_path: Path, damage: Optional[bytes] = None) -> Tuple[Path, Store]:
+    """A state of RECORDS records (the page holding `damage` overwritten, if given), opened as after a machine
+    crash (no mark its owner left holds: another boot's, or none): (its path, its store, not loaded yet)."""
+    path = tmp_path / "state.sqlite"
+    _state(path)
+    if damage is not None:
+        _damage_the_page_holding(path, damage)
+    path.with_name("state.sqlite.lock").write_bytes(b"")
+    store = Store(StateDB(path, expected="test"))
+    assert store.db.checking
+    return path, store
+
+
+def _one_more(store: Store) -> None:
+    store.add("rank_0", [Item("record", {"step": RECORDS + 1, "time": 1e9, "loss": 0.5, "lr": 1e-4})])
+    store.commit()
+
+
+def test_a_history_loaded_beside_its_check_is_written_to_only_once_the_check_passed(tmp_path: Path) -> None:
+    path, store = _after_a_machine_crash(tmp_path)
+    store.load(beside_check=True)
+    assert store.db.checking  # loaded: the check has not even begun (it waits for the load's reads)
+    assert store.last_seq == RECORDS and store.series("loss", points=RECORDS)[0]["x"][-1] == RECORDS
+    _one_more(store)
+    assert store.db.unsaved == 1  # kept in memory, not written into a file the check may still set aside
+    assert store.db.verify() is None and not store.db.checking
+    store.commit()
+    assert store.db.unsaved == 0
+    store.close()
+    again = Store(StateDB(path, expected="test"))
+    again.load()
+    assert again.last_seq == RECORDS + 1 and not list(tmp_path.glob("*.corrupt-*"))
+    again.close()
+
+
+def test_a_history_loaded_beside_a_check_that_fails_is_dropped_and_nothing_written(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path, store = _after_a_machine_crash(tmp_path, b'"step":12345,')  # an items page: the load does not read it
+    store.load(beside_check=True)
+    assert store.last_seq == RECORDS  # served meanwhile (`serve` says the file is being checked)
+    _one_more(store)
+    with caplog.at_level(logging.WARNING, logger="mstail.state"):
+        reason = store.db.verify()
+    assert reason is not None and reason.startswith("corrupt")
+    assert any("is corrupt" in r.getMessage() and "reading the logs from the start" in r.getMessage()
+               for r in caplog.records)
+    [aside] = tmp_path.glob("state.sqlite.corrupt-*")
+    assert sqlite3.connect(aside).execute("SELECT max(seq) FROM items").fetchone()[0] != RECORDS + 1  # not written
+    store.db.close()  # `serve` starts over from the fresh file: nothing of what was read goes into it
+    fresh = Store(StateDB(path, expected="test"))
+    assert fresh.load() == {} and fresh.last_seq == 0
+    fresh.close()
+
+
+def test_saved_columns_that_fail_to_read_beside_the_check_wait_for_it(tmp_path: Path,
+                                                                    caplog: pytest.LogCaptureFixture) -> None:
+    _, store = _after_a_machine_crash(tmp_path, array("d", [1.0 / 12345]).tobytes())  # a page of the loss column
+    with caplog.at_level(logging.WARNING, logger="mstail.state"):
+        assert store.load(beside_check=True) == {}  # the read failed: the check decided, before anything was served
+    assert store.last_seq == 0 and not store.sources and not store.db.checking
+    assert any("is corrupt" in r.getMessage() for r in caplog.records)
+    assert len(list(tmp_path.glob("state.sqlite.corrupt-*"))) == 1
+    store.close()
+
+
+def test_a_store_closed_while_its_check_runs_leaves_the_file_to_be_checked_again(tmp_path: Path) -> None:
+    path, store = _after_a_machine_crash(tmp_path)
+    store.load(beside_check=True)
+    store.db.start_check()
+    store.close()  # Ctrl-C while the check runs: it is interrupted, and proves nothing
+    assert path.with_name("state.sqlite.lock").read_bytes() == b""
+    assert _checked_at_opening(path)
 
 
 def test_a_state_closed_before_its_check_is_asked_for_closes_at_once_and_unlocked(tmp_path: Path) -> None:

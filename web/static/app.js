@@ -378,13 +378,15 @@ function setupToolbar() {
 }
 
 // ---- boot ------------------------------------------------------------------------------------------------
-// A banner while /healthz reports problems (tailing stopped or stalled, the history not written to disk).
+// A banner while /healthz reports problems (tailing stopped or stalled, the history not written to disk), or that
+// the history's file is being checked (asked again each second then: the check takes about one).
 async function checkHealth() {
   const banner = document.getElementById("health");
   try {
     const response = await fetch("/healthz", { cache: "no-store" });
     const facts = await response.json();
-    const problems = facts.problems || [];
+    const problems = [...(facts.problems || []), ...(facts.state_check ? [facts.state_check] : [])];
+    if (facts.state_check) setTimeout(checkHealth, 1000);
     state.waitingForRuns = facts.waiting_for_runs || [];
     banner.textContent = problems.length ? `mstail: ${problems.join("; ")}` : "";
     banner.hidden = !problems.length;
