@@ -621,7 +621,10 @@ class Tailer:
                 old_state = info.state
                 info.format = parser.format.name if parser.format else None
                 info.total_steps = parser.meta.get("total_steps", info.total_steps)
-                info.counters = {**source.follower.counters, **parser.counts, "failures": source.failures}
+                # while a child reads the history, its counts: the source's follower and parser wait at the resume point
+                counts = source.catch_up.counts if source.catch_up is not None and source_id == source.id else None
+                counts = counts or {**source.follower.counters, **parser.counts}
+                info.counters = {**counts, "failures": source.failures}
                 info.problem = source.follower.problem or (
                     _hint(source.follower.path, parser.counts)
                     if parser.format is None and parser.counts["unmatched_metric_lines"] else None) or (

@@ -158,6 +158,37 @@ def test_a_childs_batches_are_committed_together_and_its_hand_over_commits_them_
         loop.close()
 
 
+def test_a_sources_counters_follow_its_childs_reading(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While a child reads a file's history, the source's counters (/api/sources, the stream's `source` messages) are
+    the child's, batch by batch: lines and bytes read, records parsed; not the first pass's until the hand-over."""
+    monkeypatch.setattr(tailer_module, "CATCH_UP_SLICE", 1024)
+    monkeypatch.setattr(tailer_module, "BULK_MIN_BYTES", 1)
+    monkeypatch.setattr(catchup, "BULK_BLOCK_BYTES", 2048)
+    path = tmp_path / "info.log"
+    path.write_text("\n".join(mixed_log() * 4) + "\n", encoding="utf-8")
+    store = Store()
+    tailer = Tailer(Config(logs=(str(path),), persist=False, pass_time_s=0.0, alert_rules=None), FORMATS, store, Hub())
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(tailer.pass_once())  # the first KiB; the child started
+        (followed,) = tailer._sources.values()
+        first = dict(store.sources[followed.id].counters)
+        seen = []
+        while followed.catch_up is not None:
+            loop.run_until_complete(tailer.pass_once())
+            if followed.catch_up is not None:
+                seen.append(dict(store.sources[followed.id].counters))
+    finally:
+        tailer.stop_catch_ups()
+        followed.follower.close()
+        loop.close()
+    assert len(seen) >= 3, "too few passes during the catch-up to test"
+    for name in ("lines", "bytes", "records"):
+        steps = [first[name]] + [counters[name] for counters in seen]
+        assert steps == sorted(steps) and steps[-1] > steps[len(steps) // 2] > first[name], name
+    assert seen[-1]["records"] == store.sources[followed.id].records  # every batch delivered: the records stored
+
+
 @pytest.mark.parametrize("batches", [0, 1, 3, 7, "hand-over"])
 @pytest.mark.parametrize("kill", [False, True], ids=["stopped", "killed"])
 def test_a_restart_during_a_childs_catch_up_loses_and_repeats_nothing(batches: Any, kill: bool, tmp_path: Path,
