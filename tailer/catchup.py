@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
-from typing import TYPE_CHECKING, Any, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from mstail.parsers import Item
 from mstail.parsers.amends import fold_amends
@@ -74,21 +74,22 @@ class Batch:
     """What the child parsed from one block: its items (those `feed` would give, the flush of the pass included;
     amends joined to their records among them, each as the store keeps it: `store.prepare`), the checkpoint after
     them (None inside a multi-line event), the items emitted in all by then, line failures (line number, the error in
-    words)."""
+    words), and the follower's counters and the parser's counts after the block (the source's counters meanwhile:
+    the parent's follower and parser stand still at the resume point)."""
 
     items: List[Item]
     checkpoint: Optional[SourceCheckpoint]
     emitted: int
     failures: List[Tuple[int, str]] = field(default_factory=list)
+    counts: Dict[str, int] = field(default_factory=dict)
 
     # Pickled with its items as plain (kind, data) tuples: an `Item` (a NamedTuple) pickles through a Python-level
     # `__getnewargs__`, a call per item that was half the child's cost of sending a batch.
-    def __getstate__(self) -> Tuple[List[Tuple[str, Any]], Optional[SourceCheckpoint], int, List[Tuple[int, str]]]:
-        return [tuple(item) for item in self.items], self.checkpoint, self.emitted, self.failures
+    def __getstate__(self) -> Tuple[Any, ...]:
+        return [tuple(item) for item in self.items], self.checkpoint, self.emitted, self.failures, self.counts
 
-    def __setstate__(self, state: Tuple[List[Tuple[str, Any]], Optional[SourceCheckpoint], int,
-                                        List[Tuple[int, str]]]) -> None:
-        pairs, self.checkpoint, self.emitted, self.failures = state
+    def __setstate__(self, state: Tuple[Any, ...]) -> None:
+        pairs, self.checkpoint, self.emitted, self.failures, self.counts = state
         self.items = list(map(Item._make, pairs))
 
 
@@ -129,6 +130,7 @@ class CatchUp:
         self.start = checkpoint
         self.emitted = checkpoint.emitted_at  # the items the source has emitted, those delivered from here included
         self.resume: SourceCheckpoint = checkpoint  # the newest checkpoint delivered
+        self.counts: Optional[Dict[str, int]] = None  # the newest batch's counters and counts (`Batch.counts`)
         self.done = False  # the child's pipe is closed: nothing more comes
         self.stalled = False  # stopped after STALL_S without a batch
         self._heard = time.monotonic()  # when the child last sent a batch (or started)
@@ -158,6 +160,7 @@ class CatchUp:
             self._heard = time.monotonic()
             count += len(batch.items)
             self.emitted = batch.emitted
+            self.counts = batch.counts
             if batch.checkpoint is not None:
                 self.resume = batch.checkpoint
         if not out and not self.done and time.monotonic() - self._heard >= STALL_S:
@@ -229,7 +232,9 @@ def _child(follower: FileFollower, parser: InterleavedParser, end: int, conn: Co
                 break  # a launcher tag: the parent reads on from the last resume point, with sources for the parts
             checkpoint = None if parser.holding else SourceCheckpoint(follower.checkpoint(), parser.snapshot_json(),
                                                                       emitted_at=parser.emitted)
-            if not sender.put(Batch(list(map(prepare, fold_amends(items))), checkpoint, parser.emitted, failures)):
+            batch = Batch(list(map(prepare, fold_amends(items))), checkpoint, parser.emitted, failures,
+                          {**follower.counters, **parser.counts})
+            if not sender.put(batch):
                 break  # the parent stopped listening: nothing to send to
     except BaseException:  # noqa: BLE001 - the parent resumes from the last batch and says so; nothing may outlive it
         status = 1

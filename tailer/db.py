@@ -553,6 +553,12 @@ class StateDB:
                 break
         self._rewrites[item["seq"]] = data
 
+    def queue(self, checkpoints: Dict[str, Tuple[str, SourceCheckpoint]]) -> None:
+        """Queue the sources' checkpoints (id -> (path, checkpoint)) for the next `commit` (a newer one of a source
+        replaces the one queued before)."""
+        for source, (path, checkpoint) in checkpoints.items():
+            self._unsaved_checkpoints[source] = (path, checkpoint.dumps())
+
     def commit(self, checkpoints: Dict[str, Tuple[str, SourceCheckpoint]], columns: Optional[Flush] = None,
                alerts: Optional[Dict[str, Any]] = None) -> bool:
         """Write the queued items together with these checkpoints (id -> (path, checkpoint)), `columns` (a
@@ -562,8 +568,7 @@ class StateDB:
         When the disk cannot take them (full, read-only, an I/O error, locked, damaged), nothing is lost: items and
         the newest checkpoints stay queued (readers still see them), `write_error` says why, and later commits try
         again, backing off from 1 s to 30 s, until everything queued is written."""
-        for source, (path, checkpoint) in checkpoints.items():
-            self._unsaved_checkpoints[source] = (path, checkpoint.dumps())
+        self.queue(checkpoints)
         if not self._unsaved and not self._unsaved_checkpoints and not self._rewrites and columns is None and alerts is None:
             return True
         now = time.monotonic()

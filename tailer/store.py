@@ -248,6 +248,12 @@ class Store:
         return ordered({"seq": self._last_seq, "source": info.id, "step": record["step"], "time": record.get("time"),
                         "segment": record.get("segment", 0), "kind": "amend", **new})
 
+    def queue(self, checkpoints: Dict[str, Tuple[str, SourceCheckpoint]]) -> None:
+        """Keep the sources' checkpoints (id -> (path, checkpoint)) for the next `commit`, which writes them with the
+        items added so far (these and those added until then): a restart after a crash resumes from the checkpoints
+        committed before, and reads what followed them again."""
+        self.db.queue(checkpoints)
+
     def commit(self, checkpoints: Optional[Dict[str, Tuple[str, SourceCheckpoint]]] = None,
                columns: bool = False, alerts: bool = False) -> None:
         """Make the items added so far durable, together with the sources' checkpoints (id -> (path, checkpoint)),

@@ -14,7 +14,9 @@ mstail runs with its bytecode compiled first, as an installed mstail has it (`be
 Printed: the time from starting mstail to its serving line, to the first points of the history and to the full
 history served through /api/series; the catch-up's rate in MB/s; live latency (arrival - the writer's time just before
 it wrote the step line) p50/p99/max of the records written during the catch-up and after it; mstail's CPU (and its
-catch-up child's, once the sidecar has waited for it) and RSS; the machine's load average.
+catch-up child's, once the sidecar has waited for it) and RSS; when the child ended (its parsing done), its CPU and
+mstail's then and the records stored by then (what the sidecar still had to store: the critical path's shape); the
+machine's load average.
 
 Run: python tests/bench/catch_up.py [--size-mb 100] [--live 4] [--rate 10] [--keep DIR] [--before REV --rounds N]
      [--nice -10]
@@ -26,6 +28,7 @@ Goals (issue 16, goal 2): the full history served <= 2 s after mstail starts; li
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -92,6 +95,45 @@ def children_cpu_s(pid: int) -> float:
     with open(f"/proc/{pid}/stat", encoding="ascii") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")  # cutime, cstime (fields 16, 17)
+
+
+def child_of(pid: int) -> Optional[int]:
+    """The pid of a child process of `pid` (the sidecar's catch-up child, forked by any of its threads), or None."""
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{task}/children", encoding="ascii") as f:
+            children = f.read().split()
+            if children:
+                return int(children[0])
+    return None
+
+
+class ChildWatch:
+    """When the sidecar's catch-up child ended (its parsing done: exited, not yet reaped) and the figures then, from
+    looks every poll (`look`). Args: pid: the sidecar's."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.child: Optional[int] = None
+        self.cpu = 0.0  # the child's CPU at the last look
+        self.ended: Optional[Tuple[float, float, float, int]] = None  # (time after start, child CPU, mstail CPU, stored)
+
+    def look(self, since: float, stored: int) -> None:
+        """One look (`since`: the sidecar's start, wall clock; `stored`: the history's records stored now)."""
+        if self.ended is not None:
+            return
+        if self.child is None:
+            self.child = child_of(self.pid)
+            if self.child is None:
+                return
+        try:
+            with open(f"/proc/{self.child}/stat", encoding="ascii") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            self.cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            over = fields[0] in ("Z", "X")
+        except (OSError, IndexError):
+            over = True  # reaped already: seen a poll late
+        if over:
+            self.ended = (time.time() - since, self.cpu, proc_cpu_s(self.pid), stored)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -166,10 +208,12 @@ def measure(support: Any, args: argparse.Namespace, work: Path, code: Optional[P
                                                 times_path=work / f"times_{rank}.txt", seed=rank, steps_per_epoch=steps))
         served: Optional[float] = None
         cpu_at_history = child_cpu = rss_at_history = 0.0
+        watch = ChildWatch(server.proc.pid)
         while served is None and time.time() - launched < args.timeout:
             # the page's query only once the counters say every record is in (or until a first curve is there):
             # a 2,000-bucket answer costs mstail tens of ms, which polling it every 50 ms would add to the catch-up
             info = {s["id"]: s for s in server.get_json("/api/sources")}.get("rank_0", {})
+            watch.look(launched, info.get("records", 0))
             done = info.get("counters", {}).get("records") == records
             if done or first_curve is None:
                 answer = server.get_json("/api/series?metric=loss&source=rank_0&points=2000")
@@ -217,6 +261,10 @@ def measure(support: Any, args: argparse.Namespace, work: Path, code: Optional[P
         print(f"full history served by /api/series {served:.2f} s after start ({size / 1e6 / served:.1f} MB/s); "
               f"mstail CPU by then {cpu_at_history:.2f} s (+ {child_cpu:.2f} s in its catch-up child), "
               f"RSS {rss_at_history:.0f} MiB   goal <= {GOAL_HISTORY_S:g} s")
+    if watch.ended is not None:
+        at, cpu, parent_cpu, stored = watch.ended
+        print(f"catch-up child ended {at:.2f} s after start (its CPU {cpu:.2f} s; mstail's then {parent_cpu:.2f} s), "
+              f"{stored:,} of {records:,} records stored by then")
     for name, values in (("during the catch-up", during), ("after it", after)):
         values.sort()
         if values:

@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import shutil
+import sqlite3
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
@@ -104,6 +105,88 @@ def test_the_catch_up_gives_what_feeding_every_line_gives(name: str, child: bool
               for change in rules.observe(followed.id, prepare(item).data, READ_TIME, history=True)]
     assert [{k: v for k, v in e.items() if k != "seq"} for e in store.events(kind="alert")] == judged
     assert judged or name in QUIET, "a log that raises no alert tests none"
+
+
+def test_a_childs_batches_are_committed_together_and_its_hand_over_commits_them_all(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While a child runs, deliveries commit at most every HISTORY_COMMIT_S (here: only the first): the ones between
+    queue their items and checkpoints, which readers see and the state file does not hold yet; the delivery after the
+    hand-over commits everything, with the checkpoint the source resumed from."""
+    monkeypatch.setattr(tailer_module.time, "time", lambda: READ_TIME)
+    monkeypatch.setattr(tailer_module, "CATCH_UP_SLICE", 1024)
+    monkeypatch.setattr(tailer_module, "BULK_MIN_BYTES", 1)
+    monkeypatch.setattr(tailer_module, "HISTORY_COMMIT_S", 1e9)
+    monkeypatch.setattr(catchup, "BULK_BLOCK_BYTES", 2048)
+    path = tmp_path / "logs" / "info.log"
+    path.parent.mkdir()
+    path.write_text("\n".join(mixed_log() * 4) + "\n", encoding="utf-8")
+    config = Config(logs=(str(path),), state_dir=str(tmp_path / "state"), pass_time_s=0.0, alert_rules=None)
+    store = Store(open_state(config, FORMATS))
+    tailer = Tailer(config, FORMATS, store, Hub())
+    tailer.resume(store.load())
+    on_disk = sqlite3.connect(f"file:{store.db.path}?mode=ro", uri=True)
+
+    def committed() -> Tuple[int, Any]:
+        """(items, the source's checkpoint) the state file holds"""
+        [(items,)] = on_disk.execute("SELECT count(*) FROM items")
+        return items, on_disk.execute("SELECT checkpoint FROM sources").fetchall()
+
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(tailer.pass_once())  # the first KiB, committed; the child started
+        (followed,) = tailer._sources.values()
+        assert followed.catch_up is not None
+        first = committed()
+        assert first[0] == store.last_seq > 0
+        while followed.catch_up is not None and store.db.unsaved == 0:
+            loop.run_until_complete(tailer.pass_once())
+        assert followed.catch_up is not None, "the child ended before a batch was queued: nothing tested"
+        assert committed() == first and len(store.items_after(0, 1 << 30)) == store.last_seq > first[0]
+        for _ in range(1000):
+            if followed.catch_up is None:
+                break
+            loop.run_until_complete(tailer.pass_once())
+        assert followed.catch_up is None and store.db.unsaved == 0
+        items, [(checkpoint,)] = committed()
+        assert items == store.last_seq and checkpoint == followed.committed.dumps()
+    finally:
+        on_disk.close()
+        tailer.stop_catch_ups()
+        for source in tailer._sources.values():
+            source.follower.close()
+        store.close()
+        loop.close()
+
+
+def test_a_sources_counters_follow_its_childs_reading(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While a child reads a file's history, the source's counters (/api/sources, the stream's `source` messages) are
+    the child's, batch by batch: lines and bytes read, records parsed; not the first pass's until the hand-over."""
+    monkeypatch.setattr(tailer_module, "CATCH_UP_SLICE", 1024)
+    monkeypatch.setattr(tailer_module, "BULK_MIN_BYTES", 1)
+    monkeypatch.setattr(catchup, "BULK_BLOCK_BYTES", 2048)
+    path = tmp_path / "info.log"
+    path.write_text("\n".join(mixed_log() * 4) + "\n", encoding="utf-8")
+    store = Store()
+    tailer = Tailer(Config(logs=(str(path),), persist=False, pass_time_s=0.0, alert_rules=None), FORMATS, store, Hub())
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(tailer.pass_once())  # the first KiB; the child started
+        (followed,) = tailer._sources.values()
+        first = dict(store.sources[followed.id].counters)
+        seen = []
+        while followed.catch_up is not None:
+            loop.run_until_complete(tailer.pass_once())
+            if followed.catch_up is not None:
+                seen.append(dict(store.sources[followed.id].counters))
+    finally:
+        tailer.stop_catch_ups()
+        followed.follower.close()
+        loop.close()
+    assert len(seen) >= 3, "too few passes during the catch-up to test"
+    for name in ("lines", "bytes", "records"):
+        steps = [first[name]] + [counters[name] for counters in seen]
+        assert steps == sorted(steps) and steps[-1] > steps[len(steps) // 2] > first[name], name
+    assert seen[-1]["records"] == store.sources[followed.id].records  # every batch delivered: the records stored
 
 
 @pytest.mark.parametrize("batches", [0, 1, 3, 7, "hand-over"])
