@@ -10,6 +10,7 @@ import fnmatch
 import glob
 import os
 import re
+import stat
 from pathlib import Path
 from typing import Container, Dict, Iterable, List, Sequence, Set, Tuple
 
@@ -68,18 +69,45 @@ def watch_roots(patterns: Iterable[str]) -> Set[Tuple[Path, bool]]:
     is renamed by rotation (watchfiles #127/#235). A glob in a directory part, or a directory that does not
     exist yet, needs a recursive watch of the nearest existing ancestor.
     """
-    roots: Set[Tuple[Path, bool]] = set()
-    for pattern in patterns:
-        parent = Path(os.path.expanduser(pattern)).parent
-        static = glob_free_prefix(parent)
-        recursive = static != parent
-        while not static.is_dir():
-            recursive = True
-            if static.parent == static:
-                break
-            static = static.parent
-        roots.add((static.resolve(), recursive))
-    return roots
+    return WatchRoots(patterns)()
+
+
+class WatchRoots:
+    """`watch_roots(patterns)` worked out again and again (the tailer loop looks every second for folders that appeared),
+    cheaply: a folder's resolved path is kept while a `stat` of it shows the same folder (device, inode), so a thousand
+    `--log` paths cost a stat each, not a `realpath` each (a stat per part of the path: most of what such an idle
+    mstail did). A link on the way pointed elsewhere, or a folder made again, shows another inode and is resolved
+    again; a folder renamed in place keeps the path it had (its inotify watch follows it anyway, and `PatternFilter`'s
+    forms keep theirs too).
+
+    Args:
+        patterns: the `--log`/`--jsonl` paths and globs.
+    """
+
+    def __init__(self, patterns: Iterable[str]) -> None:
+        parents = {Path(os.path.expanduser(pattern)).parent for pattern in patterns}
+        #: each pattern's folder cut before its first wildcard, and whether it was cut (a recursive watch), once each
+        self._parents = {(glob_free_prefix(parent), glob_free_prefix(parent) != parent) for parent in parents}
+        self._resolved: Dict[Path, Tuple[Tuple[int, int], Path]] = {}  # folder -> (its identity, its resolved path)
+
+    def __call__(self) -> Set[Tuple[Path, bool]]:
+        roots: Set[Tuple[Path, bool]] = set()
+        for static, recursive in self._parents:
+            try:
+                st = os.stat(static)
+            except (OSError, ValueError):
+                st = None
+            if st is None or not stat.S_ISDIR(st.st_mode):  # not there yet: its nearest existing ancestor, recursively
+                while not static.is_dir() and static.parent != static:
+                    static = static.parent
+                roots.add((static.resolve(), True))
+                continue
+            identity = (st.st_dev, st.st_ino)
+            known = self._resolved.get(static)
+            if known is None or known[0] != identity:
+                known = self._resolved[static] = (identity, static.resolve())
+            roots.add((known[1], recursive))
+        return roots
 
 
 class PatternFilter:

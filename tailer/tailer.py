@@ -36,7 +36,7 @@ from .alerts import AlertEngine
 from .catchup import BULK_MIN_BYTES, CatchUp, children_allowed, eligible, left_to_read
 from .checkpoint import SourceCheckpoint
 from .config import Config
-from .discovery import PatternFilter, SourceNamer, expand, glob_free_prefix, visible, watch_roots
+from .discovery import PatternFilter, SourceNamer, WatchRoots, expand, glob_free_prefix, visible
 from .eventfollow import EventFilesFollower, event_source
 from .follower import FileFollower
 from .hub import Hub, ItemsMessage, SourceMessage
@@ -164,6 +164,7 @@ class Tailer:
         self._runs = RunFinder(config.logdirs)  # the run files below `mstail DIR` folders
         self._said_empty: Set[Path] = set()  # folders said to have no run below them yet
         wanted = PatternFilter(p for p, _ in self._patterns)
+        self._watch_roots = WatchRoots(p for p, _ in self._patterns)
         self._planner: Planner[_Source] = Planner(lambda path: wanted(path) or self._runs.may_name(path))
         self._plan: Optional[Plan] = None  # what the pass in progress reads (None: every source)
         self._ticked = float("-inf")  # monotonic time of the alert engine's last tick
@@ -312,7 +313,7 @@ class Tailer:
                 try:
                     if self.config.poll_s is None and time.monotonic() - roots_seen >= self.config.safety_poll_s:
                         roots_seen = time.monotonic()  # not every pass: a sweep's period is soon enough
-                        current_roots = watch_roots(p for p, _ in self._patterns) | self._runs.watch_roots()
+                        current_roots = self._watch_roots() | self._runs.watch_roots()
                         if current_roots != roots:  # a directory appeared: watch closer to the files
                             if watcher is not None:
                                 watcher_stop.set()
