@@ -425,19 +425,20 @@ class Tailer:
         start = time.monotonic()
         budget = self.config.read_budget_bytes
         sources = [s for s in self._choose(start, now) if s.failed_until <= start]
-        for source in sources:
-            source.in_history = not source.caught_up
-            source.prepared = False  # set again by `_take_batches` for the batches of this pass
-        items: Dict[str, List[Item]] = {s.id: [] for s in sources}
-        taken = dict.fromkeys(items, 0)
+        # Only the sources this pass reads are touched (`_begin`, on their first round): a thousand files waiting
+        # for their history's turn are passed over by every short pass and cost it nothing but their place in the
+        # turns (their parsers asked whether they hold a record, a list for their items each: 2-7 ms a pass).
+        items: Dict[_Source, List[Item]] = {}  # the sources read so far in this pass (and a catch-up child's)
+        taken: Dict[_Source, int] = {}
         more = False  # some file has more than its budget allowed: the next pass starts at once
         bulk = [s for s in sources if s.catch_up is not None]  # their history comes from a child (`_take_batches`)
+        for source in bulk:
+            _begin(source, items, taken)
         unfinished = sorted((s for s in sources if s.catch_up is None),
-                            key=lambda s: (not s.caught_up, s.history_turn))  # stable: the live ones keep their order
+                            key=_turn)  # stable: the live ones keep their order
         parsed = 0  # the items this pass has parsed so far
         history_read = False  # one file's history is read in every pass, so a flooding live file cannot stall them
         out_of_time = False
-        passed_over: Set[_Source] = set()  # history left for the next pass without a read in this one
 
         def over_time(limit: float) -> bool:
             return time.monotonic() - start + parsed * self._deliver_s_per_item >= limit
@@ -449,12 +450,14 @@ class Tailer:
                 if catching_up:
                     if history_read and over_time(max(HISTORY_PASS_S, self.config.pass_time_s)):
                         behind += unfinished[index:]  # not read this round: first in the next pass
-                        passed_over = {s for s in unfinished[index:] if not taken[s.id]}
                         out_of_time = True
                         break
                     source.history_turn, history_read = self.passes, True
-                allowance = min(CATCH_UP_SLICE if catching_up else READ_SLICE, budget - taken[source.id])
-                before, had = source.follower.counters["bytes"], len(items[source.id])
+                if source not in items:
+                    _begin(source, items, taken)
+                allowance = min(CATCH_UP_SLICE if catching_up else READ_SLICE, budget - taken[source])
+                its = items[source]
+                before, had = source.follower.counters["bytes"], len(its)
                 try:
                     lines = source.follower.read(allowance, now, blocks=catching_up)
                 except Exception as exc:  # noqa: BLE001 - one file's trouble must not stop the others
@@ -462,33 +465,32 @@ class Tailer:
                     continue
                 for line in lines:
                     if isinstance(line, Block):
-                        items[source.id] += feed_block(source.parser, line.data, line.number, now, line.decode,
-                                                       line.start, partial(self._line_failed, source))
+                        its += feed_block(source.parser, line.data, line.number, now, line.decode,
+                                          line.start, partial(self._line_failed, source))
                         continue
                     try:
-                        items[source.id] += source.parser.feed(line.text, line.number, now)
+                        its += source.parser.feed(line.text, line.number, now)
                     except Exception as exc:  # noqa: BLE001 - a line the parser cannot take is skipped, not fatal
                         self._line_failed(source, line.number, exc)
-                parsed += len(items[source.id]) - had
+                parsed += len(its) - had
                 got = source.follower.counters["bytes"] - before
                 if got < allowance and not source.caught_up:
                     source.caught_up = True  # at the end of what there is: what comes next is live
                     current = source.follower.current
                     source.live_from_line = current.splitter.next_number if current is not None else None
-                taken[source.id] += got
+                taken[source] += got
                 if got >= allowance:  # it may have more
-                    if taken[source.id] < budget:
+                    if taken[source] < budget:
                         behind.append(source)
                     else:
                         more = True
             unfinished = behind
             out_of_time = out_of_time or over_time(self.config.pass_time_s)
         results = []
-        for source in sources:
-            if source in passed_over:
-                continue  # nothing read: nothing to finish
+        read = [s for s in sources if s in items]  # in the order chosen; the others wait for their turn, untouched
+        for source in read:
             try:
-                finished = items[source.id] if source in bulk else self._finish_pass(source, items[source.id], now)
+                finished = items[source] if source in bulk else self._finish_pass(source, items[source], now)
                 results.append((source, finished))
             except Exception as exc:  # noqa: BLE001 - as for a line: this source's pass is lost, not the others'
                 self._source_failed(source, exc)
@@ -498,7 +500,7 @@ class Tailer:
                 results.append((source, self._take_batches(source, BULK_WAIT_S if waiting else 0.0)))
             except Exception as exc:  # noqa: BLE001 - as for a pass's end: this source's trouble, not the others'
                 self._source_failed(source, exc)
-        self._planner.settle(sources, unfinished + bulk + [s for s in sources if taken[s.id] >= budget], _holds)
+        self._planner.settle(read, unfinished + bulk + [s for s, got in taken.items() if got >= budget], _holds)
         return results, more or bool(unfinished) or bool(bulk)
 
     def _take_batches(self, source: _Source, wait_s: float) -> List[Item]:
@@ -864,6 +866,19 @@ GUESSED_STEPS = ("global steps are estimates: the log prints the step within the
 
 def _holds(source: _Source) -> bool:
     return source.parser.holding
+
+
+def _turn(source: _Source) -> Tuple[bool, int]:
+    """A pass's order: the live files first, then those reading their history, the one read longest ago first."""
+    return not source.caught_up, source.history_turn
+
+
+def _begin(source: _Source, items: Dict[_Source, List[Item]], taken: Dict[_Source, int]) -> None:
+    """A source's first read in a pass (`Tailer._read_pass`): its items and bytes taken start empty, and whether they
+    are history is fixed for the pass."""
+    source.in_history = not source.caught_up
+    source.prepared = False  # set again by `_take_batches` for the batches of this pass
+    items[source], taken[source] = [], 0
 
 
 def _emitted(source: _Source) -> int:
