@@ -63,10 +63,9 @@ def plan(groups: List[Chain], sizes: List[int], jobs: Optional[int]) -> Tuple[Li
 
 
 def _can_fork() -> bool:
-    # Workers inherit the formats (compiled regexes, closures: not picklable) by fork.
-    import multiprocessing
-
-    return "fork" in multiprocessing.get_all_start_methods()
+    # Workers inherit the formats (compiled regexes, closures: not picklable) by fork. multiprocessing offers "fork"
+    # exactly where os.fork exists; asked of os, a parse that stays in one process does not import multiprocessing.
+    return hasattr(os, "fork")
 
 
 @dataclass
