@@ -138,3 +138,12 @@ def test_pieces_write_what_feeding_every_line_writes(name: str, big_log: Path) -
     path = big_log if name == "big.log" else next(p for p in LOGS if p.name == name)
     for jobs in (2, 3):
         assert parse(path, "jsonl", jobs, True)[0] == one_by_one(path, True), jobs
+
+
+@pytest.mark.parametrize("data", [b"", b"no newline", b"\n", b"\n" * 100_000, b"short\n" * 50_000, b"x" * 300 + b"\n",
+                                  (b"a long log line " * 20 + b"\n") * 5_000 + b"tail",
+                                  (b"a long log line " * 20 + b"\n") * 300 + b"\n" * 100_000])
+def test_newlines_before_a_piece_are_counted_whatever_the_lines(data: bytes) -> None:
+    """A piece's first line number counts the newlines before it, by memchr on long lines, by `count` on short ones:
+    the same number either way, and on a mix of both."""
+    assert split._newlines(data) == data.count(b"\n")
