@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import List, Optional, Tuple, Union
 
 from .follower import FileFollower, _OpenFile
-from .frames import FrameSplitter, event_file_kind, event_files_in, is_event_file
+from .frames import FrameSplitter, event_files_in
 from .lines import Block, Line
 
 log = logging.getLogger("mstail.follower")
@@ -27,15 +27,6 @@ log = logging.getLogger("mstail.follower")
 LISTING_MAX_AGE_S = 10.0
 #: The frame reader's counters, added to the follower's for every file it reads.
 FRAME_COUNTERS = ("bad_frames", "skipped_bytes", "big_frames")
-
-
-def event_source(path: Path) -> Tuple[Path, Optional[str]]:
-    """What a followed path stands for: (its folder, the kind its name says) for an event file named as such, (the
-    path, "") for one known by its content, (the path, None) for any other file (a text log)."""
-    kind = event_file_kind(path.name)
-    if kind is not None:
-        return path.parent, kind
-    return (path, "") if path.is_file() and is_event_file(path) else (path, None)
 
 
 class EventFilesFollower(FileFollower):

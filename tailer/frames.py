@@ -245,3 +245,12 @@ def event_files_in(folder: Path) -> List[Path]:
     except OSError:
         return []
     return sorted((folder / name for name in names), key=name_order)
+
+
+def event_source(path: Path) -> Tuple[Path, Optional[str]]:
+    """What a followed path stands for: (its folder, the kind its name says) for an event file named as such, (the
+    path, "") for one known by its content, (the path, None) for any other file (a text log)."""
+    kind = event_file_kind(path.name)
+    if kind is not None:
+        return path.parent, kind
+    return (path, "") if path.is_file() and is_event_file(path) else (path, None)

@@ -37,7 +37,8 @@ from .catchup import BULK_MIN_BYTES, CatchUp, children_allowed, eligible, left_t
 from .checkpoint import SourceCheckpoint
 from .config import Config
 from .discovery import PatternFilter, SourceNamer, WatchRoots, expand, glob_free_prefix, visible
-from .eventfollow import EventFilesFollower, event_source
+from .eventfollow import EventFilesFollower
+from .frames import event_source
 from .follower import FileFollower
 from .hub import Hub, ItemsMessage, SourceMessage
 from .lines import Block

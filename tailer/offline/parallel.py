@@ -63,10 +63,9 @@ def plan(groups: List[Chain], sizes: List[int], jobs: Optional[int]) -> Tuple[Li
 
 
 def _can_fork() -> bool:
-    # Workers inherit the formats (compiled regexes, closures: not picklable) by fork.
-    import multiprocessing
-
-    return "fork" in multiprocessing.get_all_start_methods()
+    # Workers inherit the formats (compiled regexes, closures: not picklable) by fork. multiprocessing offers "fork"
+    # exactly where os.fork exists; asked of os, a parse that stays in one process does not import multiprocessing.
+    return hasattr(os, "fork")
 
 
 @dataclass
@@ -186,7 +185,8 @@ def run_parallel(
                     else:
                         rows += part.rows or []
                 else:
-                    part = _joined(group, mine, results, folder, formats, forced, to, out, rows, with_events, _JOB.now)
+                    part = _joined(group, mine, results, folder, formats, forced, to, out, rows, with_events, _JOB.now,
+                                   derived)
                 add_part(summary, group, part)
             if bar:
                 bar.update(sum(sizes) - bar.n)
@@ -209,12 +209,13 @@ def run_parallel(
 def _joined(
     group: Chain, units: List[int], results: List[PieceResult], folder: str, formats: Sequence[Format],
     forced: Optional[Format], to: str, out: TextIO, rows: List[dict], with_events: bool, now: float,
+    derived: Optional[Derived],
 ) -> _Part:
-    """A file's pieces written as one process would have written the file; parsed again here, whole, when a seam
-    was not found."""
+    """A file's pieces written as one process would have written the file; parsed again here, whole (with the
+    `derived` series the pieces had), when a seam was not found."""
     joins = stitch(results)
     if joins is None:
-        return parse_group(group, formats, forced, to, out.write, rows, with_events, None, now)
+        return parse_group(group, formats, forced, to, out.write, rows, with_events, None, now, derived)
     for unit, result, join in zip(units, results, joins):
         if to == "jsonl":
             copy_piece(_output(folder, unit), join["skip"], join["segment"], out)

@@ -23,12 +23,13 @@ from mstail.parsers.interleave import InterleavedParser
 from mstail.parsers.record import PART_KEY, dumps_owned, ordered
 
 from ..discovery import ROTATED, SourceNamer, expand, has_glob, rotated_backups
-from ..eventfollow import event_source
-from ..frames import FrameSplitter, event_files_in
+from ..frames import FrameSplitter, event_files_in, event_source
 from ..runs import NOTHING_YET, RunFinder
 from ..lines import Block, Line, LineSplitter
 
 READ_CHUNK = 1 << 20
+#: JSONL rows joined into one write: a write per row cost about 0.5 us of a row's 4 (a text stream's call and encoding).
+WRITE_ROWS = 256
 
 
 @dataclass
@@ -229,6 +230,7 @@ def write_items(
     """Items of a chain as rows of its source: JSONL lines to `write`, CSV rows appended to `rows`; counted in `part`
     (`written`: rows written or appended)."""
     jsonl = to == "jsonl"
+    lines: List[str] = []  # JSONL lines not written yet: one `write` per WRITE_ROWS rows, not one per row
     for kind, data in items:
         name = source
         if PART_KEY in data:  # a launcher-tagged rank's line (torchrun `[rank3]: `): a source of its own
@@ -242,6 +244,17 @@ def write_items(
         row = ordered(data, name)
         part.written += 1
         if jsonl:
-            write(dumps_owned(row) + "\n")  # the row is not used after: written in place
+            lines.append(dumps_owned(row))  # the row is not used after: written in place
+            if len(lines) == WRITE_ROWS:
+                _write_lines(lines, write)
         else:
             rows.append(row)
+    if lines:
+        _write_lines(lines, write)
+
+
+def _write_lines(lines: List[str], write: Callable[[str], object]) -> None:
+    """`lines` as JSONL in one `write`; emptied."""
+    lines.append("")  # the last line's end
+    write("\n".join(lines))
+    lines.clear()

@@ -243,9 +243,20 @@ def _lines_before(handle: Any, offset: int) -> int:
         data = handle.read(min(READ_CHUNK * 4, left))
         if not data:
             break
-        count += data.count(b"\n")
+        count += _newlines(data)
         left -= len(data)
     return count
+
+
+def _newlines(data: bytes) -> int:
+    """How many newlines `data` holds. The last piece's worker counts nearly all the file before it parses: on log
+    lines that is the bytes taking the newlines out removes (found by memchr), about twice as fast as `count`, which
+    looks at every byte; on short lines (under 32 bytes in its first 64 KiB), where a memchr call per line costs
+    more, `count`."""
+    sample = min(len(data), 1 << 16)
+    if data.count(b"\n", 0, sample) * 32 > sample:
+        return data.count(b"\n")
+    return len(data) - len(data.replace(b"\n", b""))
 
 
 def _publish(probes: List[Probe], path: str) -> None:

@@ -28,11 +28,16 @@ Measured in the same run, alternating, best of --rounds (default 3):
 The baseline's records are checked against mstail's (same steps, same values).
 
 Run: python tests/bench/parse_speed.py [--case single|mixed|both] [--size-mb 100] [--rounds 3] [--keep DIR] [--stages]
+[--timeline]
 
 --stages: where a step's time goes, instead of the comparison: `mstail parse`'s path over the single case's log in
 this process (`jobs=1`), one stage more each time (reading the blocks; the literal search; matching, records and
 amends, `feed_block` into the main parser; the derived series; settling; rows and JSON: `--jobs 1` whole), the CPU
 time of each run and the difference its stage adds, best of --rounds.
+
+--timeline: when each process of one `mstail parse` subprocess over the single case's log does what (start-up,
+imports, formats, the workers' pieces, seams, the join, the exit), seconds since the launch and CPU seconds, and how
+long both CPUs were busy, --rounds times; the other figures are not measured.
 
 Goals (issues "Parse speed" and 16): `mstail parse` >= 4x faster than the competent loop and <= 10x the floor
 (judged on the subprocess wall time; CPU times are printed next to them, as other load on a shared machine inflates
@@ -546,6 +551,95 @@ def stages(path: Path, rounds: int) -> None:
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
+# -- the timeline (--timeline) ---------------------------------------------------------------------------------
+#: Run as the `mstail parse` subprocess of --timeline: each function of the parse path named in STEPS (where the tree
+#: has it) notes when a process enters and leaves it, seconds since the launch and the process's CPU seconds, in a file.
+TIMELINE_BOOT = r"""
+import atexit, functools, importlib, os, sys, time
+T0, NOTES = float(os.environ["TIMELINE_T0"]), os.environ["TIMELINE_NOTES"]
+def note(what):
+    with open(NOTES, "a", encoding="utf-8") as handle:  # small appends: whole lines, whichever process writes
+        handle.write(f"{time.time() - T0:.4f} {os.getpid()} {time.process_time():.4f} {what}\n")
+note("interpreter ready")
+from mstail.tailer import cli, offline
+from mstail.tailer.offline import parallel, split
+note("imports done (cli, offline)")
+def noted(function, label):
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        index = getattr(args[0], "index", None) if args else None  # a file's piece: which one
+        what = f"{label} {index}" if isinstance(index, int) else label
+        note(what + " >")
+        try:
+            return function(*args, **kwargs)
+        finally:
+            note(what + " <")
+    return wrapper
+for module_name, name, label in STEPS:
+    owner = importlib.import_module(module_name)
+    *path, name = name.split(".")  # "Class.method": a method
+    for part in path:
+        owner = getattr(owner, part)
+    if hasattr(owner, name):
+        setattr(owner, name, noted(getattr(owner, name), label))
+atexit.register(note, "exit")
+sys.exit(cli.main(sys.argv[1:]))
+"""
+STEPS = (  # module, function, what it is; a function imported by name elsewhere is wrapped there too
+    ("mstail.tailer.cli", "_formats", "formats"),
+    ("mstail.tailer.offline", "run_parse", "run_parse"),
+    ("mstail.tailer.offline.parallel", "run_parallel", "run_parallel"),
+    ("mstail.tailer.offline.parallel", "_worker_init", "worker start"),
+    ("mstail.tailer.offline.parallel", "_parse_in_worker", "worker's unit"),
+    ("mstail.tailer.offline.parallel", "parse_piece", "piece"),
+    ("mstail.tailer.offline.split", "_lines_before", "lines before the piece"),
+    ("mstail.tailer.offline.split", "_publish", "places published"),
+    ("mstail.tailer.offline.split", "_seam", "seam"),
+    ("mstail.tailer.offline.split", "_wait_for", "waiting for the next piece's places"),
+    ("mstail.tailer.offline.parallel", "_joined", "join"),
+    ("mstail.tailer.offline.parallel", "copy_jsonl", "copy"),
+    ("mstail.tailer.offline.parallel", "copy_piece", "copy piece"),
+    ("concurrent.futures.process", "ProcessPoolExecutor.shutdown", "workers stopped"),
+    ("tempfile", "TemporaryDirectory.cleanup", "workers' files removed"),
+)
+
+
+def timeline(paths: Sequence[Path], folder: Path, rounds: int) -> None:
+    """Print what each process of `mstail parse PATHS` does when (--timeline), `rounds` times."""
+    notes = folder / "timeline.txt"
+    boot = f"STEPS = {STEPS!r}\n{TIMELINE_BOOT}"
+    for round_no in range(rounds):
+        notes.unlink(missing_ok=True)
+        print(f"\n== timeline {round_no + 1} of `mstail parse {' '.join(map(str, paths))}` (load average "
+              f"{' '.join(f'{x:.2f}' for x in os.getloadavg())})")
+        launched = time.time()
+        env = dict(os.environ, TIMELINE_T0=repr(launched), TIMELINE_NOTES=str(notes))
+        done = subprocess.run([sys.executable, "-c", boot, "parse", *map(str, paths), "-o", str(folder / "timeline.jsonl")],
+                              cwd=ROOT, env=env, capture_output=True, text=True)
+        ended = time.time() - launched
+        if done.returncode != 0:
+            raise SystemExit(f"mstail parse failed ({done.returncode}): {done.stderr.strip()}")
+        events = sorted((float(at), int(pid), float(cpu), what)
+                        for at, pid, cpu, what in (line.split(" ", 3) for line in notes.read_text().splitlines()))
+        parent = events[0][1]
+        names = {parent: "parent"}
+        for _, pid, _, _ in events:
+            names.setdefault(pid, f"worker {len(names)}")
+        for at, pid, cpu, what in events:
+            print(f"  {at:7.3f} s  {names[pid]:<9} cpu {cpu:6.3f} s  {what}")
+        print(f"  {ended:7.3f} s  parent    exited")
+        spans = {}  # a worker's (first, last) note: when it was busy
+        for at, pid, _, _ in events:
+            if pid != parent:
+                first, last = spans.get(pid, (at, at))
+                spans[pid] = (min(first, at), max(last, at))
+        if spans:
+            both = max(0.0, min(last for _, last in spans.values()) - max(first for first, _ in spans.values()))
+            cpu = sum(max(c for _, p, c, _ in events if p == pid) for pid in spans)
+            print(f"  workers from {min(f for f, _ in spans.values()):.3f} to {max(l for _, l in spans.values()):.3f} s "
+                  f"(cpu {cpu:.3f} s); all of them at once for {both:.3f} s of {ended:.3f} s")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--case", choices=("single", "mixed", "both"), default="both",
@@ -553,6 +647,8 @@ def main() -> int:
     parser.add_argument("--size-mb", type=float, default=100.0, help="size of each case's log (default 100)")
     parser.add_argument("--rounds", type=int, default=3, help="measurements of each program; the best counts")
     parser.add_argument("--keep", metavar="DIR", help="write the logs and outputs here and keep them")
+    parser.add_argument("--timeline", action="store_true",
+                        help="what each process of one mstail parse of the single case's log does when")
     parser.add_argument("--stages", action="store_true",
                         help="the CPU time of each stage of mstail parse over the single case's log, in this process")
     args = parser.parse_args()
@@ -565,6 +661,9 @@ def main() -> int:
         os.environ["MSTAIL_FORMATS_DIR"] = str(formats_dir)
         if args.stages:
             stages(build_single_log(folder, int(args.size_mb * MB))[0], args.rounds)
+            return 0
+        if args.timeline:
+            timeline(build_single_log(folder, int(args.size_mb * MB)), folder, args.rounds)
             return 0
         met = True
         if args.case in ("single", "both"):

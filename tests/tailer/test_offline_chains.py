@@ -11,7 +11,8 @@ import pytest
 
 from mstail.parsers.amends import settled
 from mstail.parsers.derived import Derived, compile_expression
-from mstail.parsers import SourceParser
+from mstail.parsers import Item, SourceParser
+from mstail.parsers.record import dumps, ordered
 from mstail.parsers.interleave import InterleavedParser
 from mstail.tailer.lines import LineSplitter
 from mstail.tailer.offline import Chain, chain_lines, chains, parse_chain
@@ -161,3 +162,28 @@ def test_the_block_fast_path_gives_what_feeding_every_line_gives(name: str, chun
     assert [repr(item) for item in parse_chain(Chain("s", [path]), parser)] == expected
     assert parser.counts == counts
     assert parser.snapshot_json() == one_by_one.snapshot_json()  # global steps, segment, last record, event steps
+
+
+@pytest.mark.parametrize("events", [False, True])
+@pytest.mark.parametrize("count", [0, 1, reading.WRITE_ROWS - 1, reading.WRITE_ROWS, reading.WRITE_ROWS + 1,
+                                   2 * reading.WRITE_ROWS + 3])
+def test_rows_written_in_batches_are_one_line_each(count: int, events: bool) -> None:
+    """JSONL rows go out WRITE_ROWS to a `write`: every row is still one line, `dumps` of the ordered row, in order,
+    however many rows (an event left out or kept, a launcher-tagged rank named as its own source), nothing held back."""
+    items: List[Item] = []
+    for n in range(count):
+        data = {"step": n, "segment": 0, "line": n + 1, "loss": 1.0 / (n + 1), "lr": 1.5e-07, "note": None}
+        if n % 5 == 1:
+            data["_part"] = "rank3"
+        items.append(Item("event", {"step": n, "kind": "checkpoint"}) if n % 7 == 3 else Item("record", data))
+    expected = []
+    for kind, data in items:
+        if kind == "record" or events:
+            source = "s/rank3" if "_part" in data else "s"
+            expected.append(dumps(ordered({k: v for k, v in data.items() if k != "_part"}, source)) + "\n")
+    written: List[str] = []
+    part = reading._Part()
+    reading.write_items([Item(kind, dict(data)) for kind, data in items], "s", part, "jsonl", written.append, [], events)
+    assert "".join(written) == "".join(expected)
+    assert part.written == len(expected)
+    assert len(written) == -(-len(expected) // reading.WRITE_ROWS)  # whole batches: the last one not held back

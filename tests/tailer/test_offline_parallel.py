@@ -8,6 +8,8 @@ import errno
 import io
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import List, Tuple
 
@@ -74,6 +76,22 @@ def test_workers_are_used_only_when_they_can_help(monkeypatch: pytest.MonkeyPatc
     assert parallel.worker_count(9, big, None) == 4  # one per usable CPU
     assert parallel.worker_count(9, 10, 2) == 2  # jobs given: used whatever the size
     assert parallel.worker_count(9, big * 10, 1) == 1
+
+
+@pytest.mark.slow
+def test_a_parse_in_one_process_imports_no_worker_or_follower_machinery(tmp_path: Path) -> None:
+    """`mstail parse` of a small log starts no worker: it imports neither multiprocessing nor the sidecar's
+    followers (their imports were a tenth of its start-up)."""
+    log = tmp_path / "info.log"
+    shutil.copy(SAMPLES / "mindformers_v1.3_sink_info.log", log)
+    code = ("import sys; from mstail.tailer.cli import main; main(['parse', sys.argv[1], '-o', sys.argv[2]]); "
+            "print(' '.join(sorted(m for m in sys.modules if m.startswith(('multiprocessing', 'concurrent', "
+            "'mstail.tailer.follower', 'mstail.tailer.eventfollow')))))")
+    done = subprocess.run([sys.executable, "-c", code, str(log), str(tmp_path / "out.jsonl")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "out.jsonl").stat().st_size > 0
+    assert done.stdout.split() == []
 
 
 def test_progress_counts_every_byte_once(logs: List[str], monkeypatch: pytest.MonkeyPatch) -> None:

@@ -7,12 +7,13 @@ from __future__ import annotations
 import io
 import sys
 from pathlib import Path
-from typing import List, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import pytest
 
 from mstail.parsers import Format, load_formats
 from mstail.parsers.amends import settled
+from mstail.parsers.derived import Derived
 from mstail.tailer.offline import Summary, output, parallel, reading, run_parse, split
 
 from tests.parsers.support import FORMATS, READ_TIME, ROOT
@@ -42,9 +43,10 @@ def big_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def parse(path: Path, to: str, jobs: int, events: bool, formats: Sequence[Format] = FORMATS) -> Tuple[str, Summary]:
+def parse(path: Path, to: str, jobs: int, events: bool, formats: Sequence[Format] = FORMATS,
+          derived: Optional[Derived] = None) -> Tuple[str, Summary]:
     out = io.StringIO()
-    summary = run_parse([str(path)], formats, None, to, out, with_events=events, jobs=jobs)
+    summary = run_parse([str(path)], formats, None, to, out, with_events=events, jobs=jobs, derived=derived)
     return out.getvalue(), summary
 
 
@@ -107,15 +109,20 @@ def test_every_cut_gives_the_same_output(big_log: Path, monkeypatch: pytest.Monk
     assert len(joined) > 10 and all(joins is not None for joins in joined)
 
 
-def test_a_file_whose_seams_never_agree_is_parsed_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A --pattern without a step group counts its lines as steps: a piece's parser cannot know the count."""
+@pytest.mark.parametrize("derived", [None, Derived()])
+def test_a_file_whose_seams_never_agree_is_parsed_whole(derived: Optional[Derived], tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A --pattern without a step group counts its lines as steps: a piece's parser cannot know the count. Parsed
+    again whole, the file gets the derived series the pieces had (perplexity here)."""
     path = tmp_path / "plain.log"
-    path.write_text("".join(f"value={i}\n" for i in range(60_000)), encoding="utf-8")
-    formats = load_formats(patterns=[r"value=(?P<value>\d+)"], user_dir=tmp_path / "none")
-    serial, serial_summary = parse(path, "jsonl", 1, True, formats)
+    path.write_text("".join(f"loss={i % 10}\n" for i in range(60_000)), encoding="utf-8")
+    formats = load_formats(patterns=[r"loss=(?P<loss>\d+)"], user_dir=tmp_path / "none")
+    serial, serial_summary = parse(path, "jsonl", 1, True, formats, derived)
     joined = seams(monkeypatch)
-    again, summary = parse(path, "jsonl", 2, True, formats)
+    again, summary = parse(path, "jsonl", 2, True, formats, derived)
     assert joined == [None]
+    assert ('"perplexity":' in serial) == (derived is not None)
+    assert again.count('"perplexity":') == serial.count('"perplexity":')  # a short message, not a diff of 60,000 rows
     assert again == serial and summary == serial_summary and serial_summary.records == 60_000
 
 
@@ -138,3 +145,12 @@ def test_pieces_write_what_feeding_every_line_writes(name: str, big_log: Path) -
     path = big_log if name == "big.log" else next(p for p in LOGS if p.name == name)
     for jobs in (2, 3):
         assert parse(path, "jsonl", jobs, True)[0] == one_by_one(path, True), jobs
+
+
+@pytest.mark.parametrize("data", [b"", b"no newline", b"\n", b"\n" * 100_000, b"short\n" * 50_000, b"x" * 300 + b"\n",
+                                  (b"a long log line " * 20 + b"\n") * 5_000 + b"tail",
+                                  (b"a long log line " * 20 + b"\n") * 300 + b"\n" * 100_000])
+def test_newlines_before_a_piece_are_counted_whatever_the_lines(data: bytes) -> None:
+    """A piece's first line number counts the newlines before it, by memchr on long lines, by `count` on short ones:
+    the same number either way, and on a mix of both."""
+    assert split._newlines(data) == data.count(b"\n")
