@@ -45,15 +45,19 @@ def installed_env(codes: Sequence[Optional[Path]] = (None,)) -> Dict[str, str]:
     return env
 
 
-def serve_rank_logs(support: Any, prefix: str, ranks: int, args: Sequence[str] = ()) -> Tuple[Any, Path, Path]:
+def serve_rank_logs(support: Any, prefix: str, ranks: int, args: Sequence[str] = (),
+                    one_by_one: bool = False) -> Tuple[Any, Path, Path]:
     """Empty `output/log/rank_N/info.log` files in a new temp dir (the writers append to these very files) and a
-    real mstail following them: (server, log_dir, work_dir)."""
+    real mstail following them, given one glob (default) or, `one_by_one`, a `--log` per file: (server, log_dir,
+    work_dir)."""
     work = Path(tempfile.mkdtemp(prefix=prefix))
     log_dir = work / "output" / "log"
     for rank in range(ranks):
         (log_dir / f"rank_{rank}").mkdir(parents=True)
         (log_dir / f"rank_{rank}" / "info.log").touch()
-    server = support.start_mstail([str(log_dir / "rank_*" / "info.log")], work / "mstail", args=tuple(args))
+    logs = [log_dir / f"rank_{rank}" / "info.log" for rank in range(ranks)] if one_by_one \
+        else [log_dir / "rank_*" / "info.log"]
+    server = support.start_mstail(logs, work / "mstail", args=tuple(args))
     return server, log_dir, work
 
 

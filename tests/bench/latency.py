@@ -2,7 +2,7 @@
 SSE client of a real mstail.
 
 Setup (all on this machine, loopback only): a real `mstail --log 'DIR/output/log/rank_*/info.log' --port 0`
-subprocess follows --ranks files; one writer process per rank (or --writers processes, each writing every N-th
+subprocess follows --ranks files (--paths: `--log FILE` for each instead of the glob); one writer process per rank (or --writers processes, each writing every N-th
 rank's file in turn) logs MindFormers v1.8 step + progress lines through `logging.handlers.RotatingFileHandler`
 (the writer of tests/conftest.py) at --rate steps/s for --duration s, and appends "STEP BEFORE AFTER" per step
 to a side file (unix times just before the step line and just after its progress line were written); --clients SSE clients (httpx streaming, spread over
@@ -17,7 +17,7 @@ small machine shows up as latency). With --idle S, mstail's CPU is also measured
 writers start, the files existing and quiet.
 
 Run: python tests/bench/latency.py [--ranks 8] [--rate 10] [--duration 30] [--clients 10] [--client-procs 2]
-                                  [--phase sync|spread] [--writers N] [--idle S]
+                                  [--phase sync|spread] [--writers N] [--idle S] [--paths]
 Many files: python tests/bench/latency.py --ranks 1024 --rate 1 --writers 16 --clients 2 --phase spread --idle 20
 
 Goal: p99 <= 100 ms with 8 files x 10 steps/s and 10 clients, nothing missing or doubled.
@@ -154,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
     support = load_test_support()
     steps = int(round(args.rate * args.duration))
     expect = args.ranks * steps
-    server, log_dir, work = serve_rank_logs(support, "mstail-latency-", args.ranks)
+    server, log_dir, work = serve_rank_logs(support, "mstail-latency-", args.ranks, one_by_one=args.paths)
     print(f"mstail: {server.url} pid {server.proc.pid}; {args.ranks} files x {args.rate:g} steps/s x {args.duration:g} s "
           f"= {expect} records, writer phases {args.phase}; {args.clients} clients in {args.client_procs} processes; work dir {work}")
     clients: List[subprocess.Popen] = []
@@ -279,6 +279,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--ranks", type=int, default=8, help="log files, one writer process each (default 8)")
     ap.add_argument("--rate", type=float, default=10.0, help="steps per second per writer (default 10)")
     ap.add_argument("--duration", type=float, default=30.0, help="seconds of writing (default 30)")
+    ap.add_argument("--paths", action="store_true", help="give mstail the files one by one (a --log each) instead of "
+                    "one glob")
     ap.add_argument("--writers", type=int, default=0, help="writer processes, each writing every N-th rank's file "
                     "(default 0: one per rank; fewer keep a thousand ranks from being a thousand processes)")
     ap.add_argument("--clients", type=int, default=10, help="SSE clients (default 10)")
