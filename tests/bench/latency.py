@@ -17,7 +17,7 @@ small machine shows up as latency). With --idle S, mstail's CPU is also measured
 writers start, the files existing and quiet.
 
 Run: python tests/bench/latency.py [--ranks 8] [--rate 10] [--duration 30] [--clients 10] [--client-procs 2]
-                                  [--phase sync|spread] [--writers N] [--idle S] [--paths]
+                                  [--phase sync|spread] [--writers N] [--idle S] [--paths] [--keep-work]
 Many files: python tests/bench/latency.py --ranks 1024 --rate 1 --writers 16 --clients 2 --phase spread --idle 20
 
 Goal: p99 <= 100 ms with 8 files x 10 steps/s and 10 clients, nothing missing or doubled.
@@ -30,6 +30,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -155,123 +156,127 @@ def run(args: argparse.Namespace) -> int:
     steps = int(round(args.rate * args.duration))
     expect = args.ranks * steps
     server, log_dir, work = serve_rank_logs(support, "mstail-latency-", args.ranks, one_by_one=args.paths)
-    print(f"mstail: {server.url} pid {server.proc.pid}; {args.ranks} files x {args.rate:g} steps/s x {args.duration:g} s "
-          f"= {expect} records, writer phases {args.phase}; {args.clients} clients in {args.client_procs} processes; work dir {work}")
-    clients: List[subprocess.Popen] = []
-    writers: List[subprocess.Popen] = []
     try:
-        rss_start = proc_mem_kib(server.proc.pid)
-        load_start = loadavg()
-        deadline = time.time() + args.duration + 11 + args.drain_s + args.idle
-        clients += spawn_clients(server.url, args.clients, args.client_procs, expect, deadline, work)
-        wait_until(lambda: server.get_json("/healthz")["clients"] >= args.clients, 20, f"{args.clients} SSE clients")
+        print(f"mstail: {server.url} pid {server.proc.pid}; {args.ranks} files x {args.rate:g} steps/s x {args.duration:g} s "
+              f"= {expect} records, writer phases {args.phase}; {args.clients} clients in {args.client_procs} processes; work dir {work}{' (kept)' if args.keep_work else ''}")
+        clients: List[subprocess.Popen] = []
+        writers: List[subprocess.Popen] = []
+        try:
+            rss_start = proc_mem_kib(server.proc.pid)
+            load_start = loadavg()
+            deadline = time.time() + args.duration + 11 + args.drain_s + args.idle
+            clients += spawn_clients(server.url, args.clients, args.client_procs, expect, deadline, work)
+            wait_until(lambda: server.get_json("/healthz")["clients"] >= args.clients, 20, f"{args.clients} SSE clients")
 
-        wait_until(lambda: server.get_json("/healthz")["sources"] >= args.ranks, 60, f"{args.ranks} sources")
-        idle_pct = None
-        if args.idle > 0:
+            wait_until(lambda: server.get_json("/healthz")["sources"] >= args.ranks, 60, f"{args.ranks} sources")
+            idle_pct = None
+            if args.idle > 0:
+                cpu0, wall0 = proc_cpu_s(server.proc.pid), time.monotonic()
+                time.sleep(args.idle)
+                idle_pct = 100 * (proc_cpu_s(server.proc.pid) - cpu0) / (time.monotonic() - wall0)
             cpu0, wall0 = proc_cpu_s(server.proc.pid), time.monotonic()
-            time.sleep(args.idle)
-            idle_pct = 100 * (proc_cpu_s(server.proc.pid) - cpu0) / (time.monotonic() - wall0)
-        cpu0, wall0 = proc_cpu_s(server.proc.pid), time.monotonic()
-        start_at = time.time() + 1.0  # time for the writers to start up, so that the phases are the chosen ones
-        gap = 0.0 if args.phase == "sync" else 1.0 / args.ranks / args.rate  # between consecutive ranks' steps
-        for first in range(args.writers):  # writer `first` writes ranks first, first + writers, ...
-            ranks = range(first, args.ranks, args.writers)
-            writers.append(support.spawn_writer(
-                [log_dir / f"rank_{rank}" / "info.log" for rank in ranks], steps, 1.0 / args.rate,
-                times_path=[work / f"times_{rank}.txt" for rank in ranks], seed=first, steps_per_epoch=max(steps, 1),
-                start_at=start_at + first * gap, spread_s=args.writers * gap))
-        rss_peak_run = 0
-        for writer in writers:
-            while writer.poll() is None:
-                rss_peak_run = max(rss_peak_run, proc_mem_kib(server.proc.pid).get("VmRSS", 0))
-                time.sleep(0.25)
-                if time.monotonic() - wall0 > args.duration + 30:
-                    raise SystemExit("latency: writers did not finish in time")
-        cpu1, wall1 = proc_cpu_s(server.proc.pid), time.monotonic()
-        bad = [w.stderr.read().decode() for w in writers if w.returncode != 0]  # type: ignore[union-attr]
-        if bad:
-            raise SystemExit(f"latency: a writer failed: {bad[0]}")
-        for client in clients:
-            client.wait(timeout=max(0.0, deadline - time.time()) + 20)  # past the deadline: one more ping
-        mem_end = proc_mem_kib(server.proc.pid)
-        health = server.get_json("/healthz", timeout=30)  # a starved server answers late, not never
-        load_end = loadavg()
+            start_at = time.time() + 1.0  # time for the writers to start up, so that the phases are the chosen ones
+            gap = 0.0 if args.phase == "sync" else 1.0 / args.ranks / args.rate  # between consecutive ranks' steps
+            for first in range(args.writers):  # writer `first` writes ranks first, first + writers, ...
+                ranks = range(first, args.ranks, args.writers)
+                writers.append(support.spawn_writer(
+                    [log_dir / f"rank_{rank}" / "info.log" for rank in ranks], steps, 1.0 / args.rate,
+                    times_path=[work / f"times_{rank}.txt" for rank in ranks], seed=first, steps_per_epoch=max(steps, 1),
+                    start_at=start_at + first * gap, spread_s=args.writers * gap))
+            rss_peak_run = 0
+            for writer in writers:
+                while writer.poll() is None:
+                    rss_peak_run = max(rss_peak_run, proc_mem_kib(server.proc.pid).get("VmRSS", 0))
+                    time.sleep(0.25)
+                    if time.monotonic() - wall0 > args.duration + 30:
+                        raise SystemExit("latency: writers did not finish in time")
+            cpu1, wall1 = proc_cpu_s(server.proc.pid), time.monotonic()
+            bad = [w.stderr.read().decode() for w in writers if w.returncode != 0]  # type: ignore[union-attr]
+            if bad:
+                raise SystemExit(f"latency: a writer failed: {bad[0]}")
+            for client in clients:
+                client.wait(timeout=max(0.0, deadline - time.time()) + 20)  # past the deadline: one more ping
+            mem_end = proc_mem_kib(server.proc.pid)
+            health = server.get_json("/healthz", timeout=30)  # a starved server answers late, not never
+            load_end = loadavg()
+        finally:
+            for proc in writers + clients:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait(timeout=5)
+            began = time.monotonic()
+            code = server.stop()
+            stop_s = time.monotonic() - began
+
+        # -- the figures -------------------------------------------------------------------------------------------
+        written: Dict[Tuple[str, int], float] = {}
+        completed: Dict[Tuple[str, int], float] = {}
+        for rank in range(args.ranks):
+            for line in (work / f"times_{rank}.txt").read_text().split("\n"):
+                if line:
+                    step, before, after = line.split()
+                    written[(f"rank_{rank}", int(step))] = float(before)
+                    completed[(f"rank_{rank}", int(step))] = float(after)
+        assert len(written) == expect, (len(written), expect)
+        write_ms = sorted((completed[k] - written[k]) * 1000 for k in written)
+
+        all_ms: List[float] = []
+        from_done_ms: List[float] = []
+        rows = []
+        for k in range(args.clients):
+            path = work / f"client_{k}.json"
+            if not path.exists():
+                rows.append((k, 0, expect, 0, 0, "no result file", math.nan))
+                continue
+            result = json.loads(path.read_text())
+            counts = Counter((s, step) for s, step, _, _ in result["receipts"])
+            unknown = [key for key in counts if key not in written]
+            missing = sum(1 for key in written if key not in counts)
+            dups = sum(n - 1 for n in counts.values() if n > 1)
+            mine = sorted((t - written[(s, step)]) * 1000 for s, step, _, t in result["receipts"] if (s, step) in written)
+            all_ms += mine
+            from_done_ms += [(t - completed[(s, step)]) * 1000 for s, step, _, t in result["receipts"] if (s, step) in written]
+            note = result["error"] if result["reconnects"] or not mine else ""
+            if unknown:
+                note += f" {len(unknown)} unknown records"
+            rows.append((k, len(result["receipts"]), missing, dups, result["reconnects"], note, percentile(mine, 99)))
+        all_ms.sort()
+        from_done_ms.sort()
+        cpu_pct = 100 * (cpu1 - cpu0) / max(wall1 - wall0, 1e-9)
+
+        print()
+        print("client  received  missing  duplicates  reconnects  p99_ms  note")
+        for k, received, missing, dups, reconnects, note, p99 in rows:
+            print(f"{k:6d}  {received:8d}  {missing:7d}  {dups:10d}  {reconnects:10d}  {p99:6.1f}  {note}")
+        print()
+        print(f"latency write->client over {len(all_ms)} (client, record) pairs: "
+              f"p50 {percentile(all_ms, 50):.1f} ms, p90 {percentile(all_ms, 90):.1f} ms, "
+              f"p99 {percentile(all_ms, 99):.1f} ms, max {all_ms[-1] if all_ms else math.nan:.1f} ms, "
+              f"min {all_ms[0] if all_ms else math.nan:.1f} ms")
+        print(f"  measured from the progress line written instead: p50 {percentile(from_done_ms, 50):.1f} ms, "
+              f"p99 {percentile(from_done_ms, 99):.1f} ms, max {from_done_ms[-1] if from_done_ms else math.nan:.1f} ms; "
+              f"writers took p50 {percentile(write_ms, 50):.2f} ms, p99 {percentile(write_ms, 99):.2f} ms, "
+              f"max {write_ms[-1]:.1f} ms from step line to progress line (a writer descheduled in between adds its stall)")
+        print(f"mstail CPU {cpu_pct:.1f}% of one core over the {wall1 - wall0:.1f} s writing window; "
+              f"RSS {rss_start.get('VmRSS', 0) / 1024:.1f} MiB before, {rss_peak_run / 1024:.1f} MiB max sampled while writing, "
+              f"{mem_end.get('VmRSS', 0) / 1024:.1f} MiB at the end, peak (VmHWM) {mem_end.get('VmHWM', 0) / 1024:.1f} MiB")
+        print(f"mstail CPU {1e6 * (cpu1 - cpu0) / max(expect, 1):.0f} us per record written ({cpu1 - cpu0:.2f} s for {expect}: "
+              "less sensitive to the machine's load than the latency)")
+        if idle_pct is not None:
+            print(f"mstail CPU {idle_pct:.2f}% of one core over {args.idle:g} s with the {args.ranks} files quiet (before writing)")
+        print(f"machine: {os.cpu_count()} CPUs, load average {load_start} at the start, {load_end} at the end "
+              f"(other work on the machine shows up as latency)")
+        print(f"mstail /healthz at the end: {health}; SIGINT -> exit {code} in {stop_s:.2f} s")
+        total_missing = sum(r[2] for r in rows)
+        total_dups = sum(r[3] for r in rows)
+        p99 = percentile(all_ms, 99)
+        ok = p99 <= GOAL_P99_MS and total_missing == 0 and total_dups == 0
+        print(f"goal p99 <= {GOAL_P99_MS:.0f} ms, nothing missing or doubled: {'MET' if ok else 'NOT MET'} "
+              f"(p99 {p99:.1f} ms, {total_missing} missing, {total_dups} duplicates)")
+        return 0 if ok else 1
     finally:
-        for proc in writers + clients:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(timeout=5)
-        began = time.monotonic()
-        code = server.stop()
-        stop_s = time.monotonic() - began
-
-    # -- the figures -------------------------------------------------------------------------------------------
-    written: Dict[Tuple[str, int], float] = {}
-    completed: Dict[Tuple[str, int], float] = {}
-    for rank in range(args.ranks):
-        for line in (work / f"times_{rank}.txt").read_text().split("\n"):
-            if line:
-                step, before, after = line.split()
-                written[(f"rank_{rank}", int(step))] = float(before)
-                completed[(f"rank_{rank}", int(step))] = float(after)
-    assert len(written) == expect, (len(written), expect)
-    write_ms = sorted((completed[k] - written[k]) * 1000 for k in written)
-
-    all_ms: List[float] = []
-    from_done_ms: List[float] = []
-    rows = []
-    for k in range(args.clients):
-        path = work / f"client_{k}.json"
-        if not path.exists():
-            rows.append((k, 0, expect, 0, 0, "no result file", math.nan))
-            continue
-        result = json.loads(path.read_text())
-        counts = Counter((s, step) for s, step, _, _ in result["receipts"])
-        unknown = [key for key in counts if key not in written]
-        missing = sum(1 for key in written if key not in counts)
-        dups = sum(n - 1 for n in counts.values() if n > 1)
-        mine = sorted((t - written[(s, step)]) * 1000 for s, step, _, t in result["receipts"] if (s, step) in written)
-        all_ms += mine
-        from_done_ms += [(t - completed[(s, step)]) * 1000 for s, step, _, t in result["receipts"] if (s, step) in written]
-        note = result["error"] if result["reconnects"] or not mine else ""
-        if unknown:
-            note += f" {len(unknown)} unknown records"
-        rows.append((k, len(result["receipts"]), missing, dups, result["reconnects"], note, percentile(mine, 99)))
-    all_ms.sort()
-    from_done_ms.sort()
-    cpu_pct = 100 * (cpu1 - cpu0) / max(wall1 - wall0, 1e-9)
-
-    print()
-    print("client  received  missing  duplicates  reconnects  p99_ms  note")
-    for k, received, missing, dups, reconnects, note, p99 in rows:
-        print(f"{k:6d}  {received:8d}  {missing:7d}  {dups:10d}  {reconnects:10d}  {p99:6.1f}  {note}")
-    print()
-    print(f"latency write->client over {len(all_ms)} (client, record) pairs: "
-          f"p50 {percentile(all_ms, 50):.1f} ms, p90 {percentile(all_ms, 90):.1f} ms, "
-          f"p99 {percentile(all_ms, 99):.1f} ms, max {all_ms[-1] if all_ms else math.nan:.1f} ms, "
-          f"min {all_ms[0] if all_ms else math.nan:.1f} ms")
-    print(f"  measured from the progress line written instead: p50 {percentile(from_done_ms, 50):.1f} ms, "
-          f"p99 {percentile(from_done_ms, 99):.1f} ms, max {from_done_ms[-1] if from_done_ms else math.nan:.1f} ms; "
-          f"writers took p50 {percentile(write_ms, 50):.2f} ms, p99 {percentile(write_ms, 99):.2f} ms, "
-          f"max {write_ms[-1]:.1f} ms from step line to progress line (a writer descheduled in between adds its stall)")
-    print(f"mstail CPU {cpu_pct:.1f}% of one core over the {wall1 - wall0:.1f} s writing window; "
-          f"RSS {rss_start.get('VmRSS', 0) / 1024:.1f} MiB before, {rss_peak_run / 1024:.1f} MiB max sampled while writing, "
-          f"{mem_end.get('VmRSS', 0) / 1024:.1f} MiB at the end, peak (VmHWM) {mem_end.get('VmHWM', 0) / 1024:.1f} MiB")
-    print(f"mstail CPU {1e6 * (cpu1 - cpu0) / max(expect, 1):.0f} us per record written ({cpu1 - cpu0:.2f} s for {expect}: "
-          "less sensitive to the machine's load than the latency)")
-    if idle_pct is not None:
-        print(f"mstail CPU {idle_pct:.2f}% of one core over {args.idle:g} s with the {args.ranks} files quiet (before writing)")
-    print(f"machine: {os.cpu_count()} CPUs, load average {load_start} at the start, {load_end} at the end "
-          f"(other work on the machine shows up as latency)")
-    print(f"mstail /healthz at the end: {health}; SIGINT -> exit {code} in {stop_s:.2f} s")
-    total_missing = sum(r[2] for r in rows)
-    total_dups = sum(r[3] for r in rows)
-    p99 = percentile(all_ms, 99)
-    ok = p99 <= GOAL_P99_MS and total_missing == 0 and total_dups == 0
-    print(f"goal p99 <= {GOAL_P99_MS:.0f} ms, nothing missing or doubled: {'MET' if ok else 'NOT MET'} "
-          f"(p99 {p99:.1f} ms, {total_missing} missing, {total_dups} duplicates)")
-    return 0 if ok else 1
+        if not args.keep_work:  # 1,024 ranks: tens of MB of logs and timings
+            shutil.rmtree(work, ignore_errors=True)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -279,6 +284,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--ranks", type=int, default=8, help="log files, one writer process each (default 8)")
     ap.add_argument("--rate", type=float, default=10.0, help="steps per second per writer (default 10)")
     ap.add_argument("--duration", type=float, default=30.0, help="seconds of writing (default 30)")
+    ap.add_argument("--keep-work", action="store_true", help="keep the work dir (logs, timings, mstail's state) "
+                    "for a look afterwards (default: removed)")
     ap.add_argument("--paths", action="store_true", help="give mstail the files one by one (a --log each) instead of "
                     "one glob")
     ap.add_argument("--writers", type=int, default=0, help="writer processes, each writing every N-th rank's file "
