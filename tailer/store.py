@@ -360,9 +360,14 @@ class Store:
         start = 0
         for end in range(1, len(records) + 1):
             if end == len(records) or records[end].keys() != records[start].keys():
-                if end - start < 2 or not self._index_run(info, records[start:end]):
-                    for record in records[start:end]:
-                        self._index_record(info, record)
+                run = records[start:end]
+                if len(run) < 2 or not self._index_run(info, run):
+                    # Its first record may be what makes the run's frame and series (a file's first slice): that
+                    # one alone, then the rest at once where they can go.
+                    self._index_record(info, run[0])
+                    if len(run) < 3 or not self._index_run(info, run[1:]):
+                        for record in run[1:]:
+                            self._index_record(info, record)
                 start = end
 
     def _index_run(self, info: SourceInfo, run: List[Dict[str, Any]]) -> bool:

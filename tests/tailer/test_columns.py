@@ -199,6 +199,27 @@ def test_records_indexed_a_run_at_a_time_equal_one_at_a_time(seed: int, monkeypa
     assert len(singles) < records / 4  # the runs did the rest
 
 
+def test_a_files_first_slice_goes_in_as_a_run_after_its_first_record(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A source's first batch has no frame or series yet: its first record makes them, and the rest of the run goes
+    in at once (1,024 small files' history: each file's first slice was indexed record by record), with the same
+    columns and facts as one by one."""
+    first = [Item("record", {"step": step, "time": 1e9 + step, "loss": 1.0 / step, "lr": 1e-4}) for step in range(1, 101)]
+    one_by_one, at_once = Store(), Store()
+    for store in (one_by_one, at_once):
+        store.add_source("rank_0", "")
+    for item in first:
+        one_by_one.add("rank_0", [item])
+    singles = []
+    index_record = Store._index_record
+    monkeypatch.setattr(Store, "_index_record", lambda self, info, record: (singles.append(1),
+                                                                            index_record(self, info, record)))
+    at_once.add("rank_0", first)
+    assert len(singles) == 1
+    assert _served(at_once) == _served(one_by_one) and _facts(at_once) == _facts(one_by_one)
+    series = at_once._series[("rank_0", "loss", 0)]
+    assert series.steps is at_once._columns.frames[("rank_0", 0)].steps  # the run shares the frame's steps
+
+
 def test_a_value_one_line_later_keeps_a_column_aligned() -> None:
     """A record whose metric arrives with its next line (an amend) keeps sharing the frame's steps."""
     store = Store()
