@@ -122,8 +122,9 @@ def test_a_parse_killed_with_sigkill_leaves_no_worker_behind(tmp_path: Path, big
     folder = tmp_path / "out"
     folder.mkdir()
     out = folder / "records.jsonl"
+    # The workers' pieces go in a temporary folder that a killed parse cannot remove: this test's, not /tmp.
     proc = subprocess.Popen([sys.executable, "-m", "mstail", "parse", str(big_log), "-o", str(out)], cwd=str(ROOT),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "TMPDIR": str(tmp_path)})
 
     def ours() -> List[int]:  # the parse's processes, found by the output path in their command line
         found = []
