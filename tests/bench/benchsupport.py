@@ -61,6 +61,20 @@ def serve_rank_logs(support: Any, prefix: str, ranks: int, args: Sequence[str] =
     return server, log_dir, work
 
 
+def write_times(work: Path, ranks: int) -> Tuple[Dict[Tuple[str, int], float], Dict[Tuple[str, int], float]]:
+    """The writers' side files (`times_N.txt`, "STEP BEFORE AFTER" a line): per (source, step), the unix time
+    just before its step line was written and just after its progress line was."""
+    written: Dict[Tuple[str, int], float] = {}
+    completed: Dict[Tuple[str, int], float] = {}
+    for rank in range(ranks):
+        for line in (work / f"times_{rank}.txt").read_text().split("\n"):
+            if line:
+                step, before, after = line.split()
+                written[(f"rank_{rank}", int(step))] = float(before)
+                completed[(f"rank_{rank}", int(step))] = float(after)
+    return written, completed
+
+
 class SSEReader:
     """The messages in the lines of an SSE stream (the HTML spec's field rules): `feed(line)` gives (event, data)
     when a blank line ends a message that has data, else None. `last_id` is the id to resume from with

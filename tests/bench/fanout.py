@@ -32,10 +32,10 @@ import time
 import urllib.request
 from collections import Counter
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence
 
 import latency
-from benchsupport import load_test_support, serve_rank_logs
+from benchsupport import load_test_support, serve_rank_logs, write_times
 
 HERE = Path(__file__).resolve().parent
 GOAL_P99_MS = 150.0
@@ -116,12 +116,7 @@ def run(args: argparse.Namespace) -> int:
             code = server.stop()
             stop_s = time.monotonic() - began
 
-        written: Dict[Tuple[str, int], float] = {}
-        for rank in range(args.ranks):
-            for line in (work / f"times_{rank}.txt").read_text().split("\n"):
-                if line:
-                    step, before, _after = line.split()
-                    written[(f"rank_{rank}", int(step))] = float(before)
+        written, _ = write_times(work, args.ranks)
         before_ms: List[float] = []
         after_ms: List[float] = []
         missing = dups = 0

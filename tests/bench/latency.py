@@ -40,7 +40,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from benchsupport import SSEReader, load_test_support, serve_rank_logs
+from benchsupport import SSEReader, load_test_support, serve_rank_logs, write_times
 
 HERE = Path(__file__).resolve().parent
 GOAL_P99_MS = 100.0
@@ -209,14 +209,7 @@ def run(args: argparse.Namespace) -> int:
             stop_s = time.monotonic() - began
 
         # -- the figures -------------------------------------------------------------------------------------------
-        written: Dict[Tuple[str, int], float] = {}
-        completed: Dict[Tuple[str, int], float] = {}
-        for rank in range(args.ranks):
-            for line in (work / f"times_{rank}.txt").read_text().split("\n"):
-                if line:
-                    step, before, after = line.split()
-                    written[(f"rank_{rank}", int(step))] = float(before)
-                    completed[(f"rank_{rank}", int(step))] = float(after)
+        written, completed = write_times(work, args.ranks)
         assert len(written) == expect, (len(written), expect)
         write_ms = sorted((completed[k] - written[k]) * 1000 for k in written)
 
