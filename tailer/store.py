@@ -361,13 +361,13 @@ class Store:
         for end in range(1, len(records) + 1):
             if end == len(records) or records[end].keys() != records[start].keys():
                 run = records[start:end]
-                if len(run) < 2 or not self._index_run(info, run):
-                    # Its first record may be what makes the run's frame and series (a file's first slice): that
-                    # one alone, then the rest at once where they can go.
+                if len(run) > 2 and self._run_columns(info, run[0]) is None:
+                    # a file's first slice (or a new metric): its first record makes the frame and series alone
                     self._index_record(info, run[0])
-                    if len(run) < 3 or not self._index_run(info, run[1:]):
-                        for record in run[1:]:
-                            self._index_record(info, record)
+                    run = run[1:]
+                if len(run) < 2 or not self._index_run(info, run):
+                    for record in run:
+                        self._index_record(info, record)
                 start = end
 
     def _index_run(self, info: SourceInfo, run: List[Dict[str, Any]]) -> bool:
@@ -377,16 +377,10 @@ class Store:
         otherwise."""
         first = run[0]
         segment = first.get("segment", 0)
-        frame = self._columns.frames.get((info.id, segment))
-        if frame is None:
+        found = self._run_columns(info, first)
+        if found is None:
             return False
-        chosen = []
-        for key in first:
-            if key not in RESERVED:
-                series = self._series.get((info.id, key, segment))
-                if series is None:
-                    return False
-                chosen.append((key, series))
+        frame, chosen = found
         try:
             if "segment" in first and any(record["segment"] != segment for record in run):
                 return False
@@ -408,6 +402,22 @@ class Store:
         info.last_time = run[-1].get("time")
         self._columns.pending += len(run)
         return True
+
+    def _run_columns(self, info: SourceInfo, first: Dict[str, Any]) -> Optional[Tuple[Frame, List[Tuple[str, Series]]]]:
+        """The frame and the (metric, series) of a run whose first record is `first`, or None when the frame or a
+        series does not exist yet."""
+        segment = first.get("segment", 0)
+        frame = self._columns.frames.get((info.id, segment))
+        if frame is None:
+            return None
+        chosen = []
+        for key in first:
+            if key not in RESERVED:
+                series = self._series.get((info.id, key, segment))
+                if series is None:
+                    return None
+                chosen.append((key, series))
+        return frame, chosen
 
     def _index_record(self, info: SourceInfo, record: Dict[str, Any]) -> None:
         step, segment = record["step"], record.get("segment", 0)
