@@ -142,6 +142,96 @@ def test_an_amend_that_brings_no_input_is_not_derived_again(seed: int, monkeypat
     assert any("tc" in i or "ab" in i for i in fast if i.startswith("Item(kind='amend'"))  # amends do derive
 
 
+def plain_values(derived: Derived, record: Dict[str, Any]) -> Dict[str, float]:
+    """The module's rule written out plainly, per record (what `Derived.values` compiles per key set): perplexity
+    for each loss the record lacks it of, then each declared series it lacks, in order, when every name the series
+    reads is a number, the record's or one derived before it."""
+    def number(value: Any) -> Any:
+        if isinstance(value, (int, float)):
+            try:
+                return float(value)
+            except OverflowError:
+                return None
+        return None
+
+    out: Dict[str, float] = {}
+    names = set(record)
+    for key in record if derived.perplexity else ():
+        name = key[: -len("loss")] + "perplexity"
+        if (key == "loss" or key.endswith("_loss")) and name not in names:
+            names.add(name)
+            if number(record[key]) is not None:
+                try:
+                    out[name] = math.exp(number(record[key]))
+                except OverflowError:
+                    out[name] = LARGEST
+    for series in derived.series:
+        if series.name in names:
+            continue
+        names.add(series.name)
+        numbers = {used: number(out[used] if used in out else record.get(used)) for used in series.names}
+        if None not in numbers.values():
+            out[series.name] = series.evaluate(numbers)
+    return out
+
+
+#: Series that chain (`ab` reads `a2`, `pa` reads the derived perplexity), read one declared later (`early`), share
+#: a name with a metric (`b`) or with a perplexity (`eval_perplexity`), and go non-finite (`lc`, `over`).
+CHAINED = {"a2": "a * 2", "ab": "a2 + b", "pa": "perplexity * a", "early": "later + 1", "later": "a - b",
+           "b": "a / 3", "eval_perplexity": "eval_loss * 10", "lc": "log(c)", "over": "exp(a2) * c",
+           "tl": "train_loss ** 2"}
+ODD_VALUES = [math.nan, math.inf, -math.inf, 0.0, -2.5, 3, True, 10 ** 400, "n/a", None, 800.0, 1e-300]
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_compiled_values_are_the_plain_rule(seed: int) -> None:
+    """`Derived.values` (a function compiled per key set: series that can never be computed for it left out) gives,
+    value for value and in order, what the plain rule gives: chained series, names read before they are declared,
+    series a record has already, NaN, infinite, huge, boolean and non-numeric values, the same key set seen again,
+    and records and amends through `Deriver` (an amend making a series computable)."""
+    import random
+
+    rng = random.Random(seed)
+    names = ["a", "b", "c", "loss", "eval_loss", "train_loss", "perplexity", "later", "lr", "ab"]
+    for perplexity in (True, False):
+        derived = Derived(perplexity=perplexity, series=tuple(
+            compile_expression(name, text, {}) for name, text in rng.sample(sorted(CHAINED.items()), rng.randint(1, 10))))
+        for _ in range(300):
+            record = {"step": 1, **{n: rng.choice(ODD_VALUES + [rng.uniform(-5, 5)] * 6)
+                                    for n in rng.sample(names, rng.randint(0, len(names)))}}
+            assert repr(derived.values(record)) == repr(plain_values(derived, record)), record
+
+        read = {used for series in derived.series for used in series.names}
+
+        def plain_apply(items: list) -> list:  # `Deriver.apply` with the plain rule, written out
+            last: Dict[str, Any] = {}
+            for kind, data in items:
+                if kind == "record":
+                    data.update(plain_values(derived, data))
+                    last = dict(data)
+                elif data["step"] == last.get("step"):
+                    last.update(data)
+                    if not any(k in read or (derived.perplexity and (k == "loss" or k.endswith("_loss"))) for k in data):
+                        continue  # nothing a series reads: nothing computed again (a series read before it is
+                        # declared is computed when something is, as it was)
+                    added = plain_values(derived, last)
+                    data.update(added)
+                    last.update(added)
+            return items
+
+        items = []
+        for step in range(1, 40):
+            record = {"step": step, **{n: rng.choice(ODD_VALUES + [rng.uniform(-5, 5)] * 6)
+                                       for n in rng.sample(names, rng.randint(0, 4))}}
+            items.append(Item("record", record))
+            for _ in range(rng.randint(0, 2)):
+                new = {n: rng.uniform(-5, 5) for n in rng.sample(names, 2) if n not in record}
+                items.append(Item("amend", {"step": step, "segment": 0, **new}))
+                record = {**record, **new}
+        got = Deriver(derived).apply([Item(k, dict(d)) for k, d in items])
+        assert repr(got) == repr(plain_apply([Item(k, dict(d)) for k, d in items]))
+
+
 def test_interleaved_parser_derives_for_each_launcher_tagged_rank() -> None:
     parser = InterleavedParser(lambda: SourceParser(builtin_formats()), Derived())
     items = []
