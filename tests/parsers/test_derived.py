@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 import subprocess
 import sys
 from pathlib import Path
@@ -46,6 +47,59 @@ def test_expressions(text: str, values: Dict[str, float], want: float) -> None:
     series = compile_expression("x", text, {"seq": 4096.0})
     got = series.evaluate(values)
     assert got == (pytest.approx(want) if math.isfinite(want) else want)
+
+
+def random_expression(rng: Any, depth: int) -> Any:
+    """A random expression of the language as (its text, a plain evaluation of it): operands that are metrics,
+    numbers and a constant, in every position, nested."""
+    pick = rng.random()
+    if depth == 0 or pick < 0.25:
+        leaf = rng.choice(["a", "b", "c", "k", "0", "2.5", "3", "1e308"])
+        if leaf in ("a", "b", "c"):
+            return leaf, lambda v: v[leaf]
+        number = 7.0 if leaf == "k" else float(leaf)
+        return leaf, lambda v: number
+    if pick < 0.75:
+        symbol = rng.choice(["+", "-", "*", "/", "**"])
+        (left, lf), (right, rf) = random_expression(rng, depth - 1), random_expression(rng, depth - 1)
+        op = {"+": operator.add, "-": operator.sub, "*": operator.mul, "**": operator.pow, "/": ieee_divide}[symbol]
+        return f"({left} {symbol} {right})", lambda v: op(lf(v), rf(v))
+    if pick < 0.85:
+        inner, fn = random_expression(rng, depth - 1)
+        return f"(-{inner})", lambda v: -fn(v)
+    name = rng.choice(["exp", "log", "sqrt", "abs", "min", "max"])
+    args = [random_expression(rng, depth - 1) for _ in range(rng.randint(2, 3) if name in ("min", "max") else 1)]
+    function = {"exp": math.exp, "log": math.log, "sqrt": math.sqrt, "abs": abs, "min": min, "max": max}[name]
+    return f"{name}({', '.join(t for t, _ in args)})", lambda v: function(*[f(v) for _, f in args])
+
+
+def ieee_divide(a: float, b: float) -> float:
+    if b:
+        return a / b
+    return math.nan if a == 0 or a != a else math.copysign(math.inf, a) * math.copysign(1.0, b)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_compiled_expressions_are_the_plain_evaluation(seed: int) -> None:
+    """An expression's compiled form (operands read in place where they are metrics or numbers) gives what
+    evaluating its tree plainly gives, IEEE where Python raises: random expressions over random values, NaN,
+    infinities, zeros and overflowing ones included."""
+    import random
+
+    rng = random.Random(seed)
+    odd = [0.0, -0.0, 1.0, -2.5, 1e-300, 1e300, math.nan, math.inf, -math.inf, 3.7, 710.0]
+    for _ in range(400):
+        text, plain = random_expression(rng, rng.randint(1, 4))
+        series = compile_expression("x", text, {"k": 7.0})
+        for _ in range(5):
+            values = {name: rng.choice(odd) for name in series.names}
+            try:
+                want = float(plain(values))
+            except OverflowError:
+                want = math.inf
+            except (ValueError, ZeroDivisionError, TypeError):
+                want = math.nan
+            assert repr(series.evaluate(values)) == repr(want), (text, values)
 
 
 @pytest.mark.parametrize("text", ["0 / 0", "log(-a)", "sqrt(-a)", "(-a) ** 0.5", "a / 0 - a / 0"])
