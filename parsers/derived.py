@@ -25,7 +25,8 @@ one may use another.
 Where: `InterleavedParser` applies a `Derived` to what each of its parsers emits (`Deriver`), so the sidecar
 (its API, SSE, alerts, `/metrics`) and `mstail parse` (JSONL, CSV) see the same values. A record gets its
 derived values when emitted; an `amend` item (values a later line adds to the last record: TimeMonitor, the
-progress line) gets those that its values make computable, from the record's values and its own.
+progress line) gets those that its values make computable, from the record's values and its own. What records
+with one key set get is worked out once, as a function (`Derived._compile`): a format's records share a few.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import math
 import operator
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Tuple, TypeVar
 
 from .record import RESERVED, Item
 
@@ -45,6 +46,12 @@ PLANS_MAX = 256  # key sets remembered (a format's records have a few)
 _LARGEST = sys.float_info.max
 
 Evaluate = Callable[[Mapping[str, float]], float]
+T = TypeVar("T")
+#: A record -> the derived values it gets (`Derived._compile`).
+Compute = Callable[[Mapping[str, Any]], Dict[str, float]]
+#: A declared series as a key set computes it: its name, its expression, and each name it reads with whether that
+#: is derived before it (else the record's own).
+Step = Tuple[str, Evaluate, Tuple[Tuple[str, bool], ...]]
 
 
 class DerivedError(ValueError):
@@ -74,8 +81,10 @@ class Derived:
     perplexity: bool = True
     series: Tuple[Series, ...] = ()
     constants: Tuple[Tuple[str, float], ...] = ()
-    _plans: Dict[Tuple[str, ...], List[Tuple[str, str, Optional[Series]]]] = field(
-        default_factory=dict, compare=False, repr=False)  # key set -> what to compute (`_plan`)
+    _computers: Dict[Tuple[str, ...], Compute] = field(
+        default_factory=dict, compare=False, repr=False)  # key set -> its values' function (`_compile`)
+    _readers: Dict[Tuple[str, ...], bool] = field(
+        default_factory=dict, compare=False, repr=False)  # an amend's key set -> `reads_any` of it
     _inputs: FrozenSet[str] = field(default=frozenset(), init=False, compare=False, repr=False)  # what series read
 
     def __post_init__(self) -> None:
@@ -84,46 +93,39 @@ class Derived:
     def values(self, record: Mapping[str, Any]) -> Dict[str, float]:
         """The derived values computable from `record`'s metrics that it does not have yet, in order."""
         keys = tuple(record)
-        plan = self._plans.get(keys)
-        if plan is None:
-            plan = self._plan(keys)
-        out: Dict[str, float] = {}
-        for name, source, series in plan:
-            if series is None:  # perplexity of the loss `source`
-                number = _number(record[source])
-                if number is not None:
-                    out[name] = _exp(number)
-                continue
-            numbers = {}
-            for used in series.names:
-                number = _number(out[used] if used in out else record.get(used))
-                if number is None:
-                    break
-                numbers[used] = number
-            else:
-                out[name] = series.evaluate(numbers)
-        return out
+        compute = self._computers.get(keys)
+        if compute is None:
+            compute = self._compile(keys)
+        return compute(record)
 
-    def _plan(self, keys: Tuple[str, ...]) -> List[Tuple[str, str, Optional[Series]]]:
-        """What to compute for records with these keys (a format's records share a few key sets): (name, the
-        loss it is the perplexity of, or None) for perplexity, (name, "", series) for a declared series."""
-        plan: List[Tuple[str, str, Optional[Series]]] = []
-        names = set(keys)
+    def _compile(self, keys: Tuple[str, ...]) -> Compute:
+        """The function giving `values` of records with these keys (a format's records share a few key sets): the
+        perplexities of their losses, then the declared series they lack, in order; remembered for the key set."""
+        losses: List[Tuple[str, str]] = []  # (perplexity's name, the loss it is of)
+        names = set(keys)  # the record's and those computed before: a name computed once only
         if self.perplexity:
             for key in keys:
                 if key == "loss" or key.endswith("_loss"):
                     name = key[: -len("loss")] + "perplexity"
                     if name not in names:
-                        plan.append((name, key, None))
+                        losses.append((name, key))
                         names.add(name)
+        # A declared series is computed when each name it reads is a number: of the record (its keys), or derived
+        # before it here. One that reads anything else never is, for this key set: left out.
+        steps: List[Step] = []
+        derived, own = {name for name, _ in losses}, frozenset(keys)
         for s in self.series:
-            if s.name not in names:
-                plan.append((s.name, "", s))
-                names.add(s.name)
-        if len(self._plans) >= PLANS_MAX:
-            self._plans.clear()
-        self._plans[keys] = plan
-        return plan
+            if s.name not in names and all(used in derived or used in own for used in s.names):
+                steps.append((s.name, s.evaluate, tuple((used, used in derived) for used in s.names)))
+                derived.add(s.name)
+            names.add(s.name)  # computed here or not, a later series of that name is not
+        if steps:
+            compute = _with_series(losses, steps)
+        elif losses:
+            compute = _perplexities(losses)
+        else:
+            compute = _nothing
+        return _remember(self._computers, keys, compute)
 
     def describe(self) -> List[str]:
         """What decides the values this adds, one line each (the state file's fingerprint: another `--derived`
@@ -133,11 +135,13 @@ class Derived:
 
     def reads_any(self, keys: Iterable[str]) -> bool:
         """Whether a series reads one of these metrics (a loss, for perplexity): values a record gains can make
-        a series computable only then."""
-        for key in keys:
-            if (self.perplexity and (key == "loss" or key.endswith("_loss"))) or key in self._inputs:
-                return True
-        return False
+        a series computable only then (the answer is remembered per key set: an amend's keys repeat)."""
+        keys = tuple(keys)
+        known = self._readers.get(keys)
+        if known is None:
+            known = _remember(self._readers, keys, any(
+                (self.perplexity and (key == "loss" or key.endswith("_loss"))) or key in self._inputs for key in keys))
+        return known
 
     @property
     def empty(self) -> bool:
@@ -206,31 +210,44 @@ def compile_expression(name: str, text: str, constants: Mapping[str, float]) -> 
     if sum(1 for _ in ast.walk(tree)) > NODES_MAX:
         raise ValueError(f"more than {NODES_MAX} parts")
     names: List[str] = []
+    reads: Dict[Evaluate, str] = {}  # a metric's leaf -> its name; a constant's -> its value (`_binary`)
+    fixed: Dict[Evaluate, float] = {}
 
     def build(node: ast.AST) -> Evaluate:
         if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
-            value = float(node.value)
-            return lambda _v: value
+            return _constant(float(node.value), fixed)
         if isinstance(node, ast.Name):
             if node.id in constants:
-                value = constants[node.id]
-                return lambda _v: value
+                return _constant(constants[node.id], fixed)
             if node.id in _FUNCTIONS:
                 raise ValueError(f"{node.id} is a function: call it, {node.id}(...)")
             names.append(node.id)
             key = node.id
-            return lambda v: v[key]
+            def read(v: Mapping[str, float]) -> float:
+                return v[key]
+            reads[read] = key
+            return read
         if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
-            op, left, right = _BINARY[type(node.op)], build(node.left), build(node.right)
-            return lambda v: op(left(v), right(v))
+            return _binary(_BINARY[type(node.op)], build(node.left), build(node.right), reads, fixed)
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
             inner = build(node.operand)
-            return (lambda v: -inner(v)) if isinstance(node.op, ast.USub) else inner
+            if isinstance(node.op, ast.UAdd):
+                return inner
+            if inner in reads:
+                key = reads[inner]
+                return lambda v: -v[key]
+            return lambda v: -inner(v)
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCTIONS
                 and not node.keywords and node.args):
             function, args = _FUNCTIONS[node.func.id], [build(a) for a in node.args]
             if node.func.id not in ("min", "max") and len(args) != 1:
                 raise ValueError(f"{node.func.id}() takes one argument")
+            if len(args) == 1:
+                arg = args[0]
+                if arg in reads:
+                    key = reads[arg]
+                    return lambda v: function(v[key])
+                return lambda v: function(arg(v))
             return lambda v: function(*(a(v) for a in args))
         raise ValueError(f"`{ast.unparse(node)[:60]}` is not allowed (numbers, metric names, + - * / **, "
                          f"{', '.join(_FUNCTIONS)})")
@@ -248,6 +265,81 @@ def compile_expression(name: str, text: str, constants: Mapping[str, float]) -> 
             return math.nan
 
     return Series(name, text, tuple(dict.fromkeys(names)), evaluate)
+
+
+def _remember(cache: Dict[Tuple[str, ...], T], keys: Tuple[str, ...], value: T) -> T:
+    """`value`, kept in `cache` for `keys` (emptied first when it holds PLANS_MAX key sets)."""
+    if len(cache) >= PLANS_MAX:
+        cache.clear()
+    cache[keys] = value
+    return value
+
+
+def _nothing(_record: Mapping[str, Any]) -> Dict[str, float]:
+    return {}
+
+
+def _perplexities(losses: List[Tuple[str, str]]) -> Compute:
+    """Each (name, loss) of `losses`: name = exp(the record's loss), when that is a number."""
+    def compute(record: Mapping[str, Any]) -> Dict[str, float]:
+        out: Dict[str, float] = {}
+        for name, loss in losses:
+            value = record[loss]
+            if value.__class__ is not float:  # most losses are floats: the others as `_number` says
+                value = _number(value)
+                if value is None:
+                    continue
+            out[name] = _exp(value)
+        return out
+    return compute
+
+
+def _with_series(losses: List[Tuple[str, str]], steps: List[Step]) -> Compute:
+    """The perplexities of `losses`, then each series of `steps` whose names are all numbers, in order."""
+    perplexities = _perplexities(losses) if losses else _nothing
+
+    def compute(record: Mapping[str, Any]) -> Dict[str, float]:
+        out = perplexities(record)
+        for name, evaluate, uses in steps:
+            numbers = {}
+            for used, derived in uses:
+                value = out.get(used) if derived else record[used]  # derived: absent where it was no number
+                if value.__class__ is not float:
+                    value = _number(value)
+                    if value is None:
+                        break
+                numbers[used] = value
+            else:
+                out[name] = evaluate(numbers)
+        return out
+    return compute
+
+
+def _constant(value: float, fixed: Dict[Evaluate, float]) -> Evaluate:
+    """The leaf of a number (noted in `fixed`, for `_binary`)."""
+    def constant(_v: Mapping[str, float]) -> float:
+        return value
+    fixed[constant] = value
+    return constant
+
+
+def _binary(op: Callable[[float, float], float], left: Evaluate, right: Evaluate, reads: Dict[Evaluate, str],
+            fixed: Dict[Evaluate, float]) -> Evaluate:
+    """`op(left(v), right(v))`, with an operand that is a metric (`reads`: its name) or a number (`fixed`) read in
+    place: `samples_per_s * seq_length` is one call, not three."""
+    if left in reads and right in fixed:
+        a, number = reads[left], fixed[right]
+        return lambda v: op(v[a], number)
+    if left in fixed and right in reads:
+        number, b = fixed[left], reads[right]
+        return lambda v: op(number, v[b])
+    if left in reads and right in reads:
+        a, b = reads[left], reads[right]
+        return lambda v: op(v[a], v[b])
+    if right in fixed:
+        number = fixed[right]
+        return lambda v: op(left(v), number)
+    return lambda v: op(left(v), right(v))
 
 
 def _divide(a: float, b: float) -> float:
@@ -288,15 +380,16 @@ class Deriver:
         self._last: Dict[str, Any] = {}  # the last record's values, amends folded in
 
     def apply(self, items: List[Item]) -> List[Item]:
-        for item in items:
-            if item.kind == "record":
-                item.data.update(self.derived.values(item.data))
-                self._last = dict(item.data)
-            elif item.kind == "amend" and item.data.get("step") == self._last.get("step"):
-                last = self._last  # our own copy: the amend's values join it in place (an amend adds new keys only)
-                last.update(item.data)
-                if self.derived.reads_any(item.data):  # else nothing `last` lacked became computable
-                    added = self.derived.values(last)  # only what `last` lacks
-                    item.data.update(added)
+        values, reads_any = self.derived.values, self.derived.reads_any
+        last = self._last
+        for kind, data in items:
+            if kind == "record":
+                data.update(values(data))
+                self._last = last = dict(data)  # our own copy: an amend's values join it in place
+            elif kind == "amend" and data.get("step") == last.get("step"):
+                last.update(data)  # an amend adds new keys only
+                if reads_any(data):  # else nothing `last` lacked became computable
+                    added = values(last)  # only what `last` lacks
+                    data.update(added)
                     last.update(added)
         return items

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 import subprocess
 import sys
 from pathlib import Path
@@ -46,6 +47,59 @@ def test_expressions(text: str, values: Dict[str, float], want: float) -> None:
     series = compile_expression("x", text, {"seq": 4096.0})
     got = series.evaluate(values)
     assert got == (pytest.approx(want) if math.isfinite(want) else want)
+
+
+def random_expression(rng: Any, depth: int) -> Any:
+    """A random expression of the language as (its text, a plain evaluation of it): operands that are metrics,
+    numbers and a constant, in every position, nested."""
+    pick = rng.random()
+    if depth == 0 or pick < 0.25:
+        leaf = rng.choice(["a", "b", "c", "k", "0", "2.5", "3", "1e308"])
+        if leaf in ("a", "b", "c"):
+            return leaf, lambda v: v[leaf]
+        number = 7.0 if leaf == "k" else float(leaf)
+        return leaf, lambda v: number
+    if pick < 0.75:
+        symbol = rng.choice(["+", "-", "*", "/", "**"])
+        (left, lf), (right, rf) = random_expression(rng, depth - 1), random_expression(rng, depth - 1)
+        op = {"+": operator.add, "-": operator.sub, "*": operator.mul, "**": operator.pow, "/": ieee_divide}[symbol]
+        return f"({left} {symbol} {right})", lambda v: op(lf(v), rf(v))
+    if pick < 0.85:
+        inner, fn = random_expression(rng, depth - 1)
+        return f"(-{inner})", lambda v: -fn(v)
+    name = rng.choice(["exp", "log", "sqrt", "abs", "min", "max"])
+    args = [random_expression(rng, depth - 1) for _ in range(rng.randint(2, 3) if name in ("min", "max") else 1)]
+    function = {"exp": math.exp, "log": math.log, "sqrt": math.sqrt, "abs": abs, "min": min, "max": max}[name]
+    return f"{name}({', '.join(t for t, _ in args)})", lambda v: function(*[f(v) for _, f in args])
+
+
+def ieee_divide(a: float, b: float) -> float:
+    if b:
+        return a / b
+    return math.nan if a == 0 or a != a else math.copysign(math.inf, a) * math.copysign(1.0, b)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_compiled_expressions_are_the_plain_evaluation(seed: int) -> None:
+    """An expression's compiled form (operands read in place where they are metrics or numbers) gives what
+    evaluating its tree plainly gives, IEEE where Python raises: random expressions over random values, NaN,
+    infinities, zeros and overflowing ones included."""
+    import random
+
+    rng = random.Random(seed)
+    odd = [0.0, -0.0, 1.0, -2.5, 1e-300, 1e300, math.nan, math.inf, -math.inf, 3.7, 710.0]
+    for _ in range(400):
+        text, plain = random_expression(rng, rng.randint(1, 4))
+        series = compile_expression("x", text, {"k": 7.0})
+        for _ in range(5):
+            values = {name: rng.choice(odd) for name in series.names}
+            try:
+                want = float(plain(values))
+            except OverflowError:
+                want = math.inf
+            except (ValueError, ZeroDivisionError, TypeError):
+                want = math.nan
+            assert repr(series.evaluate(values)) == repr(want), (text, values)
 
 
 @pytest.mark.parametrize("text", ["0 / 0", "log(-a)", "sqrt(-a)", "(-a) ** 0.5", "a / 0 - a / 0"])
@@ -140,6 +194,96 @@ def test_an_amend_that_brings_no_input_is_not_derived_again(seed: int, monkeypat
     monkeypatch.setattr(Derived, "reads_any", lambda self, keys: True)
     assert fast == [repr(i) for i in Deriver(derived).apply([Item(k, dict(d)) for k, d in items])]
     assert any("tc" in i or "ab" in i for i in fast if i.startswith("Item(kind='amend'"))  # amends do derive
+
+
+def plain_values(derived: Derived, record: Dict[str, Any]) -> Dict[str, float]:
+    """The module's rule written out plainly, per record (what `Derived.values` compiles per key set): perplexity
+    for each loss the record lacks it of, then each declared series it lacks, in order, when every name the series
+    reads is a number, the record's or one derived before it."""
+    def number(value: Any) -> Any:
+        if isinstance(value, (int, float)):
+            try:
+                return float(value)
+            except OverflowError:
+                return None
+        return None
+
+    out: Dict[str, float] = {}
+    names = set(record)
+    for key in record if derived.perplexity else ():
+        name = key[: -len("loss")] + "perplexity"
+        if (key == "loss" or key.endswith("_loss")) and name not in names:
+            names.add(name)
+            if number(record[key]) is not None:
+                try:
+                    out[name] = math.exp(number(record[key]))
+                except OverflowError:
+                    out[name] = LARGEST
+    for series in derived.series:
+        if series.name in names:
+            continue
+        names.add(series.name)
+        numbers = {used: number(out[used] if used in out else record.get(used)) for used in series.names}
+        if None not in numbers.values():
+            out[series.name] = series.evaluate(numbers)
+    return out
+
+
+#: Series that chain (`ab` reads `a2`, `pa` reads the derived perplexity), read one declared later (`early`), share
+#: a name with a metric (`b`) or with a perplexity (`eval_perplexity`), and go non-finite (`lc`, `over`).
+CHAINED = {"a2": "a * 2", "ab": "a2 + b", "pa": "perplexity * a", "early": "later + 1", "later": "a - b",
+           "b": "a / 3", "eval_perplexity": "eval_loss * 10", "lc": "log(c)", "over": "exp(a2) * c",
+           "tl": "train_loss ** 2"}
+ODD_VALUES = [math.nan, math.inf, -math.inf, 0.0, -2.5, 3, True, 10 ** 400, "n/a", None, 800.0, 1e-300]
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_compiled_values_are_the_plain_rule(seed: int) -> None:
+    """`Derived.values` (a function compiled per key set: series that can never be computed for it left out) gives,
+    value for value and in order, what the plain rule gives: chained series, names read before they are declared,
+    series a record has already, NaN, infinite, huge, boolean and non-numeric values, the same key set seen again,
+    and records and amends through `Deriver` (an amend making a series computable)."""
+    import random
+
+    rng = random.Random(seed)
+    names = ["a", "b", "c", "loss", "eval_loss", "train_loss", "perplexity", "later", "lr", "ab"]
+    for perplexity in (True, False):
+        derived = Derived(perplexity=perplexity, series=tuple(
+            compile_expression(name, text, {}) for name, text in rng.sample(sorted(CHAINED.items()), rng.randint(1, 10))))
+        for _ in range(300):
+            record = {"step": 1, **{n: rng.choice(ODD_VALUES + [rng.uniform(-5, 5)] * 6)
+                                    for n in rng.sample(names, rng.randint(0, len(names)))}}
+            assert repr(derived.values(record)) == repr(plain_values(derived, record)), record
+
+        read = {used for series in derived.series for used in series.names}
+
+        def plain_apply(items: list) -> list:  # `Deriver.apply` with the plain rule, written out
+            last: Dict[str, Any] = {}
+            for kind, data in items:
+                if kind == "record":
+                    data.update(plain_values(derived, data))
+                    last = dict(data)
+                elif data["step"] == last.get("step"):
+                    last.update(data)
+                    if not any(k in read or (derived.perplexity and (k == "loss" or k.endswith("_loss"))) for k in data):
+                        continue  # nothing a series reads: nothing computed again (a series read before it is
+                        # declared is computed when something is, as it was)
+                    added = plain_values(derived, last)
+                    data.update(added)
+                    last.update(added)
+            return items
+
+        items = []
+        for step in range(1, 40):
+            record = {"step": step, **{n: rng.choice(ODD_VALUES + [rng.uniform(-5, 5)] * 6)
+                                       for n in rng.sample(names, rng.randint(0, 4))}}
+            items.append(Item("record", record))
+            for _ in range(rng.randint(0, 2)):
+                new = {n: rng.uniform(-5, 5) for n in rng.sample(names, 2) if n not in record}
+                items.append(Item("amend", {"step": step, "segment": 0, **new}))
+                record = {**record, **new}
+        got = Deriver(derived).apply([Item(k, dict(d)) for k, d in items])
+        assert repr(got) == repr(plain_apply([Item(k, dict(d)) for k, d in items]))
 
 
 def test_interleaved_parser_derives_for_each_launcher_tagged_rank() -> None:
