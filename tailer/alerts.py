@@ -43,7 +43,7 @@ import statistics
 from bisect import bisect_left, insort
 from collections import deque
 from itertools import compress, groupby, repeat
-from operator import ne
+from operator import contains, ne
 from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 from mstail.platform import tomllib
@@ -223,16 +223,16 @@ def _what_happened(message: str) -> str:
 
 
 class _Window:
-    """The last `size` finite values, in arrival order and sorted: append is O(size) memmove, median O(1)."""
+    """The last `size` finite values, in arrival order and sorted: append is O(size) memmove, median O(1); the mean is
+    that of their exactly rounded sum (`math.fsum`), the same whichever way the values came in (one by one, a run
+    at once, a restart between)."""
 
-    __slots__ = ("size", "order", "sorted", "total", "_appends")
+    __slots__ = ("size", "order", "sorted")
 
     def __init__(self, size: int) -> None:
         self.size = size
-        self.order: Deque[float] = deque()
+        self.order: Deque[float] = deque(maxlen=size)
         self.sorted: List[float] = []
-        self.total = 0.0
-        self._appends = 0
 
     def __len__(self) -> int:
         return len(self.order)
@@ -241,30 +241,15 @@ class _Window:
         return iter(self.order)
 
     def append(self, value: float) -> None:
-        if len(self.order) >= self.size:
-            old = self.order.popleft()
-            del self.sorted[bisect_left(self.sorted, old)]
-            self.total -= old
+        if len(self.order) == self.size:
+            del self.sorted[bisect_left(self.sorted, self.order[0])]  # the value the append drops
         self.order.append(value)
         insort(self.sorted, value)
-        self.total += value
-        self._appends += 1
-        if self._appends % 4096 == 0:  # no drift in the running sum
-            self.total = sum(self.order)
 
     def extend(self, values: List[float]) -> None:
-        """`append` of each value in turn (the same running sum, bit for bit), the sorted copy made once."""
-        order, size, total, appends = self.order, self.size, self.total, self._appends
-        for value in values:
-            if len(order) >= size:
-                total -= order.popleft()
-            order.append(value)
-            total += value
-            appends += 1
-            if appends % 4096 == 0:
-                total = sum(order)
-        self.total, self._appends = total, appends
-        self.sorted = sorted(order)
+        """`append` of each value in turn, the sorted copy made once."""
+        self.order.extend(values)
+        self.sorted = sorted(self.order)
 
     def median(self) -> float:
         ordered = self.sorted
@@ -273,21 +258,20 @@ class _Window:
         return ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2.0
 
     def mean(self) -> float:
-        return self.total / len(self.order)
+        return math.fsum(self.order) / len(self.order)
 
     def clear(self) -> None:
         self.order.clear()
         self.sorted = []
-        self.total = 0.0
 
-    def dump(self) -> List[Any]:
-        """[values in arrival order, running sum, appends]: the running sum as it is (not re-added), so a restored
-        window's mean is the one a window that never stopped would have."""
-        return [list(self.order), self.total, self._appends]
+    def dump(self) -> List[float]:
+        """The values in arrival order."""
+        return list(self.order)
 
     def load(self, saved: List[Any]) -> None:
-        values, self.total, self._appends = saved
-        self.order = deque(values[-self.size:])
+        if saved and isinstance(saved[0], list):  # [values, running sum, appends]: saved before the mean was fsum's
+            saved = saved[0]
+        self.order = deque(saved, maxlen=self.size)
         self.sorted = sorted(self.order)
 
 
@@ -427,41 +411,44 @@ class _Columns:
 
     def __init__(self, records: Sequence[Dict[str, Any]]) -> None:
         self.records = records
-        self._made: Dict[str, Tuple[List[float], bool]] = {}
+        self._made: Dict[str, Tuple[List[Any], bool, bool]] = {}
 
-    def numbers(self, key: str) -> Tuple[List[Optional[float]], bool]:
-        """The values of `key` as floats (None: no number), and whether every record held a number there."""
+    def numbers(self, key: str) -> Tuple[List[Any], bool, bool]:
+        """The values of `key` as floats (None: no number), whether every record held a number there, and whether
+        every record held a finite one."""
         made = self._made.get(key)
         if made is None:
             values = list(map(dict.get, self.records, repeat(key)))
             kinds = set(map(type, values))
-            made = None
+            numbers: Optional[List[Any]] = None
             if kinds <= {float}:
-                made = values, True
-            elif kinds <= {float, int}:  # not bool: `_number` takes it as an int, this keeps to floats
+                numbers = values
+            elif kinds <= {float, int}:  # anything else (a bool, a text, None) goes through `_number` one by one
                 try:
-                    made = list(map(float, values)), True
+                    numbers = list(map(float, values))
                 except OverflowError:  # an int beyond the float range is no number to `_number`
                     pass
-            if made is None:
+            if numbers is not None:
+                made = numbers, True, all(map(math.isfinite, numbers))
+            else:
                 numbers = list(map(_number, values))
-                made = numbers, None not in numbers
+                made = numbers, None not in numbers, None not in numbers and all(map(math.isfinite, numbers))
             self._made[key] = made
         return made
 
     def finite(self, key: str) -> Tuple[Sequence[int], List[float]]:
         """The positions of the records holding a finite number at `key`, and those numbers."""
-        values, every = self.numbers(key)
-        if every and all(map(math.isfinite, values)):
-            return range(len(values)), values  # type: ignore[return-value]
+        values, _, finite = self.numbers(key)
+        if finite:
+            return range(len(values)), values
         at = [position for position, value in enumerate(values) if value is not None and math.isfinite(value)]
-        return at, [values[position] for position in at]  # type: ignore[misc]
+        return at, [values[position] for position in at]
 
     def nonfinite(self, key: str) -> bool:
         """Whether a record holds a NaN or an infinity at `key`."""
-        values, every = self.numbers(key)
-        if every:
-            return not all(map(math.isfinite, values))  # type: ignore[arg-type]
+        values, every, finite = self.numbers(key)
+        if finite or every:
+            return not finite
         return any(value is not None and not math.isfinite(value) for value in values)
 
 
@@ -617,6 +604,9 @@ class AlertEngine:
             state = self._sources[source] = _SourceState(self.rules)
         out: List[Change] = []
         count, start = len(items), 0
+        if count and history.count(history[0]) == count and not any(map(contains, items, repeat("kind"))):
+            self._records(source, state, items, now, out, history[0])  # the common case: records alone
+            return out
         while start < count:
             item = items[start]
             if "kind" in item:
@@ -693,9 +683,8 @@ class AlertEngine:
         """`_clock` of each record in turn; at once where every step is an int and every step time a positive
         number (each new step then appends its step time, and the last step is the run's last)."""
         steps = list(map(dict.get, records, repeat("step")))
-        step_ms, every = columns.numbers("step_time_ms")
-        if (set(map(type, steps)) != {int} or not every or not all(map(math.isfinite, step_ms))  # type: ignore[arg-type]
-                or min(step_ms) <= 0):  # type: ignore[type-var,operator]
+        step_ms, _, finite = columns.numbers("step_time_ms")
+        if set(map(type, steps)) != {int} or not finite or min(step_ms) <= 0:
             for record in records:
                 self._clock(state, record, now, history)
             return
@@ -727,6 +716,9 @@ class AlertEngine:
             if firing is None or True not in firing:
                 if (rule, source) in self._alerts:  # clears count only for an alert
                     pending.append((at[0], rank, 0, len(at), False, False))
+                continue
+            if False not in firing and cooldown > 0:
+                pending.append((at[0], rank, 0, len(at), False, True))
                 continue
             start = 0
             for fired, stretch in groupby(firing):
