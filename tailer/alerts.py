@@ -1,12 +1,16 @@
 """Alerts: rules over the record/event stream of every source -> alert state changes.
 
-`AlertEngine.observe(source, item, now)` is fed every stored record and event (from `Tailer._deliver`, in the
-event loop); `tick(now, states)` runs the time-based rules (hang, gone) once per pass. Both return *changes*:
-dicts shaped like events (`kind: "alert"`) that the tailer stores (so they get a `seq` and SSE replay covers
-them) and publishes. The engine keeps the alert table for `GET /api/alerts` (active + recently resolved).
+`AlertEngine.observe_all(source, items, now, history)` is fed every stored record and event (from
+`Tailer._deliver`, in the event loop; `observe` takes one); `tick(now, states)` runs the time-based rules (hang,
+gone) once per pass. They return *changes*: dicts shaped like events (`kind: "alert"`) that the tailer stores (so
+they get a `seq` and SSE replay covers them) and publishes. The engine keeps the alert table for `GET /api/alerts`
+(active + recently resolved).
 
 Work per record is bounded: every rolling window is a `deque(maxlen=window)` and a median is a sort of at most
-`window` numbers.
+`window` numbers. A run of `RUN_MIN` records or more of one source (a catch-up's batch) is judged a rule at a time,
+with the changes, their order and the state after that judging each record in turn gives (`_run`): a windowed
+rule passes over the values no window's median can make fire (a bound from the lowest value any of their windows
+holds); a rule firing on many records in a row costs its first fire and one count, not a fire per record.
 
 Rules (`DEFAULT_RULES` holds every key and its default; a TOML file given with `--alerts` overrides per rule):
 
@@ -625,7 +629,7 @@ class AlertEngine:
                  out: List[Change], history: bool) -> None:
         """Records in a row: split where the segment changes (a resume resets the windows); a long enough part is
         judged a rule at a time, the others record by record."""
-        segments = [record.get("segment", 0) for record in records]
+        segments = list(map(dict.get, records, repeat("segment"), repeat(0)))
         starts = [0]
         if any(map(ne, segments, repeat(state.segment))):
             current = state.segment
@@ -694,12 +698,15 @@ class AlertEngine:
             state.step_s.extend([ms / 1000.0 for ms in taken[-(state.step_s.maxlen or 0):]])
             state.step_ms.extend(taken[-(state.step_ms.maxlen or 0):])
             state.last_step, state.last_arrival, state.ended = steps[-1], now, False
-        _, timed = columns.finite("time")
-        if timed:
-            state.last_record_time = timed[-1]
         if not history and not state.live:
+            _, timed = columns.finite("time")
             bound = self.rules.rules["hang"]["live_within_s"]
             state.live = len(timed) < len(records) or any(now - when <= bound for when in timed)
+        for record in reversed(records):  # the last record's time, as a rule
+            when = _number(record.get("time"))
+            if when is not None and math.isfinite(when):
+                state.last_record_time = when
+                break
 
     def _settle(self, source: str, state: _SourceState, records: Sequence[Dict[str, Any]],
                 verdicts: List[Tuple[str, _Verdicts]], now: float, out: List[Change]) -> None:
