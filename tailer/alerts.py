@@ -83,7 +83,7 @@ DEFAULT_GENERAL: Dict[str, Any] = {"cooldown_s": 300.0, "keep_resolved": 200}
 SNAPSHOT_VERSION = 1  # of `AlertEngine.snapshot`'s shape: a state saved in another is replayed instead
 SEVERITIES = ("info", "warning", "error", "critical")
 #: From this many records of one source in a row on, `observe_all` judges them a rule at a time over their columns;
-#: fewer go record by record (a run's fixed cost, some numpy calls, is more than they would save).
+#: fewer go record by record (a run's fixed cost, its columns and their checks, is more than they would save).
 RUN_MIN = 16
 #: How close (relative) to a bound a value is judged exactly: a rule's bound is rounded as its check is not.
 _MARGIN = 1e-9
@@ -493,9 +493,11 @@ def _window_verdicts(values: Tuple[Sequence[int], List[float]], window: _Window,
 
 def _spike_bound(rule: Dict[str, Any]) -> Callable[[float], float]:
     """The loss value at or below which no spike is possible when every window value is at least `low`."""
-    if rule["method"] == "mad" and rule["min_rel"] <= 1:  # median + min_rel * |median| grows with the median
+    if rule["method"] == "mean_ratio":  # the mean is at least the lowest value (within a rounding: `_MARGIN`)
+        return lambda low: rule["ratio"] * low if low > 0 else -math.inf
+    if rule["min_rel"] <= 1:  # median + min_rel * |median| grows with the median
         return lambda low: low + rule["min_rel"] * abs(low)
-    return lambda low: -math.inf  # the mean of a running sum is not bounded by the values exactly: judge each
+    return lambda low: -math.inf  # it does not: judge each
 
 
 def _norm_bound(rule: Dict[str, Any]) -> Callable[[float], float]:
