@@ -83,8 +83,9 @@ DEFAULT_GENERAL: Dict[str, Any] = {"cooldown_s": 300.0, "keep_resolved": 200}
 SNAPSHOT_VERSION = 1  # of `AlertEngine.snapshot`'s shape: a state saved in another is replayed instead
 SEVERITIES = ("info", "warning", "error", "critical")
 #: From this many records of one source in a row on, `observe_all` judges them a rule at a time over their columns;
-#: fewer go record by record (a run's fixed cost, its columns and their checks, is more than they would save).
-RUN_MIN = 16
+#: fewer go record by record (a run's fixed cost, its columns and their checks, is more than they would save: at 8
+#: records a run cost 3.3 µs a record against 5.3, at 4 5.9 against 4.8).
+RUN_MIN = 8
 #: How close (relative) to a bound a value is judged exactly: a rule's bound is rounded as its check is not.
 _MARGIN = 1e-9
 _CHOICES = {("loss_spike", "method"): ("mad", "mean_ratio"), ("*", "severity"): SEVERITIES}
