@@ -611,8 +611,8 @@ class AlertEngine:
             state = self._sources[source] = _SourceState(self.rules)
         out: List[Change] = []
         count, start = len(items), 0
-        if count and history.count(history[0]) == count and not any(map(contains, items, repeat("kind"))):
-            self._records(source, state, items, now, out, history[0])  # the common case: records alone
+        if count >= RUN_MIN and history.count(history[0]) == count and not any(map(contains, items, repeat("kind"))):
+            self._records(source, state, items, now, out, history[0])  # a catch-up's batch: records alone
             return out
         while start < count:
             item = items[start]
@@ -624,7 +624,11 @@ class AlertEngine:
             end, flag = start + 1, history[start]
             while end < count and "kind" not in items[end] and history[end] == flag:
                 end += 1
-            self._records(source, state, items[start:end], now, out, flag)
+            if end - start < RUN_MIN:  # a live pass's few records
+                for record in items[start:end]:
+                    self._record(source, state, record, now, out, flag)
+            else:
+                self._records(source, state, items[start:end], now, out, flag)
             start = end
         return out
 
