@@ -8,9 +8,9 @@ they get a `seq` and SSE replay covers them) and publishes. The engine keeps the
 
 Work per record is bounded: every rolling window is a `deque(maxlen=window)` and a median is a sort of at most
 `window` numbers. A run of `RUN_MIN` records or more of one source (a catch-up's batch) is judged a rule at a time,
-with the changes, their order and the state after that judging each record in turn gives (`_run`): a windowed
-rule passes over the values no window's median can make fire (a bound from the lowest value any of their windows
-holds); a rule firing on many records in a row costs its first fire and one count, not a fire per record.
+with the changes, their order and the state after that judging each record in turn gives (`_run`; the rules'
+verdicts over a run: `alertruns`): a windowed rule passes over the values no window's median can make fire; a rule
+firing on many records in a row costs its first fire and one count, not a fire per record.
 
 Rules (`DEFAULT_RULES` holds every key and its default; a TOML file given with `--alerts` overrides per rule):
 
@@ -52,6 +52,10 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 from mstail.platform import tomllib
 
+from .alertruns import (Columns, Verdicts, judged_verdicts, norm_bound, overflow_verdicts, scale_verdicts,
+                        spike_bound, window_verdicts)
+from .alertruns import number as _number
+
 
 Change = Dict[str, Any]
 
@@ -86,8 +90,6 @@ SEVERITIES = ("info", "warning", "error", "critical")
 #: fewer go record by record (a run's fixed cost, its columns and their checks, is more than they would save: at 8
 #: records a run cost 3.3 µs a record against 5.3, at 4 5.9 against 4.8).
 RUN_MIN = 8
-#: How close (relative) to a bound a value is judged exactly: a rule's bound is rounded as its check is not.
-_MARGIN = 1e-9
 _CHOICES = {("loss_spike", "method"): ("mad", "mean_ratio"), ("*", "severity"): SEVERITIES}
 
 
@@ -191,17 +193,6 @@ def _checked(origin: str, rule: str, key: str, value: Any, default: Any) -> Any:
 
 
 # -- the engine -------------------------------------------------------------------------------------------
-def _number(value: Any) -> Optional[float]:
-    """A record value as a float (NaN/Inf included: the store keeps them as floats); None when not a number, or
-    an int beyond the float range."""
-    if type(value) is float:  # most values: this runs for several keys of every record
-        return value
-    try:
-        return float(value) if isinstance(value, (int, float)) else None
-    except OverflowError:
-        return None
-
-
 def _median_without(ranked: List[float], index: int) -> float:
     """`statistics.median` of the ascending list `ranked` without its element at `index` (at least two elements)."""
     count = len(ranked) - 1
@@ -410,157 +401,6 @@ def _trend_message(rule: Dict[str, Any], state: "_SourceState", value: float) ->
     return ""
 
 
-# -- a run of records judged a rule at a time (`AlertEngine.observe_all`) --------------------------------------
-class _Columns:
-    """A run of records' values, a key at a time, as `_number` reads them, made once per key."""
-
-    def __init__(self, records: Sequence[Dict[str, Any]]) -> None:
-        self.records = records
-        self._made: Dict[str, Tuple[List[Any], bool, bool]] = {}
-
-    def numbers(self, key: str) -> Tuple[List[Any], bool, bool]:
-        """The values of `key` as floats (None: no number), whether every record held a number there, and whether
-        every record held a finite one."""
-        made = self._made.get(key)
-        if made is None:
-            values = list(map(dict.get, self.records, repeat(key)))
-            kinds = set(map(type, values))
-            numbers: Optional[List[Any]] = None
-            if kinds <= {float}:
-                numbers = values
-            elif kinds <= {float, int}:  # anything else (a bool, a text, None) goes through `_number` one by one
-                try:
-                    numbers = list(map(float, values))
-                except OverflowError:  # an int beyond the float range is no number to `_number`
-                    pass
-            if numbers is not None:
-                made = numbers, True, all(map(math.isfinite, numbers))
-            else:
-                numbers = list(map(_number, values))
-                made = numbers, None not in numbers, None not in numbers and all(map(math.isfinite, numbers))
-            self._made[key] = made
-        return made
-
-    def finite(self, key: str) -> Tuple[Sequence[int], List[float]]:
-        """The positions of the records holding a finite number at `key`, and those numbers."""
-        values, _, finite = self.numbers(key)
-        if finite:
-            return range(len(values)), values
-        at = [position for position, value in enumerate(values) if value is not None and math.isfinite(value)]
-        return at, [values[position] for position in at]
-
-    def nonfinite(self, key: str) -> bool:
-        """Whether a record holds a NaN or an infinity at `key`."""
-        values, every, finite = self.numbers(key)
-        if finite or every:
-            return not finite
-        return any(value is not None and not math.isfinite(value) for value in values)
-
-
-#: A rule's verdicts on a run: the positions of the records it judged; which of them it fired at (None: none); the
-#: message of the k-th judged record (asked where it fired only).
-_Verdicts = Tuple[Sequence[int], Optional[List[bool]], Callable[[int], str]]
-
-
-def _window_verdicts(values: Tuple[Sequence[int], List[float]], window: _Window, bound: Callable[[float], float],
-                     judge: Callable[[_Window, float], str]) -> _Verdicts:
-    """A windowed rule (loss_spike, grad_norm) on a run's finite `values` (positions, numbers): the numbers at or
-    below `bound` of the lowest number any of their windows can hold (which bounds every median below, so they
-    cannot fire) only join the window; the others are judged one by one (`judge`, which appends them)."""
-    at, listed = values
-    if not listed:
-        return at, None, str
-    low = min(listed[:-1]) if len(listed) > 1 else math.inf
-    if len(window):
-        low = min(low, window.sorted[0])
-    limit = bound(low) if math.isfinite(low) else -math.inf
-    limit = limit - abs(limit) * _MARGIN if math.isfinite(limit) else limit
-    if max(listed) <= limit:
-        window.extend(listed)
-        return at, None, str
-    firing, messages, start = [False] * len(listed), {}, 0
-    for k in [k for k, value in enumerate(listed) if value > limit]:
-        if k > start:
-            window.extend(listed[start:k])
-        message = judge(window, listed[k])
-        if message:
-            firing[k] = True
-            messages[k] = message
-        start = k + 1
-    if start < len(listed):
-        window.extend(listed[start:])
-    return at, firing, messages.__getitem__
-
-
-def _spike_bound(rule: Dict[str, Any]) -> Callable[[float], float]:
-    """The loss value at or below which no spike is possible when every window value is at least `low`."""
-    if rule["method"] == "mean_ratio":  # the mean is at least the lowest value (within a rounding: `_MARGIN`)
-        return lambda low: rule["ratio"] * low if low > 0 else -math.inf
-    if rule["min_rel"] <= 1:  # median + min_rel * |median| grows with the median
-        return lambda low: low + rule["min_rel"] * abs(low)
-    return lambda low: -math.inf  # it does not: judge each
-
-
-def _norm_bound(rule: Dict[str, Any]) -> Callable[[float], float]:
-    """The grad norm at or below which the rule cannot fire when every window value is at least `low`."""
-    absolute = rule["absolute"] if rule["absolute"] > 0 else math.inf
-    return lambda low: min(rule["ratio"] * max(low, 0.0), absolute)
-
-
-def _overflow_verdicts(state: "_SourceState", records: Sequence[Dict[str, Any]], streak: int) -> _Verdicts:
-    values = list(map(dict.get, records, repeat("overflow")))
-    if set(map(type, values)) <= {int, float, bool} and not any(values):  # no overflow at all (NaN is one)
-        state.overflow_run = 0
-        return range(len(values)), None, str
-    at, firing, runs = [], [], {}
-    for position, value in enumerate(values):
-        if value is not None:
-            state.overflow_run = state.overflow_run + 1 if _number(value) else 0
-            if state.overflow_run >= streak:
-                runs[len(at)] = state.overflow_run
-            at.append(position)
-            firing.append(state.overflow_run >= streak)
-    return at, firing, lambda k: _overflow_message(runs[k])
-
-
-def _scale_verdicts(state: "_SourceState", values: Tuple[Sequence[int], List[float]], floor: float) -> _Verdicts:
-    """Fell: the scale was above the floor before (the highest so far) and is at it or below."""
-    at, listed = values
-    if not listed:
-        return at, None, str
-    before = state.max_scale
-    armed = before is not None and before > floor
-    if armed and max(listed) <= floor:
-        firing: Optional[List[bool]] = [True] * len(listed)
-    elif not armed and max(listed) <= floor or min(listed) > floor:
-        firing = None
-    else:
-        firing = []
-        for value in listed:
-            firing.append(armed and value <= floor)
-            armed = armed or value > floor
-
-    def highest(upto: int) -> float:  # after the first `upto` scales, with Python's max as `_record` keeps it
-        seen = max(listed[:upto])
-        return seen if before is None else max(before, seen)
-
-    state.max_scale = highest(len(listed))
-    return at, firing, lambda k: _scale_message(listed[k], floor, highest(k + 1))
-
-
-def _trend_verdicts(rule: Dict[str, Any], state: "_SourceState", values: Tuple[Sequence[int], List[float]]
-                    ) -> _Verdicts:
-    at, firing, messages = [], [], {}
-    for position, value in zip(*values):
-        message = _trend_message(rule, state, value)
-        if message is not None:
-            if message:
-                messages[len(at)] = message
-            at.append(position)
-            firing.append(bool(message))
-    return at, firing, messages.__getitem__
-
-
 class AlertEngine:
     """Rules -> alerts. Used from one thread (the event loop).
 
@@ -659,10 +499,10 @@ class AlertEngine:
         """A run of one segment's records, judged as `_record` judges each in turn: each rule's verdicts over the
         run first (its state brought to the run's end), then the alerts they change, in record and rule order."""
         rules, on = self.rules.rules, self._on
-        columns = _Columns(records)
+        columns = Columns(records)
         self._clock_all(state, records, columns, now, history)
         everyone = range(len(records))
-        verdicts: List[Tuple[str, _Verdicts]] = []
+        verdicts: List[Tuple[str, Verdicts]] = []
         if on["nonfinite"]:
             metrics = rules["nonfinite"]["metrics"]
             fires: Optional[List[bool]] = None
@@ -671,25 +511,28 @@ class AlertEngine:
             verdicts.append(("nonfinite", (everyone, fires, lambda k: _nonfinite_message(metrics, records[k]))))
         if on["loss_spike"]:
             rule = rules["loss_spike"]
-            verdicts.append(("loss_spike", _window_verdicts(columns.finite(rule["metric"]), state.loss,
-                                                            _spike_bound(rule), lambda w, v: _spike_message(rule, w, v))))
+            verdicts.append(("loss_spike", window_verdicts(columns.finite(rule["metric"]), state.loss,
+                                                           spike_bound(rule), lambda w, v: _spike_message(rule, w, v))))
         if on["grad_norm"]:
             norm_rule = rules["grad_norm"]
-            verdicts.append(("grad_norm", _window_verdicts(columns.finite(norm_rule["metric"]), state.norm,
-                                                           _norm_bound(norm_rule),
-                                                           lambda w, v: _norm_message(norm_rule, w, v))))
+            verdicts.append(("grad_norm", window_verdicts(columns.finite(norm_rule["metric"]), state.norm,
+                                                          norm_bound(norm_rule),
+                                                          lambda w, v: _norm_message(norm_rule, w, v))))
         if on["overflow"]:
-            verdicts.append(("overflow", _overflow_verdicts(state, records, rules["overflow"]["streak"])))
+            verdicts.append(("overflow", overflow_verdicts(state, records, rules["overflow"]["streak"],
+                                                           _overflow_message)))
         if on["loss_scale"]:
-            verdicts.append(("loss_scale", _scale_verdicts(state, columns.finite("loss_scale"),
-                                                           rules["loss_scale"]["floor"])))
+            verdicts.append(("loss_scale", scale_verdicts(state, columns.finite("loss_scale"),
+                                                          rules["loss_scale"]["floor"], _scale_message)))
         if on["trend"]:
-            verdicts.append(("trend", _trend_verdicts(rules["trend"], state, columns.finite(rules["trend"]["metric"]))))
+            trend = rules["trend"]
+            verdicts.append(("trend", judged_verdicts(columns.finite(trend["metric"]),
+                                                      lambda value: _trend_message(trend, state, value))))
         if on["error"]:  # a step after an error counts towards clearing it
             verdicts.append(("error", (everyone, None, str)))
         self._settle(source, state, records, verdicts, now, out)
 
-    def _clock_all(self, state: _SourceState, records: Sequence[Dict[str, Any]], columns: _Columns, now: float,
+    def _clock_all(self, state: _SourceState, records: Sequence[Dict[str, Any]], columns: Columns, now: float,
                    history: bool) -> None:
         """`_clock` of each record in turn; at once where every step is an int and every step time a positive
         number (each new step then appends its step time, and the last step is the run's last)."""
@@ -716,7 +559,7 @@ class AlertEngine:
                 break
 
     def _settle(self, source: str, state: _SourceState, records: Sequence[Dict[str, Any]],
-                verdicts: List[Tuple[str, _Verdicts]], now: float, out: List[Change]) -> None:
+                verdicts: List[Tuple[str, Verdicts]], now: float, out: List[Change]) -> None:
         """The alerts a run's `verdicts` change, as `_condition` at each judged record would change them, in record
         order (and rule order within a record): per rule, a stretch of fires is its first fire (`_fire`: a new
         alert, a reopened one, a published change) and the others' count, step and message (published none: the
