@@ -642,9 +642,10 @@ class Tailer:
                     batch += stored
                     if self.alerts is not None:  # the rules judge whole records and events; amends are not theirs
                         observed = [item for item in part_items if item.kind != "amend"]
-                        changes = []
-                        for data, item in zip((d for d in stored if d.get("kind") != "amend"), observed):
-                            changes += self.alerts.observe(source_id, data, now, history=self._history(source, item))
+                        history = ([True] * len(observed) if source.in_history  # the pass reads history: all of it
+                                   else [self._history(source, item) for item in observed])
+                        changes = self.alerts.observe_all(
+                            source_id, [data for data in stored if data.get("kind") != "amend"], now, history)
                         batch += self._store_alerts(source_id, changes)
                 info.state = self._state(source, source_id, now)
                 self._push_source(info, info.state != old_state, push_now, push_every)

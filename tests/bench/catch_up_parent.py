@@ -32,9 +32,12 @@ from typing import Any, Callable, Dict, Optional, Sequence
 
 from latency import loadavg
 
-#: the parts of a delivery timed, (module, class, method) -> the label printed
+#: the parts of a delivery timed, (module, class, method) -> the label printed (a method the code measured lacks is
+#: left out: `observe_all`, which the tailer calls instead of `observe` since issue 16, is not in older code)
 PARTS = {("store", "Store", "add"): "Store.add", ("alerts", "AlertEngine", "observe"): "alert rules",
+         ("alerts", "AlertEngine", "observe_all"): "alert rules",
          ("store", "Store", "commit"): "commit", ("web", None, "encode_items"): "stream encoding"}
+LABELS = list(dict.fromkeys(PARTS.values()))
 
 
 def measure(log: Path) -> None:
@@ -49,7 +52,7 @@ def measure(log: Path) -> None:
     from mstail.tailer.tailer import Tailer
     from mstail.web import sse
 
-    spent: Dict[str, float] = dict.fromkeys([*PARTS.values(), "delivery"], 0.0)
+    spent: Dict[str, float] = dict.fromkeys([*LABELS, "delivery"], 0.0)
     modules = {"store": store_module, "alerts": alerts, "web": sse}
 
     def timed(function: Callable[..., Any], label: str) -> Callable[..., Any]:
@@ -63,7 +66,8 @@ def measure(log: Path) -> None:
 
     for (module, owner, name), label in PARTS.items():
         holder = getattr(modules[module], owner) if owner else modules[module]
-        setattr(holder, name, timed(getattr(holder, name), label))
+        if hasattr(holder, name):
+            setattr(holder, name, timed(getattr(holder, name), label))
     encode = sse.encode_items
 
     async def follow() -> int:
@@ -100,7 +104,7 @@ def measure(log: Path) -> None:
     records = asyncio.run(follow())
     process = time.process_time() - began
     child = os.times().children_user + os.times().children_system
-    parts = ", ".join(f"{label} {spent[label] / records * 1e6:.2f}" for label in PARTS.values())
+    parts = ", ".join(f"{label} {spent[label] / records * 1e6:.2f}" for label in LABELS)
     print(f"{records:,} records: delivery {spent['delivery'] / records * 1e6:.2f} us a record ({parts}); process CPU "
           f"{process:.2f} s, its catch-up child {child:.2f} s; load {loadavg()}", flush=True)
 

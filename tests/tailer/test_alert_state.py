@@ -71,6 +71,21 @@ def test_a_restored_engine_judges_the_next_records_as_one_that_never_stopped() -
     assert restored.hang_bound("r0") == kept.hang_bound("r0")
 
 
+def test_a_snapshot_whose_windows_kept_a_running_sum_still_restores() -> None:
+    """Saved before a window's mean was its values' exact sum: [values, running sum, appends] per window."""
+    before, after = _stream(range(1, 61), range(61, 100))[:121], _stream(range(1, 61), range(61, 100))[121:]
+    kept = AlertEngine()
+    _feed(kept, before)
+    saved = json.loads(json.dumps(kept.snapshot()))
+    for state in saved["sources"].values():
+        for window in ("loss", "norm"):
+            assert isinstance(state[window], list) and all(isinstance(v, float) for v in state[window])
+            state[window] = [state[window], sum(state[window]) + 1e-9, 4095]  # the old shape, its sum drifted
+    restored = AlertEngine()
+    assert restored.restore(saved) is None
+    assert _feed(restored, after) == _feed(kept, after) and restored.snapshot() == kept.snapshot()
+
+
 def test_a_snapshot_for_other_rules_or_damaged_is_refused_and_takes_nothing() -> None:
     engine = AlertEngine()
     _feed(engine, _stream(range(1, 30), range(30, 31)))
