@@ -6,8 +6,7 @@ has at least BULK_MIN_BYTES to read, the tailer forks: the child continues with 
 parser, exactly where the parent's stopped (a pass end where the parser held nothing: a resume point), reads up to
 the size the file had then in blocks of BULK_BLOCK_BYTES through the same fast path (`parsers.blocks.feed_block`)
 and sends, block by block, the items it got and a `SourceCheckpoint` where its parser held nothing after the block
-(written to the pipe as far as it takes them, the rest kept for later writes, `_Sender`, so that it parses on while
-the parent takes none).
+(written to the pipe by a thread of its own, `_Sender`, so that it parses on while the parent takes none).
 The parent stores each batch as a pass's items and commits it with that checkpoint (or, inside a multi-line event,
 with the resume point before it and the count of items emitted since: a restart skips those), so the history a
 restart finds is always one the line-by-line path would have committed. When the child is done (or stopped early:
@@ -26,13 +25,13 @@ import contextlib
 import fcntl
 import multiprocessing
 import os
-import pickle
-import select
+import queue
 import signal
-import struct
+import threading
 import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
+from multiprocessing.reduction import ForkingPickler
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from mstail.parsers import Item
@@ -58,18 +57,16 @@ BULK_BLOCK_BYTES = 128 << 10
 #: the pipe's capacity asked for (Linux; at most /proc/sys/fs/pipe-max-size, 1 MiB by default): about 80 batches
 #: in the pipe, so the parent's passes seldom wait for a half-written one
 PIPE_BYTES = 1 << 20
-#: pickled batches the child may have parsed ahead of what the pipe took (about 12 KB a batch: 16 MiB are ~1,300
-#: batches, 170 MiB of log). The parent takes none while it imports the web part and starts the server (half a
-#: second and more); a child that waited on the full pipe meanwhile lost that time on the way to the history's end.
-AHEAD_BYTES = 16 << 20
+#: batches the child may parse ahead of the parent (pickled, about 12 KB each: 1,024 are 128 MiB of log and ~13 MB of
+#: the child's memory). The parent takes none while it imports the web part and starts the server (half a second
+#: and more); a child that waited on the full pipe meanwhile lost that time on the way to the history's end.
+AHEAD_BATCHES = 1024
 #: a child that sends no batch for this long (a block takes milliseconds) is stuck — a lock held by another of the
 #: parent's threads at the fork, a filesystem that stopped answering —: it is stopped and the passes read on
 STALL_S = 30.0
 #: how long a child whose pipe closed is given to exit by itself (it is exiting) before `stop` kills it
 EXIT_WAIT_S = 5.0
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)  # Python 3.10+ names it
-#: a message's length before it, as `Connection.send_bytes` frames one under 2 GiB (what the parent's `recv` reads)
-_HEADER = struct.Struct("!i")
 
 
 @dataclass
@@ -244,58 +241,56 @@ def _child(follower: FileFollower, parser: InterleavedParser, end: int, conn: Co
     finally:
         try:
             if sender is not None:
-                sender.finish()  # the batches sent before a failure are good: the parent stores them
+                sender.finish()  # the batches queued before a failure are good: the parent stores them
         except BaseException:  # noqa: BLE001 - as above
             status = 1
         os._exit(status)  # which closes the pipe: the parent's end then reads its end
 
 
 class _Sender:
-    """The child's batches written to the pipe by the parsing thread without waiting for the parent: the child's end
-    is non-blocking, each batch is pickled and written as far as the pipe takes it, and what it does not take waits
-    here and goes out with the next batches (at most AHEAD_BYTES wait: then the child waits for the parent). So it
-    parses on while the parent takes none. (A writer thread did this before: its wake-up and context switches, two a
-    batch, cost 0.04-0.06 s of system time a 100 MB history.)
+    """The child's batches written to the pipe by a thread of their own, so that parsing goes on while the parent
+    takes none (at most AHEAD_BATCHES ahead). The batches are pickled in the parsing thread, as `Connection.send`
+    would, and written in order.
 
     Args:
-        conn: the child's end of the pipe (made non-blocking); the parent reads it with `Connection.recv`.
+        conn: the child's end of the pipe.
     """
 
     def __init__(self, conn: Connection) -> None:
-        self._fd = conn.fileno()
-        os.set_blocking(self._fd, False)
-        self._writable = select.poll()  # not `select.select`: the fd may be above 1,023 (a thousand files followed)
-        self._writable.register(self._fd, select.POLLOUT)
-        self._waiting = bytearray()  # whole messages not written yet (the first one possibly in part)
-        self.broken = False  # the pipe broke: the parent stopped listening
+        self._conn = conn
+        self._queue: queue.Queue = queue.Queue(maxsize=AHEAD_BATCHES)
+        self._stopped = threading.Event()  # the writer is done: all written, or the pipe broke (the parent stopped it)
+        self._thread = threading.Thread(target=self._write, name="mstail-catch-up-sender", daemon=True)
+        self._thread.start()
 
     def put(self, batch: Batch) -> bool:
-        """Send a batch (waiting for the parent while more than AHEAD_BYTES wait); False once the pipe broke."""
-        data = pickle.dumps(batch, pickle.HIGHEST_PROTOCOL)  # not ForkingPickler: its reducer table doubled the cost
-        self._waiting += _HEADER.pack(len(data)) + data
-        self._write()
-        while len(self._waiting) > AHEAD_BYTES and not self.broken:
-            self._wait_and_write()
-        return not self.broken
+        """Queue a batch (waiting while AHEAD_BATCHES are queued); False once the writer stopped (a broken pipe)."""
+        data = ForkingPickler.dumps(batch)
+        while not self._stopped.is_set():
+            with contextlib.suppress(queue.Full):
+                self._queue.put(data, timeout=1.0)  # bounded: a look at `_stopped` every second
+                return True
+        return False
 
     def finish(self) -> None:
-        """Wait until every batch is written (or the pipe broke)."""
-        while self._waiting and not self.broken:
-            self._wait_and_write()
+        """Wait until every queued batch is written (or the pipe broke)."""
+        while not self._stopped.is_set():
+            with contextlib.suppress(queue.Full):
+                self._queue.put(None, timeout=1.0)
+                break
+        self._thread.join()
 
     def _write(self) -> None:
         try:
-            written = os.write(self._fd, self._waiting)
-        except BlockingIOError:  # the pipe is full
-            return
+            while True:
+                data = self._queue.get()
+                if data is None:
+                    return
+                self._conn.send_bytes(data)
         except OSError:  # BrokenPipeError: the parent stopped it; `put` then says so
-            self.broken = True
-            return
-        del self._waiting[:written]
-
-    def _wait_and_write(self) -> None:
-        self._writable.poll(1000)  # bounded (ms); a parent that gave up on the child kills it
-        self._write()
+            pass
+        finally:
+            self._stopped.set()
 
 
 def _as_a_child(parent: int) -> None:

@@ -353,16 +353,16 @@ def test_a_child_that_stops_sending_is_stopped_and_the_passes_read_on(tmp_path: 
 def test_a_child_parses_on_while_the_parent_takes_no_batch(bounded: bool, tmp_path: Path,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """`serve` takes no batch while it imports the web part and starts the server: the child reads the whole history
-    meanwhile (its batches waiting in it, far more than the pipe holds), and the passes then store every item once,
-    in order, as feeding every line gives them. `bounded`: with at most 4 KiB of batches allowed to wait in it
-    (AHEAD_BYTES), the child stops reading until the parent takes some, and the passes store the same."""
+    meanwhile (its batches queued in it, far more than the pipe holds), and the passes then store every item once,
+    in order, as feeding every line gives them. `bounded`: with at most 2 batches allowed to wait in it
+    (AHEAD_BATCHES), the child stops reading until the parent takes some, and the passes store the same."""
     monkeypatch.setattr(tailer_module.time, "time", lambda: READ_TIME)
     monkeypatch.setattr(tailer_module, "CATCH_UP_SLICE", 1024)
     monkeypatch.setattr(tailer_module, "BULK_MIN_BYTES", 1)
     monkeypatch.setattr(catchup, "BULK_BLOCK_BYTES", 2048)
     monkeypatch.setattr(catchup, "PIPE_BYTES", 4096)  # the smallest pipe: a child waiting on it read a few blocks
     if bounded:
-        monkeypatch.setattr(catchup, "AHEAD_BYTES", 4096)
+        monkeypatch.setattr(catchup, "AHEAD_BATCHES", 2)
     path = tmp_path / "info.log"
     path.write_text("\n".join(mixed_log() * 8) + "\n", encoding="utf-8")
     store = Store()
@@ -374,7 +374,7 @@ def test_a_child_parses_on_while_the_parent_takes_no_batch(bounded: bool, tmp_pa
     io = Path(f"/proc/{followed.catch_up._process.pid}/io")
     if bounded:
         catchup.time.sleep(1.0)  # were it not bounded, the child would read everything in milliseconds
-        assert _bytes_read(io) < left, "the child read on with more than AHEAD_BYTES of batches unsent"
+        assert _bytes_read(io) < left, "the child read on with AHEAD_BATCHES of batches unsent"
     else:
         for _ in range(600):  # up to a minute for the child to read what it has left (it takes milliseconds)
             if _bytes_read(io) >= left:
@@ -390,49 +390,6 @@ def test_a_child_parses_on_while_the_parent_takes_no_batch(bounded: bool, tmp_pa
     asyncio.run(catch_up())
     _assert_caught_up_once(tailer, path)
     assert not followed.no_child  # the child ended as one that did its work (exit status 0)
-
-
-HIGH_FD = 1500  # above select's FD_SETSIZE (1,024)
-
-
-def test_a_childs_batches_reach_the_parent_whole_and_in_order_through_a_full_pipe_on_a_high_fd(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """The child's sender (`catchup._Sender`) writes what the pipe takes and keeps the rest: through the smallest pipe,
-    its end on a descriptor above 1,023 (a sidecar following a thousand files: `select.select` refuses those), with at
-    most 4 KiB waiting, a reader that takes its time gets every batch whole, in order, and the sender's `finish`
-    returns once the last is written."""
-    import multiprocessing.connection
-    import resource
-    import threading
-
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft <= HIGH_FD:
-        if hard != resource.RLIM_INFINITY and hard <= HIGH_FD:
-            pytest.skip(f"descriptors are limited to {hard}")
-        resource.setrlimit(resource.RLIMIT_NOFILE, (HIGH_FD + 1, hard))
-    monkeypatch.setattr(catchup, "AHEAD_BYTES", 4096)
-    monkeypatch.setattr(catchup, "PIPE_BYTES", 4096)
-    reader, writer = multiprocessing.get_context("fork").Pipe(duplex=False)
-    end = multiprocessing.connection.Connection(os.dup2(writer.fileno(), HIGH_FD), readable=False)
-    writer.close()
-    try:
-        catchup._widen(end)
-        batches = [catchup.Batch([Item("record", {"step": step, "loss": step / 7, "note": "x" * (step % 300)})
-                                  for step in range(first, first + 40)], None, first + 40)
-                   for first in range(0, 4000, 40)]
-        got: List[catchup.Batch] = []
-        taking = threading.Thread(target=lambda: got.extend(reader.recv() for _ in batches), daemon=True)
-        sender = catchup._Sender(end)
-        assert sender.put(batches[0]) and sender.put(batches[1])  # the reader takes none yet: they wait in it
-        taking.start()
-        assert all(sender.put(batch) for batch in batches[2:])
-        sender.finish()
-        taking.join(timeout=60)
-        assert [(b.emitted, b.items) for b in got] == [(b.emitted, b.items) for b in batches]
-    finally:
-        end.close()
-        reader.close()
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
 def _bytes_read(io: Path) -> int:
