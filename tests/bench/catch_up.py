@@ -14,9 +14,9 @@ mstail runs with its bytecode compiled first, as an installed mstail has it (`be
 Printed: the time from starting mstail to its serving line, to the first points of the history and to the full
 history served through /api/series; the catch-up's rate in MB/s; live latency (arrival - the writer's time just before
 it wrote the step line) p50/p99/max of the records written during the catch-up and after it; mstail's CPU (and its
-catch-up child's, once the sidecar has waited for it) and RSS; when the child ended (its parsing done), its CPU and
-mstail's then and the records stored by then (what the sidecar still had to store: the critical path's shape); the
-machine's load average.
+catch-up child's, once the sidecar has waited for it) and RSS; when the child was forked (after mstail's process
+started) and when it ended (its parsing done), its CPU and mstail's then and the records stored by then (what the
+sidecar still had to store: the critical path's shape); the machine's load average.
 With --page, headless Chromium (Debian's chromium, through Playwright) opens the page once the history's first
 points are served, while the catch-up goes on: the time from opening it to its first paint (every chart on the first
 screen drawn with its data: the page's `mstail-first-paint` mark, page_load.open_page) and the share of the history
@@ -119,6 +119,7 @@ class ChildWatch:
     def __init__(self, pid: int) -> None:
         self.pid = pid
         self.child: Optional[int] = None
+        self.forked: Optional[float] = None  # when the child was forked, seconds after the sidecar started
         self.cpu = 0.0  # the child's CPU at the last look
         self.ended: Optional[Tuple[float, float, float, int]] = None  # (time after start, child CPU, mstail CPU, stored)
 
@@ -130,11 +131,12 @@ class ChildWatch:
             self.child = child_of(self.pid)
             if self.child is None:
                 return
+            with contextlib.suppress(OSError, IndexError):  # (starttime: clock ticks after boot, 10 ms steps)
+                self.forked = (_stat(self.child)[19] - _stat(self.pid)[19]) / os.sysconf("SC_CLK_TCK")
         try:
-            with open(f"/proc/{self.child}/stat", encoding="ascii") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            self.cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-            over = fields[0] in ("Z", "X")
+            fields = _stat(self.child)
+            self.cpu = (fields[11] + fields[12]) / os.sysconf("SC_CLK_TCK")
+            over = fields[0] in (ord("Z"), ord("X"))
         except (OSError, IndexError):
             over = True  # reaped already: seen a poll late
         if over:
@@ -177,6 +179,13 @@ class PageVisit(threading.Thread):
         finally:
             self.ready.set()
             self.done.set()
+
+
+def _stat(pid: int) -> List[int]:
+    """The fields of /proc/PID/stat after the command, from the state (field 3) on: numbers (the state as its code)."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return [ord(fields[0]), *map(int, fields[1:])]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -318,8 +327,9 @@ def measure(support: Any, args: argparse.Namespace, work: Path, code: Optional[P
               f"RSS {rss_at_history:.0f} MiB   goal <= {GOAL_HISTORY_S:g} s")
     if watch.ended is not None:
         at, cpu, parent_cpu, stored = watch.ended
-        print(f"catch-up child ended {at:.2f} s after start (its CPU {cpu:.2f} s; mstail's then {parent_cpu:.2f} s), "
-              f"{stored:,} of {records:,} records stored by then")
+        forked = f"forked {watch.forked:.2f} s, " if watch.forked is not None else ""
+        print(f"catch-up child {forked}ended {at:.2f} s after start (its CPU {cpu:.2f} s; mstail's then "
+              f"{parent_cpu:.2f} s), {stored:,} of {records:,} records stored by then")
     for name, values in (("during the catch-up", during), ("after it", after)):
         values.sort()
         if values:

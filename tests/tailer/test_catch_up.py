@@ -349,15 +349,20 @@ def test_a_child_that_stops_sending_is_stopped_and_the_passes_read_on(tmp_path: 
     assert "ended early (no batch for 0.5 s)" in said, said
 
 
-def test_a_child_parses_on_while_the_parent_takes_no_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("bounded", [False, True], ids=["ahead", "bounded"])
+def test_a_child_parses_on_while_the_parent_takes_no_batch(bounded: bool, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """`serve` takes no batch while it imports the web part and starts the server: the child reads the whole history
     meanwhile (its batches queued in it, far more than the pipe holds), and the passes then store every item once,
-    in order, as feeding every line gives them."""
+    in order, as feeding every line gives them. `bounded`: with at most 2 batches allowed to wait in it
+    (AHEAD_BATCHES), the child stops reading until the parent takes some, and the passes store the same."""
     monkeypatch.setattr(tailer_module.time, "time", lambda: READ_TIME)
     monkeypatch.setattr(tailer_module, "CATCH_UP_SLICE", 1024)
     monkeypatch.setattr(tailer_module, "BULK_MIN_BYTES", 1)
     monkeypatch.setattr(catchup, "BULK_BLOCK_BYTES", 2048)
     monkeypatch.setattr(catchup, "PIPE_BYTES", 4096)  # the smallest pipe: a child waiting on it read a few blocks
+    if bounded:
+        monkeypatch.setattr(catchup, "AHEAD_BATCHES", 2)
     path = tmp_path / "info.log"
     path.write_text("\n".join(mixed_log() * 8) + "\n", encoding="utf-8")
     store = Store()
@@ -367,11 +372,15 @@ def test_a_child_parses_on_while_the_parent_takes_no_batch(tmp_path: Path, monke
     assert followed.catch_up is not None
     left = path.stat().st_size - followed.follower.current.pos  # what the child has to read
     io = Path(f"/proc/{followed.catch_up._process.pid}/io")
-    for _ in range(600):  # up to a minute for the child to read what it has left (it takes milliseconds)
-        if _bytes_read(io) >= left:
-            break
-        catchup.time.sleep(0.1)
-    assert _bytes_read(io) >= left, "the child waits for the parent"
+    if bounded:
+        catchup.time.sleep(1.0)  # were it not bounded, the child would read everything in milliseconds
+        assert _bytes_read(io) < left, "the child read on with AHEAD_BATCHES of batches unsent"
+    else:
+        for _ in range(600):  # up to a minute for the child to read what it has left (it takes milliseconds)
+            if _bytes_read(io) >= left:
+                break
+            catchup.time.sleep(0.1)
+        assert _bytes_read(io) >= left, "the child waits for the parent"
 
     async def catch_up() -> None:
         for _ in range(1000):
