@@ -26,7 +26,8 @@ Run: python tests/bench/catch_up.py [--size-mb 100] [--live 4] [--rate 10] [--ke
      [--nice -10] [--page]
 
 Goals (issue 16, goal 2): the full history served <= 2 s after mstail starts; live steps of other files within 100 ms
-(p99) during the catch-up; with --page, the page's first curves <= 1 s after opening it during the catch-up. Exit status 0 when both are met, 1 otherwise. Linux only (/proc).
+(p99) during the catch-up; with --page, the page's first curves <= 1 s after opening it during the catch-up. Exit
+status 0 when all are met, 1 otherwise. Linux only (/proc).
 """
 
 from __future__ import annotations
