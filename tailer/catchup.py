@@ -42,7 +42,7 @@ from mstail.parsers.interleave import InterleavedParser
 from .checkpoint import SourceCheckpoint
 from .follower import FileFollower
 from .lines import Block
-from .store import prepare
+from .store import pack, prepare, unpack
 from .offline.parallel import _usable_cpus, _worker_init  # `mstail parse`'s: a forked helper's set-up
 
 if TYPE_CHECKING:
@@ -82,15 +82,21 @@ class Batch:
     emitted: int
     failures: List[Tuple[int, str]] = field(default_factory=list)
     counts: Dict[str, int] = field(default_factory=dict)
+    #: received: each item's data's JSON as the child sent it (`store.pack`), or None (`Store.add`'s `texts`)
+    texts: List[Optional[str]] = field(default_factory=list)
 
-    # Pickled with its items as plain (kind, data) tuples: an `Item` (a NamedTuple) pickles through a Python-level
-    # `__getnewargs__`, a call per item that was half the child's cost of sending a batch.
+    # Pickled with its items as plain (kind, data) tuples (an `Item`, a NamedTuple, pickles through a Python-level
+    # `__getnewargs__`, a call per item that was half the child's cost of sending a batch), most records' data as its
+    # JSON (`store.pack`): the parent stores that text instead of encoding the record again.
     def __getstate__(self) -> Tuple[Any, ...]:
-        return [tuple(item) for item in self.items], self.checkpoint, self.emitted, self.failures, self.counts
+        return list(map(pack, self.items)), self.checkpoint, self.emitted, self.failures, self.counts
 
     def __setstate__(self, state: Tuple[Any, ...]) -> None:
         pairs, self.checkpoint, self.emitted, self.failures, self.counts = state
-        self.items = list(map(Item._make, pairs))
+        self.items, self.texts = [], []
+        for item, text in map(unpack, pairs):
+            self.items.append(item)
+            self.texts.append(text)
 
 
 def eligible(follower: Any, parser: Any) -> bool:

@@ -64,7 +64,6 @@ def measure(log: Path) -> None:
     for (module, owner, name), label in PARTS.items():
         holder = getattr(modules[module], owner) if owner else modules[module]
         setattr(holder, name, timed(getattr(holder, name), label))
-    encode = sse.encode_items
 
     async def follow() -> int:
         state = tempfile.mkdtemp(prefix="mstail-catchup-parent-")
@@ -82,7 +81,7 @@ def measure(log: Path) -> None:
                 deliver(results)
                 for message in subscriber.drain():  # what the first stream does with each batch
                     if isinstance(message, ItemsMessage):
-                        message.encoded = encode(message.items)
+                        sse._encoded_batch(message)
 
             tailer._deliver = timed(delivered, "delivery")  # type: ignore[method-assign]
             while True:
