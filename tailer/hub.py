@@ -19,7 +19,7 @@ class ItemsMessage:
     """The items one pass stored (records, events, alerts), in seq order."""
 
     items: List[Dict[str, Any]]
-    #: seq -> an item's stored JSON where it is what the stream sends for it (`Store.add`'s `sent`), some or none
+    #: seq -> the JSON the stream sends for an item, for those whose stored JSON gave it (`Store.add`'s `sent`)
     texts: Dict[int, str] = field(default_factory=dict)
     #: their SSE frames, made by the first stream that sends the whole batch and shared by every other one
     encoded: Optional[bytes] = None

@@ -231,8 +231,8 @@ class Store:
             texts: with `prepared`, one per item: its data's JSON as `pack` made it, or None; a stored item's JSON is
                 then that text with its seq and source put in front, not encoded again (default None: every one
                 encoded here).
-            sent: when given, gets seq -> stored JSON of every item stored whose stored JSON is what the stream sends
-                for it (orjson's: `ItemsMessage.texts`).
+            sent: when given, gets seq -> the JSON the stream sends for an item stored, for those whose stored JSON
+                gave it on the way (`db.item_text`; `ItemsMessage.texts`).
         """
         info = self.sources[source_id]
         stored = []
@@ -261,7 +261,8 @@ class Store:
                 data["seq"] = self._last_seq
                 data["source"] = source_id
                 data = ordered(data)
-            if text is not None and head is not None:  # a record's: orjson's text of `data`, as `item_text` makes it
+            if text is not None and head is not None:  # a record's: orjson's text of `data`, as `item_text` makes it,
+                # which the stream sends too
                 text = '{"seq":%d,%s%s' % (self._last_seq, head, text[1:])
                 rows.append((self._last_seq, source_id, None, text))
                 if sent is not None:
@@ -278,11 +279,11 @@ class Store:
 
     @staticmethod
     def _row(data: Dict[str, Any], sent: Optional[Dict[int, str]]) -> Tuple[int, str, Optional[str], str]:
-        """A stored item's row for the state file (`StateDB.insert`), its JSON noted in `sent` (`add`'s) when it is
-        what the stream sends."""
+        """A stored item's row for the state file (`StateDB.insert`); the JSON the stream sends for it noted in `sent`
+        (`add`'s) when made on the way."""
         text, streamed = item_text(data)
-        if streamed and sent is not None:
-            sent[data["seq"]] = text
+        if streamed is not None and sent is not None:
+            sent[data["seq"]] = streamed
         return data["seq"], data["source"], data.get("kind"), text
 
     def _source_head(self, source_id: str) -> Optional[str]:
