@@ -122,15 +122,15 @@ def pack(item: Item) -> Tuple[str, Any]:
     if item.kind == "record" and data:
         text = orjson_exact(data)
         if text is not None and text.find(b"[") < 0 and text.find(b"{", 1) < 0:
-            return item.kind, text.decode()
+            return item.kind, text  # bytes: decoded by the parent (`unpack`), off the child's critical path
     return item.kind, data
 
 
 def unpack(pair: Tuple[str, Any]) -> Tuple[Item, Optional[str]]:
     """What `pack` sent: the item, and its data's JSON (None when it came as a dict)."""
     kind, data = pair
-    if type(data) is str:
-        return Item(kind, orjson.loads(data)), data
+    if type(data) is bytes:
+        return Item(kind, orjson.loads(data)), data.decode()
     return Item(kind, data), None
 
 
