@@ -82,8 +82,12 @@ class Batch:
     emitted: int
     failures: List[Tuple[int, str]] = field(default_factory=list)
     counts: Dict[str, int] = field(default_factory=dict)
-    #: received: each item's data's JSON as the child sent it (`store.pack`), or None (`Store.add`'s `texts`)
+    #: one per item: its data's JSON as the child sent it (`store.pack`), or None (`Store.add`'s `texts`); all None
+    #: for a batch made in this process
     texts: List[Optional[str]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.texts = self.texts or [None] * len(self.items)
 
     # Pickled with its items as plain (kind, data) tuples (an `Item`, a NamedTuple, pickles through a Python-level
     # `__getnewargs__`, a call per item that was half the child's cost of sending a batch), most records' data as its
