@@ -42,7 +42,7 @@ from mstail.parsers.interleave import InterleavedParser
 from .checkpoint import SourceCheckpoint
 from .follower import FileFollower
 from .lines import Block
-from .store import pack, prepare, unpack
+from .store import prepare
 from .offline.parallel import _usable_cpus, _worker_init  # `mstail parse`'s: a forked helper's set-up
 
 if TYPE_CHECKING:
@@ -82,25 +82,15 @@ class Batch:
     emitted: int
     failures: List[Tuple[int, str]] = field(default_factory=list)
     counts: Dict[str, int] = field(default_factory=dict)
-    #: one per item: its data's JSON as the child sent it (`store.pack`), or None (`Store.add`'s `texts`); all None
-    #: for a batch made in this process
-    texts: List[Optional[str]] = field(default_factory=list)
 
-    def __post_init__(self) -> None:
-        self.texts = self.texts or [None] * len(self.items)
-
-    # Pickled with its items as plain (kind, data) tuples (an `Item`, a NamedTuple, pickles through a Python-level
-    # `__getnewargs__`, a call per item that was half the child's cost of sending a batch), most records' data as its
-    # JSON (`store.pack`): the parent stores that text instead of encoding the record again.
+    # Pickled with its items as plain (kind, data) tuples: an `Item` (a NamedTuple) pickles through a Python-level
+    # `__getnewargs__`, a call per item that was half the child's cost of sending a batch.
     def __getstate__(self) -> Tuple[Any, ...]:
-        return list(map(pack, self.items)), self.checkpoint, self.emitted, self.failures, self.counts
+        return [tuple(item) for item in self.items], self.checkpoint, self.emitted, self.failures, self.counts
 
     def __setstate__(self, state: Tuple[Any, ...]) -> None:
         pairs, self.checkpoint, self.emitted, self.failures, self.counts = state
-        self.items, self.texts = [], []
-        for item, text in map(unpack, pairs):
-            self.items.append(item)
-            self.texts.append(text)
+        self.items = list(map(Item._make, pairs))
 
 
 def eligible(follower: Any, parser: Any) -> bool:

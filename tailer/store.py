@@ -20,12 +20,9 @@ import time
 from array import array
 from bisect import bisect_right
 from dataclasses import dataclass, field
-from itertools import repeat
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
-import orjson
-
-from mstail.parsers.record import KEY_ORDER, RESERVED, Item, finite_or_name, orjson_exact, ordered
+from mstail.parsers.record import KEY_ORDER, RESERVED, Item, finite_or_name, ordered
 
 from .checkpoint import SourceCheckpoint
 from .aggregate import AggregateCache, Turns, aggregate
@@ -113,27 +110,6 @@ def prepare(item: Item) -> Item:
     return Item(item.kind, out)
 
 
-def pack(item: Item) -> Tuple[str, Any]:
-    """A prepared item (`prepare`) as a catch-up child sends it: (kind, the JSON of its data) for a record whose JSON
-    is orjson's as the store writes it (`orjson_exact`) and of scalars only (no `[` or `{` inside, so `unpack` reads
-    back the same dict), else (kind, data). The parent's event loop then stores such a record by putting its seq and
-    source in front of that text (`Store.add`'s `texts`) instead of encoding it, and the stream sends that text."""
-    data = item.data
-    if item.kind == "record" and data:
-        text = orjson_exact(data)
-        if text is not None and text.find(b"[") < 0 and text.find(b"{", 1) < 0:
-            return item.kind, text  # bytes: decoded by the parent (`unpack`), off the child's critical path
-    return item.kind, data
-
-
-def unpack(pair: Tuple[str, Any]) -> Tuple[Item, Optional[str]]:
-    """What `pack` sent: the item, and its data's JSON (None when it came as a dict)."""
-    kind, data = pair
-    if type(data) is bytes:
-        return Item(kind, orjson.loads(data)), data.decode()
-    return Item(kind, data), None
-
-
 _ADDED = ("seq", "source", "line")  # what the store sets, and drops (line numbers belong to `mstail parse` output only)
 _KEPT_FIRST = tuple(key for key in KEY_ORDER if key not in _ADDED)  # the reserved keys a prepared item starts with
 
@@ -188,7 +164,6 @@ class Store:
         self._alert_state: Optional[Callable[[], Dict[str, Any]]] = None  # `save_alerts`
         self._alerts_saved = -1  # the seq of the alert rules' state last saved (-1: none saved by this process)
         self._alerts_next_save = 0.0  # monotonic time before which it is not saved again (but at close)
-        self._heads: Dict[str, Optional[str]] = {}  # source -> its part of a stored item's JSON (`_source_head`)
 
     def _forget(self) -> None:
         """No history: what a new store holds, and what `load` goes back to when what it read beside the state's
@@ -218,8 +193,8 @@ class Store:
             info.path = path  # a source known from its items only (a part of a file: `ID/rank3`) until now
         return info
 
-    def add(self, source_id: str, items: Sequence[Item], prepared: bool = False,
-            texts: Optional[Sequence[Optional[str]]] = None, sent: Optional[Dict[int, str]] = None) -> List[Dict[str, Any]]:
+    def add(self, source_id: str, items: Iterable[Item], prepared: bool = False,
+            sent: Optional[Dict[int, str]] = None) -> List[Dict[str, Any]]:
         """Append a source's parsed items; returns them as stored (with `seq` and `source`). They are visible
         to queries at once and durable after the next `commit`. An amend (values a later line adds to the source's
         newest record, mstail.parsers.amends) replaces that record in the database with the values added, extends
@@ -228,9 +203,6 @@ class Store:
 
         Args:
             prepared: the items come from `prepare`, so that storing one is adding its seq and source (default False).
-            texts: with `prepared`, one per item: its data's JSON as `pack` made it, or None; a stored item's JSON is
-                then that text with its seq and source put in front, not encoded again (default None: every one
-                encoded here).
             sent: when given, gets seq -> the JSON the stream sends for an item stored, for those whose stored JSON
                 gave it on the way (`db.item_text`; `ItemsMessage.texts`).
         """
@@ -239,10 +211,7 @@ class Store:
         rows: List[Tuple[int, str, Optional[str], str]] = []  # `stored`'s rows for the state file (`StateDB.insert`)
         records: List[Dict[str, Any]] = []  # stored, not indexed yet: indexed together, before an amend or at the end
         queued = 0  # rows[:queued] is queued in the database: an amend's rewrite must find its record there
-        if texts is not None and len(texts) != len(items):
-            raise ValueError(f"{len(texts)} texts for {len(items)} items")
-        head = self._source_head(source_id) if texts is not None else None
-        for item, text in zip(items, texts if texts is not None else repeat(None)):
+        for item in items:
             if item.kind == "amend":
                 self._index_records(info, records)
                 records = []
@@ -261,14 +230,7 @@ class Store:
                 data["seq"] = self._last_seq
                 data["source"] = source_id
                 data = ordered(data)
-            if text is not None and head is not None:  # a record's: orjson's text of `data`, as `item_text` makes it,
-                # which the stream sends too
-                text = '{"seq":%d,%s%s' % (self._last_seq, head, text[1:])
-                rows.append((self._last_seq, source_id, None, text))
-                if sent is not None:
-                    sent[self._last_seq] = text
-            else:
-                rows.append(self._row(data, sent))
+            rows.append(self._row(data, sent))
             if item.kind == "record":
                 records.append(data)
                 self._last_record[source_id] = data
@@ -285,15 +247,6 @@ class Store:
         if streamed is not None and sent is not None:
             sent[data["seq"]] = streamed
         return data["seq"], data["source"], data.get("kind"), text
-
-    def _source_head(self, source_id: str) -> Optional[str]:
-        """`"source":S,` as orjson writes it in a stored item's JSON (kept per source), or None where that JSON
-        would not be orjson's: a source id holding "null" (`orjson_exact` cannot tell it from a NaN), one orjson
-        refuses."""
-        if source_id not in self._heads:
-            text = orjson_exact({"source": source_id})
-            self._heads[source_id] = text.decode()[1:-1] + "," if text is not None else None
-        return self._heads[source_id]
 
     def _amend(self, info: SourceInfo, values: Dict[str, Any]) -> Optional[Dict[str, Any]]:
         """Apply one amend to the source's newest record; returns the amend as stored, None when it adds nothing."""

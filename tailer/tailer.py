@@ -121,9 +121,7 @@ class _Source:
     remote: Optional[bool] = None  # its file is on a network filesystem (asked once: writers there are not seen)
     run: Optional[str] = None  # the run it belongs to, for a file found below a folder (`mstail DIR`)
     catch_up: Optional[CatchUp] = None  # the child process parsing its history, while one does (`tailer.catchup`)
-    #: this pass's items come from a catch-up child, as the store keeps them (`store.prepare`): their JSON texts as the
-    #: child sent them (`Batch.texts`, `Store.add`'s `texts`); None: parsed here
-    prepared: Optional[List[Optional[str]]] = None
+    prepared: bool = False  # this pass's items come from a catch-up child, as the store keeps them (`store.prepare`)
     no_child: bool = False  # a catch-up child of this source ended early: the passes read the rest (no fork loop)
     history_turn: int = 0  # the pass that last read its history: the longest ago go first (`_read_pass`)
 
@@ -515,13 +513,11 @@ class Tailer:
         assert catch_up is not None
         limit = max(1, int(self.config.pass_time_s / self._deliver_s_per_item))
         items: List[Item] = []
-        texts: List[Optional[str]] = []
         for batch in catch_up.take(limit, wait_s):
             items += batch.items  # amends joined to their records in the child, batch by batch
-            texts += batch.texts
             for number, error in batch.failures:
                 self._line_failed(source, number, RuntimeError(error))
-        source.prepared = texts
+        source.prepared = True
         source.snapshot = catch_up.resume
         if catch_up.done:
             self._hand_over(source)
@@ -622,7 +618,7 @@ class Tailer:
         now = time.time()
         push_now, push_every = time.monotonic(), self._push_every()
         batch = []
-        sent: Dict[int, str] = {}  # seq -> the stored JSON the stream sends (`ItemsMessage.texts`)
+        sent: Dict[int, str] = {}  # seq -> the JSON the stream sends for an item stored (`ItemsMessage.texts`)
         self._learn_remote(source for source, _ in results)
         for source, items in results:
             for source_id, parser, part_items in _by_part(source, items):
@@ -643,8 +639,7 @@ class Tailer:
                 info.run = source.run
                 if part_items:
                     # a catch-up child's items come prepared (it never hands over launcher-tagged parts)
-                    texts = source.prepared if source_id == source.id else None
-                    stored = self.store.add(source_id, part_items, texts is not None, texts, sent)
+                    stored = self.store.add(source_id, part_items, source.prepared and source_id == source.id, sent)
                     batch += stored
                     if self.alerts is not None:  # the rules judge whole records and events; amends are not theirs
                         observed = [item for item in part_items if item.kind != "amend"]
@@ -884,7 +879,7 @@ def _begin(source: _Source, items: Dict[_Source, List[Item]], taken: Dict[_Sourc
     """A source's first read in a pass (`Tailer._read_pass`): its items and bytes taken start empty, and whether they
     are history is fixed for the pass."""
     source.in_history = not source.caught_up
-    source.prepared = None  # set again by `_take_batches` for the batches of this pass
+    source.prepared = False  # set again by `_take_batches` for the batches of this pass
     items[source], taken[source] = [], 0
 
 
