@@ -110,8 +110,8 @@ def frame(seq: int, event: str, data: Any) -> bytes:
 def encode_items(items: List[Dict[str, Any]], texts: Optional[Dict[int, str]] = None) -> bytes:
     """Runs of records become one `records` message; each event its own `event` message (`alert` for alerts,
     `amend` for values a later line added to a record already sent: the page adds them to its charts). `texts`
-    (seq -> an item's JSON as `json_bytes` writes it, `ItemsMessage.texts`): a run whose every record has one is
-    sent as those texts joined, not encoded again."""
+    (seq -> an item's JSON as `json_bytes` writes it, `ItemsMessage.texts`): the records of a run that have one are
+    sent as those texts, not encoded again."""
     out: List[bytes] = []
     run: List[Dict[str, Any]] = []
     for item in items:
@@ -129,7 +129,7 @@ def encode_items(items: List[Dict[str, Any]], texts: Optional[Dict[int, str]] = 
 
 def _records(run: List[Dict[str, Any]], texts: Optional[Dict[int, str]]) -> bytes:
     """A `records` message of a run of records: `frame`'s bytes. Where orjson writes the run (`json_bytes`), its
-    text is its records' joined by commas: those in `texts` as they are, the others (a NaN by name) encoded here."""
+    text is its records' joined by commas: those in `texts` as they are, the others encoded here."""
     if texts:
         try:
             data = ",".join([texts.get(record["seq"]) or orjson.dumps(jsonable(record)).decode() for record in run])
