@@ -143,6 +143,7 @@ def _records(run: List[Dict[str, Any]], texts: Optional[Dict[int, str]]) -> byte
 def _encoded_batch(message: ItemsMessage) -> bytes:
     if message.encoded is None:
         message.encoded = encode_items(message.items, message.texts)
+        message.texts = {}  # in the frames now: not kept twice while the batch waits in slower clients' queues
     return message.encoded
 
 
