@@ -571,10 +571,15 @@ class StateDB:
         return None
 
     # -- writing ----------------------------------------------------------------------------------------------
-    def insert(self, rows: Sequence[Tuple[int, str, Optional[str], str]]) -> None:
-        """Queue stored items' rows (seq, source, kind or None for a record, JSON: `item_text`'s) for the next
-        `commit`; readers see them at once."""
-        self._unsaved += rows
+    def insert(self, items: Sequence[Dict[str, Any]], sent: Optional[Dict[int, str]] = None) -> None:
+        """Queue stored items (with their seq) for the next `commit`; readers see them at once. `sent`, when given,
+        gets seq -> the JSON the stream sends for an item, where its stored JSON gave it on the way (`item_text`)."""
+        rows = self._unsaved
+        for item in items:
+            text, streamed = item_text(item)
+            rows.append((item["seq"], item["source"], item.get("kind"), text))
+            if streamed is not None and sent is not None:
+                sent[item["seq"]] = streamed
 
     def replace(self, item: Dict[str, Any]) -> None:
         """Queue a stored item's new content (an amended record, same seq) for the next `commit`; readers see it

@@ -27,7 +27,7 @@ from mstail.parsers.record import KEY_ORDER, RESERVED, Item, finite_or_name, ord
 from .checkpoint import SourceCheckpoint
 from .aggregate import AggregateCache, Turns, aggregate
 from .columns import Columns, Frame, SeriesKey
-from .db import StateDB, item_text
+from .db import StateDB
 from .heatmap import heatmap
 from .series import Series, finite_or_none, window
 
@@ -204,23 +204,21 @@ class Store:
         Args:
             prepared: the items come from `prepare`, so that storing one is adding its seq and source (default False).
             sent: when given, gets seq -> the JSON the stream sends for an item stored, for those whose stored JSON
-                gave it on the way (`db.item_text`; `ItemsMessage.texts`).
+                gave it on the way (`StateDB.insert`; `ItemsMessage.texts`).
         """
         info = self.sources[source_id]
         stored = []
-        rows: List[Tuple[int, str, Optional[str], str]] = []  # `stored`'s rows for the state file (`StateDB.insert`)
         records: List[Dict[str, Any]] = []  # stored, not indexed yet: indexed together, before an amend or at the end
-        queued = 0  # rows[:queued] is queued in the database: an amend's rewrite must find its record there
+        queued = 0  # stored[:queued] is queued in the database: an amend's rewrite must find its record there
         for item in items:
             if item.kind == "amend":
                 self._index_records(info, records)
                 records = []
-                self.db.insert(rows[queued:])
-                queued = len(rows)
+                self.db.insert(stored[queued:], sent)
+                queued = len(stored)
                 amend = self._amend(info, item.data)
                 if amend is not None:
                     stored.append(amend)
-                    rows.append(self._row(amend, sent))
                 continue
             self._last_seq += 1
             if prepared:
@@ -230,23 +228,13 @@ class Store:
                 data["seq"] = self._last_seq
                 data["source"] = source_id
                 data = ordered(data)
-            rows.append(self._row(data, sent))
             if item.kind == "record":
                 records.append(data)
                 self._last_record[source_id] = data
             stored.append(data)
         self._index_records(info, records)
-        self.db.insert(rows[queued:])
+        self.db.insert(stored[queued:], sent)
         return stored
-
-    @staticmethod
-    def _row(data: Dict[str, Any], sent: Optional[Dict[int, str]]) -> Tuple[int, str, Optional[str], str]:
-        """A stored item's row for the state file (`StateDB.insert`); the JSON the stream sends for it noted in `sent`
-        (`add`'s) when made on the way."""
-        text, streamed = item_text(data)
-        if streamed is not None and sent is not None:
-            sent[data["seq"]] = streamed
-        return data["seq"], data["source"], data.get("kind"), text
 
     def _amend(self, info: SourceInfo, values: Dict[str, Any]) -> Optional[Dict[str, Any]]:
         """Apply one amend to the source's newest record; returns the amend as stored, None when it adds nothing."""
