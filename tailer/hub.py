@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Deque, Dict, List, Optional, Set, Union
 
 
@@ -19,6 +19,8 @@ class ItemsMessage:
     """The items one pass stored (records, events, alerts), in seq order."""
 
     items: List[Dict[str, Any]]
+    #: seq -> the JSON the stream sends for an item, for those whose stored JSON gave it (`Store.add`'s `sent`)
+    texts: Dict[int, str] = field(default_factory=dict)
     #: their SSE frames, made by the first stream that sends the whole batch and shared by every other one
     encoded: Optional[bytes] = None
 

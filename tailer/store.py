@@ -193,13 +193,19 @@ class Store:
             info.path = path  # a source known from its items only (a part of a file: `ID/rank3`) until now
         return info
 
-    def add(self, source_id: str, items: Iterable[Item], prepared: bool = False) -> List[Dict[str, Any]]:
+    def add(self, source_id: str, items: Iterable[Item], prepared: bool = False,
+            sent: Optional[Dict[int, str]] = None) -> List[Dict[str, Any]]:
         """Append a source's parsed items; returns them as stored (with `seq` and `source`). They are visible
         to queries at once and durable after the next `commit`. An amend (values a later line adds to the source's
         newest record, mstail.parsers.amends) replaces that record in the database with the values added, extends
         its charts, and is stored as an item of kind "amend" (so a stream replay after any seq applies it too);
-        one that matches no stored record is dropped. `prepared` (default False): the items come from `prepare`, so
-        that storing one is adding its seq and source."""
+        one that matches no stored record is dropped.
+
+        Args:
+            prepared: the items come from `prepare`, so that storing one is adding its seq and source (default False).
+            sent: when given, gets seq -> the JSON the stream sends for an item stored, for those whose stored JSON
+                gave it on the way (`StateDB.insert`; `ItemsMessage.texts`).
+        """
         info = self.sources[source_id]
         stored = []
         records: List[Dict[str, Any]] = []  # stored, not indexed yet: indexed together, before an amend or at the end
@@ -208,7 +214,7 @@ class Store:
             if item.kind == "amend":
                 self._index_records(info, records)
                 records = []
-                self.db.insert(stored[queued:])
+                self.db.insert(stored[queued:], sent)
                 queued = len(stored)
                 amend = self._amend(info, item.data)
                 if amend is not None:
@@ -227,7 +233,7 @@ class Store:
                 self._last_record[source_id] = data
             stored.append(data)
         self._index_records(info, records)
-        self.db.insert(stored[queued:])
+        self.db.insert(stored[queued:], sent)
         return stored
 
     def _amend(self, info: SourceInfo, values: Dict[str, Any]) -> Optional[Dict[str, Any]]:

@@ -618,6 +618,7 @@ class Tailer:
         now = time.time()
         push_now, push_every = time.monotonic(), self._push_every()
         batch = []
+        sent: Dict[int, str] = {}  # seq -> the JSON the stream sends for an item stored (`ItemsMessage.texts`)
         self._learn_remote(source for source, _ in results)
         for source, items in results:
             for source_id, parser, part_items in _by_part(source, items):
@@ -638,7 +639,7 @@ class Tailer:
                 info.run = source.run
                 if part_items:
                     # a catch-up child's items come prepared (it never hands over launcher-tagged parts)
-                    stored = self.store.add(source_id, part_items, source.prepared and source_id == source.id)
+                    stored = self.store.add(source_id, part_items, source.prepared and source_id == source.id, sent)
                     batch += stored
                     if self.alerts is not None:  # the rules judge whole records and events; amends are not theirs
                         observed = [item for item in part_items if item.kind != "amend"]
@@ -669,7 +670,7 @@ class Tailer:
             self.hub.publish(SourceMessage(self._pushing))
             self._pushing = []
         if batch:
-            self.hub.publish(ItemsMessage(batch))
+            self.hub.publish(ItemsMessage(batch, sent))
 
     def _tick_due(self) -> bool:
         """The time-based alert rules look at every source: not more often than ALERT_TICK_S, and with many sources

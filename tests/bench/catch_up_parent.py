@@ -68,7 +68,6 @@ def measure(log: Path) -> None:
         holder = getattr(modules[module], owner) if owner else modules[module]
         if hasattr(holder, name):
             setattr(holder, name, timed(getattr(holder, name), label))
-    encode = sse.encode_items
 
     async def follow() -> int:
         state = tempfile.mkdtemp(prefix="mstail-catchup-parent-")
@@ -86,7 +85,7 @@ def measure(log: Path) -> None:
                 deliver(results)
                 for message in subscriber.drain():  # what the first stream does with each batch
                     if isinstance(message, ItemsMessage):
-                        message.encoded = encode(message.items)
+                        sse._encoded_batch(message)
 
             tailer._deliver = timed(delivered, "delivery")  # type: ignore[method-assign]
             while True:

@@ -1,6 +1,7 @@
 """A stored item's JSON (`db._item_json`: orjson, or the json module where orjson would differ) reads back
 (`db._loads`) as the json module's text does, for every value a record or event may hold: NaN and the
-infinities (orjson writes them as null), None, integers beyond 64 bits, lone surrogates, nested events."""
+infinities (orjson writes them as null), None, integers beyond 64 bits, lone surrogates, nested events; and the
+stream's JSON made on the way (`db.item_text`) is the stream's own."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mstail.tailer.db import _dumps, _item_json, _loads
+from mstail.parsers.record import json_bytes
+from mstail.tailer.db import _dumps, _item_json, _loads, item_text
 
 SCALARS = st.one_of(st.none(), st.booleans(), st.integers(min_value=-(1 << 80), max_value=1 << 80),
                     st.floats(allow_nan=True, allow_infinity=True), st.text())
@@ -48,3 +50,27 @@ def test_non_finite_numbers_keep_their_names_and_none_stays_null() -> None:
 
 def test_an_integer_beyond_64_bits_stays_exact() -> None:
     assert _loads(_item_json({"seq": 1, "source": "s", "step": 1 << 70}))["step"] == 1 << 70
+
+
+@settings(max_examples=400, deadline=None)
+@given(ITEMS)
+def test_the_streams_json_made_with_the_stored_json_is_the_streams_own(item: dict) -> None:
+    """`item_text`'s second text, where it gives one, is what the stream would send for the item (`json_bytes`), and
+    the stored text beside it reads back as the json module's does (above)."""
+    stored, streamed = item_text(item)
+    assert stored == _item_json(item)
+    if streamed is not None:
+        assert streamed.encode() == json_bytes(item)
+
+
+def test_non_finite_numbers_among_an_items_values_give_the_streams_json_too() -> None:
+    """A record with NaN and infinities (a catch-up's records that come as dicts) gets the stream's text on the way
+    and a stored text with the tokens; a value or key named "NaN" leaves both to the json module."""
+    item = {"seq": 1, "source": "s", "step": 3, "loss": math.nan, "grad_norm": math.inf, "lr": -math.inf, "eval": None,
+            "note": 'say "NaN"'}
+    stored, streamed = item_text(item)
+    assert streamed is not None and streamed.encode() == json_bytes(item)
+    assert _same(_loads(stored), item) and '"NaN"' not in stored and "-Infinity" in stored
+    for odd in ({**item, "note": "NaN"}, {**item, "NaN": 1.0}, {**item, "nested": [math.nan]}):
+        stored, streamed = item_text(odd)
+        assert streamed is None and stored == _dumps(odd)
