@@ -14,10 +14,12 @@ writer's own time between the two lines). Reported: p50/p90/p99/max over all pai
 received/missing/duplicate records and reconnects, the sidecar's CPU% (utime+stime over the writing window from
 /proc/PID/stat; 100% = one core) and RSS (VmRSS, VmHWM), and the machine's load average (other work on a
 small machine shows up as latency). With --idle S, mstail's CPU is also measured over S seconds before the
-writers start, the files existing and quiet.
+writers start, the files existing and quiet, from --settle seconds (default 5) after every file became a source: its
+work on the sources it just found (their first passes, what the clients are told of them) is printed apart.
 
 Run: python tests/bench/latency.py [--ranks 8] [--rate 10] [--duration 30] [--clients 10] [--client-procs 2]
-                                  [--phase sync|spread] [--writers N] [--idle S] [--paths] [--keep-work]
+                                  [--phase sync|spread] [--writers N] [--idle S [--settle S]] [--paths]
+                                  [--keep-work]
 Many files: python tests/bench/latency.py --ranks 1024 --rate 1 --writers 16 --clients 2 --phase spread --idle 20
 
 Goal: p99 <= 100 ms with 8 files x 10 steps/s and 10 clients, nothing missing or doubled.
@@ -164,13 +166,16 @@ def run(args: argparse.Namespace) -> int:
         try:
             rss_start = proc_mem_kib(server.proc.pid)
             load_start = loadavg()
-            deadline = time.time() + args.duration + 11 + args.drain_s + args.idle
+            deadline = time.time() + args.duration + 11 + args.drain_s + args.idle + args.settle
             clients += spawn_clients(server.url, args.clients, args.client_procs, expect, deadline, work)
             wait_until(lambda: server.get_json("/healthz")["clients"] >= args.clients, 20, f"{args.clients} SSE clients")
 
             wait_until(lambda: server.get_json("/healthz")["sources"] >= args.ranks, 60, f"{args.ranks} sources")
-            idle_pct = None
+            idle_pct = settle_pct = None
             if args.idle > 0:
+                cpu0, wall0 = proc_cpu_s(server.proc.pid), time.monotonic()
+                time.sleep(args.settle)
+                settle_pct = 100 * (proc_cpu_s(server.proc.pid) - cpu0) / (time.monotonic() - wall0)
                 cpu0, wall0 = proc_cpu_s(server.proc.pid), time.monotonic()
                 time.sleep(args.idle)
                 idle_pct = 100 * (proc_cpu_s(server.proc.pid) - cpu0) / (time.monotonic() - wall0)
@@ -256,7 +261,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"mstail CPU {1e6 * (cpu1 - cpu0) / max(expect, 1):.0f} us per record written ({cpu1 - cpu0:.2f} s for {expect}: "
               "less sensitive to the machine's load than the latency)")
         if idle_pct is not None:
-            print(f"mstail CPU {idle_pct:.2f}% of one core over {args.idle:g} s with the {args.ranks} files quiet (before writing)")
+            print(f"mstail CPU {idle_pct:.2f}% of one core over {args.idle:g} s with the {args.ranks} files quiet (before writing; "
+                  f"in the {args.settle:g} s before, as they became sources: {settle_pct:.2f}%)")
         print(f"machine: {os.cpu_count()} CPUs, load average {load_start} at the start, {load_end} at the end "
               f"(other work on the machine shows up as latency)")
         print(f"mstail /healthz at the end: {health}; SIGINT -> exit {code} in {stop_s:.2f} s")
@@ -290,6 +296,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     "spread: writer phases spread evenly over the step interval (a steady trickle of lines)")
     ap.add_argument("--idle", type=float, default=0.0, help="seconds of quiet files before the writers start, "
                     "over which mstail's idle CPU is measured (default 0: none)")
+    ap.add_argument("--settle", type=float, default=5.0, help="with --idle: seconds after every file became a source "
+                    "before the idle window opens, measured apart (default 5)")
     ap.add_argument("--drain-s", type=float, default=5.0, help="how long clients wait for stragglers (default 5)")
     # internal: the client role
     ap.add_argument("--role", choices=("bench", "clients"), default="bench", help=argparse.SUPPRESS)
