@@ -61,6 +61,9 @@ PIPE_BYTES = 1 << 20
 #: the child's memory). The parent takes none while it imports the web part and starts the server (half a second
 #: and more); a child that waited on the full pipe meanwhile lost that time on the way to the history's end.
 AHEAD_BATCHES = 1024
+#: the child's niceness above the sidecar's: a history is bulk work, so when CPUs are short the live files, the page's
+#: requests (and the training job beside the sidecar) go first; on an idle CPU it parses at full speed
+CHILD_NICE = 5
 #: a child that sends no batch for this long (a block takes milliseconds) is stuck — a lock held by another of the
 #: parent's threads at the fork, a filesystem that stopped answering —: it is stopped and the passes read on
 STALL_S = 30.0
@@ -297,6 +300,8 @@ def _as_a_child(parent: int) -> None:
     """Signals as a forked helper of the sidecar wants them (`mstail parse`'s workers' set-up: Ctrl-C is the
     parent's, SIGTERM ends it, it dies with the parent), and the parent loop's wake-up pipe no longer told of them."""
     _worker_init(parent)
+    with contextlib.suppress(OSError):  # a platform or sandbox that refuses: the child parses at the sidecar's priority
+        os.nice(CHILD_NICE)
     try:
         signal.set_wakeup_fd(-1)
     except ValueError:  # forked from a thread other than the main one: nothing was set in this one
