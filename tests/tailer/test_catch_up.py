@@ -398,3 +398,26 @@ def _bytes_read(io: Path) -> int:
         if line.startswith("rchar:"):
             return int(line.split()[1])
     raise AssertionError(f"no rchar in {io}")
+
+
+def test_a_catch_up_child_parses_at_a_lower_priority_than_the_sidecar() -> None:
+    """A forked child set up as a catch-up child is (`_as_a_child`) runs CHILD_NICE above the sidecar's niceness (19 at
+    most): a history is bulk work, so the live files, the page and the training job go first when CPUs are short."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    ours, theirs = context.Pipe()
+
+    def probe() -> None:
+        catchup._as_a_child(os.getppid())
+        theirs.send(os.nice(0))
+
+    child = context.Process(target=probe)
+    child.start()
+    try:
+        assert ours.poll(30), "the probe child said nothing"
+        assert ours.recv() == min(19, os.nice(0) + catchup.CHILD_NICE)
+    finally:
+        child.join(10)
+        if child.is_alive():
+            child.kill()
