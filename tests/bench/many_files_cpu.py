@@ -9,7 +9,7 @@ step a second come in about 20 passes a second), with a sweep once per step, and
 garbage collector (`serve.HeapFreezer`) after each step. --warm steps run first (new sources,
 chart series); the next --steps are measured.
 
-Run: python tests/bench/many_files_cpu.py [--ranks 1024] [--steps 6] [--per-pass 51] [--warm 1]
+Run: python tests/bench/many_files_cpu.py [--ranks 1024] [--steps 6] [--per-pass 51] [--warm 1] [--keep-work]
 Prints: records, passes, mstail CPU per record (process time: both threads) and where the event loop's part went.
 """
 
@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -59,8 +60,16 @@ def drain(clients: List[Subscriber]) -> None:
 
 
 async def run(args: argparse.Namespace) -> None:
-    support = load_test_support()
     work = Path(tempfile.mkdtemp(prefix="mstail-many-cpu-"))
+    try:
+        await measure(args, work)
+    finally:
+        if not args.keep_work:  # 1,024 rank files, their state: a few MB per run otherwise left in the temp folder
+            shutil.rmtree(work, ignore_errors=True)
+
+
+async def measure(args: argparse.Namespace, work: Path) -> None:
+    support = load_test_support()
     lines = step_lines(support, work, args.warm + args.steps)
     paths = []
     for rank in range(args.ranks):
@@ -114,7 +123,7 @@ async def run(args: argparse.Namespace) -> None:
     store.close()
     records = args.ranks * args.steps
     print(f"{args.ranks} files x {args.steps} steps = {records} records in {passes} passes of {args.per_pass} files "
-          f"(after {args.warm} warm-up step{'s' if args.warm != 1 else ''}); work dir {work}")
+          f"(after {args.warm} warm-up step{'s' if args.warm != 1 else ''}); work dir {work}{' (kept)' if args.keep_work else ''}")
     print(f"mstail CPU {cpu:.2f} s = {1e6 * cpu / records:.0f} us per record (wall {wall:.1f} s); on the event loop: "
           f"delivery {1e6 * spent.get('_deliver', 0) / records:.0f} us per record, of which Store.add "
           f"{1e6 * spent.get('add', 0) / records:.0f} and the commit {1e6 * spent.get('commit', 0) / records:.0f}")
@@ -128,6 +137,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--steps", type=int, default=6, help="measured steps (default 6)")
     ap.add_argument("--per-pass", type=int, default=51, help="files per event pass (default 51: ~20 passes per step)")
     ap.add_argument("--warm", type=int, default=1, help="steps before measuring (default 1)")
+    ap.add_argument("--keep-work", action="store_true", help="keep the work dir (the rank files, mstail's state) "
+                    "instead of removing it (default: removed)")
     args = ap.parse_args(argv)
     if min(args.ranks, args.steps, args.per_pass) < 1 or args.warm < 0:
         ap.error("--ranks, --steps and --per-pass must be positive, --warm at least 0")
