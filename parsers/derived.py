@@ -210,44 +210,31 @@ def compile_expression(name: str, text: str, constants: Mapping[str, float]) -> 
     if sum(1 for _ in ast.walk(tree)) > NODES_MAX:
         raise ValueError(f"more than {NODES_MAX} parts")
     names: List[str] = []
-    reads: Dict[Evaluate, str] = {}  # a metric's leaf -> its name; a constant's -> its value (`_binary`)
-    fixed: Dict[Evaluate, float] = {}
 
     def build(node: ast.AST) -> Evaluate:
         if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
-            return _constant(float(node.value), fixed)
+            value = float(node.value)
+            return lambda _v: value
         if isinstance(node, ast.Name):
             if node.id in constants:
-                return _constant(constants[node.id], fixed)
+                value = constants[node.id]
+                return lambda _v: value
             if node.id in _FUNCTIONS:
                 raise ValueError(f"{node.id} is a function: call it, {node.id}(...)")
             names.append(node.id)
             key = node.id
-            def read(v: Mapping[str, float]) -> float:
-                return v[key]
-            reads[read] = key
-            return read
+            return lambda v: v[key]
         if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
-            return _binary(_BINARY[type(node.op)], build(node.left), build(node.right), reads, fixed)
+            op, left, right = _BINARY[type(node.op)], build(node.left), build(node.right)
+            return lambda v: op(left(v), right(v))
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
             inner = build(node.operand)
-            if isinstance(node.op, ast.UAdd):
-                return inner
-            if inner in reads:
-                key = reads[inner]
-                return lambda v: -v[key]
-            return lambda v: -inner(v)
+            return (lambda v: -inner(v)) if isinstance(node.op, ast.USub) else inner
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCTIONS
                 and not node.keywords and node.args):
             function, args = _FUNCTIONS[node.func.id], [build(a) for a in node.args]
             if node.func.id not in ("min", "max") and len(args) != 1:
                 raise ValueError(f"{node.func.id}() takes one argument")
-            if len(args) == 1:
-                arg = args[0]
-                if arg in reads:
-                    key = reads[arg]
-                    return lambda v: function(v[key])
-                return lambda v: function(arg(v))
             return lambda v: function(*(a(v) for a in args))
         raise ValueError(f"`{ast.unparse(node)[:60]}` is not allowed (numbers, metric names, + - * / **, "
                          f"{', '.join(_FUNCTIONS)})")
@@ -313,33 +300,6 @@ def _with_series(losses: List[Tuple[str, str]], steps: List[Step]) -> Compute:
                 out[name] = evaluate(numbers)
         return out
     return compute
-
-
-def _constant(value: float, fixed: Dict[Evaluate, float]) -> Evaluate:
-    """The leaf of a number (noted in `fixed`, for `_binary`)."""
-    def constant(_v: Mapping[str, float]) -> float:
-        return value
-    fixed[constant] = value
-    return constant
-
-
-def _binary(op: Callable[[float, float], float], left: Evaluate, right: Evaluate, reads: Dict[Evaluate, str],
-            fixed: Dict[Evaluate, float]) -> Evaluate:
-    """`op(left(v), right(v))`, with an operand that is a metric (`reads`: its name) or a number (`fixed`) read in
-    place: `samples_per_s * seq_length` is one call, not three."""
-    if left in reads and right in fixed:
-        a, number = reads[left], fixed[right]
-        return lambda v: op(v[a], number)
-    if left in fixed and right in reads:
-        number, b = fixed[left], reads[right]
-        return lambda v: op(number, v[b])
-    if left in reads and right in reads:
-        a, b = reads[left], reads[right]
-        return lambda v: op(v[a], v[b])
-    if right in fixed:
-        number = fixed[right]
-        return lambda v: op(left(v), number)
-    return lambda v: op(left(v), right(v))
 
 
 def _divide(a: float, b: float) -> float:
