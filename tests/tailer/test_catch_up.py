@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import multiprocessing
 import os
 import shutil
 import sqlite3
@@ -403,8 +404,6 @@ def _bytes_read(io: Path) -> int:
 def test_a_catch_up_child_parses_at_a_lower_priority_than_the_sidecar() -> None:
     """A forked child set up as a catch-up child is (`_as_a_child`) runs CHILD_NICE above the sidecar's niceness (19 at
     most): a history is bulk work, so the live files, the page and the training job go first when CPUs are short."""
-    import multiprocessing
-
     context = multiprocessing.get_context("fork")
     ours, theirs = context.Pipe()
 
