@@ -52,7 +52,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 from mstail.platform import tomllib
 
-from .alertruns import (Columns, Verdicts, judged_verdicts, norm_bound, overflow_verdicts, scale_verdicts,
+from .alertruns import (MARGIN, Columns, Verdicts, judged_verdicts, norm_bound, overflow_verdicts, scale_verdicts,
                         spike_bound, window_verdicts)
 from .alertruns import number as _number
 
@@ -243,7 +243,11 @@ class _Window:
         insort(self.sorted, value)
 
     def extend(self, values: List[float]) -> None:
-        """`append` of each value in turn, the sorted copy made once."""
+        """`append` of each value in turn, the sorted copy made once (a few values: appended, not a whole re-sort)."""
+        if len(values) < self.size // 8:
+            for value in values:
+                self.append(value)
+            return
         self.order.extend(values)
         self.sorted = sorted(self.order)
 
@@ -343,10 +347,12 @@ def _spike_message(rule: Dict[str, Any], window: _Window, value: float) -> str:
     if len(window) >= rule["min_window"]:
         name = rule["metric"]
         if rule["method"] == "mean_ratio":
-            mean = window.mean()
-            if mean > 0 and value > rule["ratio"] * mean:
-                window.append(value)
-                return f"{name} {value:.4g} is {value / mean:.2f}x its rolling mean {mean:.4g}"
+            low = window.sorted[0]  # `spike_bound`'s: the mean is at least the lowest value; at or below, no fsum
+            if not (low > 0 and value <= rule["ratio"] * low * (1 - MARGIN)):
+                mean = window.mean()
+                if mean > 0 and value > rule["ratio"] * mean:
+                    window.append(value)
+                    return f"{name} {value:.4g} is {value / mean:.2f}x its rolling mean {mean:.4g}"
         else:
             median = window.median()
             if not (value <= median + rule["min_rel"] * abs(median) or value <= median):  # else no spike possible
