@@ -24,7 +24,10 @@ Measured in the same run, alternating, best of --rounds (default 3):
   literal text, fields converted, non-finite numbers encoded, `json.dumps` per record;
 - mstail: `python -m mstail parse FILES -o OUT` as a subprocess (start-up included), and the same command
   in-process (`mstail.tailer.cli.main`). Worker processes make wall time gain from a second CPU; CPU time counts the
-  workers too.
+  workers too;
+- issue's prototype (the single case only): issue 16's prototype design finished for that log's lines and no others
+  (parse_prototype.py: two forked workers, start-up included), for what goal 1 costs at best on this machine; its
+  records are checked to equal mstail's.
 The baseline's records are checked against mstail's (same steps, same values).
 
 Run: python tests/bench/parse_speed.py [--case single|mixed|both] [--size-mb 100] [--rounds 3] [--keep DIR] [--stages]
@@ -393,6 +396,15 @@ def mstail_subprocess(paths: Sequence[Path], out: Path) -> None:
         raise SystemExit(f"mstail parse failed ({done.returncode}): {done.stderr.strip()}")
 
 
+def prototype(paths: Sequence[Path], out: Path) -> None:
+    """Issue 16's prototype design, finished for the single case's log only (parse_prototype.py), as a subprocess."""
+    (path,) = paths
+    command = [sys.executable, str(Path(__file__).with_name("parse_prototype.py")), str(path), "-o", str(out)]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"the prototype failed ({done.returncode}): {done.stderr.strip()}")
+
+
 def mstail_in_process(paths: Sequence[Path], out: Path) -> None:
     from mstail.tailer.cli import main
 
@@ -465,6 +477,8 @@ def run_case(name: str, paths: List[Path], folder: Path, rounds: int) -> bool:
         "mstail (subprocess)": mstail_subprocess,
         "mstail (in-process)": mstail_in_process,
     }
+    if name == "single":
+        programs[PROTOTYPE] = prototype
     out = folder / name
     out.mkdir(exist_ok=True)
     best, best_cpu, walls = measure(programs, paths, out, rounds)
@@ -487,12 +501,29 @@ def run_case(name: str, paths: List[Path], folder: Path, rounds: int) -> bool:
     print(f"by CPU time: {best_cpu[baseline] / cpu_sub:.2f}x faster than {baseline}, {cpu_sub / best_cpu['floor']:.2f}x the floor")
     print(f"check {baseline} == mstail: {'OK' if ok else 'FAILED'}: {detail}")
     print(f"check subprocess == in-process output: {'OK' if same else 'FAILED'}")
+    if PROTOTYPE in best:
+        proto_ok, proto_detail = same_records(out / f"{PROTOTYPE}.jsonl", out / "mstail (subprocess).jsonl")
+        wall = best[PROTOTYPE]
+        print(f"{PROTOTYPE} (parse_prototype.py: this log's lines only, none of mstail's generality): "
+              f"{best[baseline] / wall:.2f}x faster than the {baseline}, {wall / best['floor']:.2f}x the floor; "
+              f"records {'identical to mstail' if proto_ok else 'DIFFERENT from mstail'}: {proto_detail}")
     met = ok and same and vs_baseline >= GOAL_VS_BASELINE and vs_floor <= GOAL_VS_FLOOR
     print(f"{name}: {'goals met' if met else 'GOALS MISSED'}")
     return met
 
 
 BASELINE = "competent loop"
+PROTOTYPE = "issue's prototype"
+
+
+def same_records(a: Path, b: Path) -> Tuple[bool, str]:
+    """Whether two JSONL files hold equal records in the same order (as JSON values: 1.5e-7 == 1.5e-07)."""
+    with open(a, encoding="utf-8") as one, open(b, encoding="utf-8") as other:
+        left, right = [json.loads(line) for line in one], [json.loads(line) for line in other]
+    if len(left) != len(right):
+        return False, f"{len(left)} records against {len(right)}"
+    differ = sum(x != y for x, y in zip(left, right))
+    return not differ, f"{len(left)} records, {differ} different"
 
 
 def stages(path: Path, rounds: int) -> None:

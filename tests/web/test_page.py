@@ -103,6 +103,46 @@ def test_live_steps_reach_every_chart(watched, mstail_server, log_writer, tmp_pa
     watched.assert_clean()
 
 
+@pytest.mark.timeout(90)
+def test_a_flood_of_streamed_steps_keeps_the_chart_bounded_and_then_shows_all_of_it(
+        watched, mstail_server, log_writer, tmp_path):
+    """Steps streamed faster than a page could draw them one by one (a history the sidecar is catching up on) keep
+    the chart's points bounded (LIVE_POINTS_MAX, then a bucketed re-fetch); once they stop, the chart holds all of
+    them: the last step, a one-step spike and a NaN in the middle of the flood."""
+    log = tmp_path / "output" / "log" / "rank_0" / "info.log"
+    server, _ = _serve_history(log, 10, log_writer, mstail_server)
+    _open(watched, server.url)
+    watched.wait_chart("loss", "points", 10)
+    bound = watched.page.evaluate("() => window.mstail.state.charts.get('loss').points()") + 500
+    flood = bound + 4000
+    writer = log_writer(log, steps=flood, interval_s=0, start_step=11, spike_at=(2011,), nan_at=(3011,))
+    most = 0
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # the page's points while the flood is streamed
+        most = max(most, watched.charts()["loss"]["points"])
+        if writer.poll() is not None and sum(s["records"] for s in server.get_json("/api/sources")) >= 10 + flood:
+            break
+        time.sleep(0.02)
+    log_writer.finish(writer)
+    server.wait_records(10 + flood)
+
+    def last_step():
+        lines = watched.page.evaluate("() => window.mstail.chartData('loss')")
+        return max(line["x"][-1] for line in lines) if lines else 0
+
+    wait_js(watched.page, "n => Math.max(...window.mstail.chartData('loss').map(l => l.x[l.x.length - 1])) === n",
+            arg=10 + flood, timeout=15_000)
+    for _ in range(25):  # the rest of the flood's re-fetches: still bounded
+        most = max(most, watched.charts()["loss"]["points"])
+        time.sleep(0.04)
+    assert most <= bound, f"the loss chart held {most} points during the flood (bound {bound})"
+    lines = watched.page.evaluate("() => window.mstail.chartData('loss')")
+    assert max(v for line in lines for v in line["max"] if v is not None) == 50.0  # the spike, in its bucket
+    assert last_step() == 10 + flood
+    watched.wait_chart("loss", "nonfinite", 1)
+    watched.assert_clean()
+
+
 # -- (c) a NaN loss ----------------------------------------------------------------------------------------
 @pytest.mark.timeout(60)
 def test_nan_loss_is_marked_live_and_after_reload(watched, mstail_server, log_writer, tmp_path):

@@ -48,7 +48,13 @@ function emptyLine(source, segment) {
 const COLUMNS = ["x", "t", "s", "last", "min", "max", "smooth"];
 const AGGREGATE_COLUMNS = [...COLUMNS, "n"];
 const MEAN = "(mean)";
-const LIVE_CELLS_MAX = 500;  // cells of the mean the stream may add before the chart fetches the mean again  // the source name of the server's mean across sources (never a source id: ids are file names)
+const LIVE_CELLS_MAX = 500;
+// Points the stream may add to a chart's lines after its last whole answer. A history the sidecar is still catching
+// up on streams tens of thousands of records a second: drawn one by one, they would keep the page's main thread (and
+// a CPU mstail needs) busy. Past this many, the chart keeps only the latest values and asks for its series again,
+// bucketed, at most every LIVE_REFETCH_MIN_MS; so do charts left open for days.
+const LIVE_POINTS_MAX = 500;
+const LIVE_REFETCH_MIN_MS = 1000;  // cells of the mean the stream may add before the chart fetches the mean again  // the source name of the server's mean across sources (never a source id: ids are file names)
 
 // The EMA state {num, den, x} after folding value `y` at step `x` into `state` (the server's debiased, step-aware EMA).
 function foldEma(ema, state, x, y) {
@@ -107,8 +113,11 @@ export class ChartView {
     this.chart = null;           // the ECharts instance: made when the chart first comes near the screen (init)
     this.visible = false;        // near the screen (app.js's IntersectionObserver): only such charts are drawn
     this.loaded = false;         // its history has been fetched (live records are kept from then on)
-    this.loading = null;         // the first fetch in flight; records that arrive meanwhile wait in `held`
+    this.loading = null;         // a whole answer is being fetched; records that arrive meanwhile wait in `held`
     this.held = [];
+    this.streamed = 0;           // points the stream added since the last whole answer (LIVE_POINTS_MAX)
+    this.answeredAt = -Infinity; // when the last whole answer came (performance.now())
+    this.refetchTimer = null;    // a re-fetch asked for because of LIVE_POINTS_MAX, not yet started
     this.stale = false;          // the zoom changed while it was off screen: re-fetch when it comes back
     // Many sources: the server's mean across them (columns as a line's plus `n`, and `live`: step -> the EMA state
     // before each cell the stream added), the sources it names as outliers, and what the answer was asked for.
@@ -244,25 +253,33 @@ export class ChartView {
     return response;
   }
 
-  // The whole history (and the zoomed range, exact, when zoomed); records that came meanwhile are added after.
+  // The whole history (and the zoomed range, exact, when zoomed); records that came meanwhile are added after
+  // (those the answer holds are skipped by their seq).
   async refresh(stepsOf) {
     this.stale = false;
-    const first = !this.loaded;
-    if (first) this.loading = true;
+    this.loading = true;
     try {
       const answer = await this.fetch(null);
       const range = view.zoom ? stepsOf(this) : null;
       if (range) await this.fetch(range);
       return answer;
     } finally {
-      if (first) {
-        this.loading = null;
-        this.loaded = true;
-        const held = this.held;
-        this.held = [];
-        for (const record of held) this.append(record);
-      }
+      this.loading = null;
+      this.loaded = true;
+      const held = this.held;
+      this.held = [];
+      for (const record of held) this.append(record);
     }
+  }
+
+  // The series again, bucketed, once LIVE_POINTS_MAX points were streamed: at most every LIVE_REFETCH_MIN_MS.
+  askRefetch() {
+    if (this.refetchTimer !== null) return;
+    const wait = Math.max(0, this.answeredAt + LIVE_REFETCH_MIN_MS - performance.now());
+    this.refetchTimer = setTimeout(() => {
+      this.refetchTimer = null;
+      this.hooks.refetch(this);
+    }, wait);
   }
 
   // The sources it shows (data-visible), kept current for charts off screen too (they are drawn when they come back).
@@ -306,7 +323,11 @@ export class ChartView {
       }
     }
     if (!range) for (const key of [...this.lines.keys()]) if (!seen.has(key)) this.lines.delete(key);
-    if (!range) this.seq = Math.max(this.seq, response.seq);
+    if (!range) {
+      this.seq = Math.max(this.seq, response.seq);
+      this.streamed = 0;
+      this.answeredAt = performance.now();
+    }
     this.dirty = true;
     this.notePoints();
   }
@@ -386,6 +407,10 @@ export class ChartView {
       if (this.loading) this.held.push(record);
       return;
     }
+    if (this.loading) {
+      this.held.push(record);
+      return;
+    }
     if (record.seq <= this.seq) return;
     this.seq = record.seq;
     const value = record[this.metric];
@@ -398,8 +423,7 @@ export class ChartView {
       // The mean takes every source; only the sources drawn on top keep lines of their own.
       this.appendAggregate(record, y);
       if (!line) {
-        this.latest.set(record.source, value);
-        if (!Number.isFinite(y)) this.nonfinite.set(`${record.source}#${record.step}`, { source: record.source, x: record.step, value });
+        this.noteValue(record, value, y);
         return;
       }
     }
@@ -407,6 +431,12 @@ export class ChartView {
     const n = line.x.length;
     if (n && record.step <= line.x[n - 1]) return;  // already in a fetched answer
     const finite = Number.isFinite(y);
+    if (this.streamed >= LIVE_POINTS_MAX) {  // the re-fetch it asked for brings this point, bucketed
+      this.noteValue(record, value, y);
+      this.askRefetch();
+      return;
+    }
+    this.streamed += 1;
     line.x.push(record.step);
     line.t.push(typeof record.time === "number" ? record.time : null);
     line.s.push(samplesOf(record));
@@ -414,10 +444,15 @@ export class ChartView {
     line.min.push(finite ? y : null);
     line.max.push(finite ? y : null);
     line.smooth.push(this.continueEma(line, record.step, finite ? y : null));
-    if (!finite) this.nonfinite.set(`${record.source}#${record.step}`, { source: record.source, x: record.step, value });
-    this.latest.set(record.source, value);
+    this.noteValue(record, value, y);
     this.dirty = true;
     this.el.dataset.points = String(Number(this.el.dataset.points || 0) + 1);
+  }
+
+  // A record's value as the latest of its source, and as a marker when it is not finite.
+  noteValue(record, value, y) {
+    if (!Number.isFinite(y)) this.nonfinite.set(`${record.source}#${record.step}`, { source: record.source, x: record.step, value });
+    this.latest.set(record.source, value);
   }
 
   continueEma(line, step, y) {
