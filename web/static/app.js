@@ -14,10 +14,14 @@ import { HEATMAP_REFRESH_MS, refreshHeatmap } from "./heatmap.js";
 
 const ZOOM_DEBOUNCE_MS = 100;
 const RENDER_MIN_INTERVAL_MS = 200;
+// A streamed redraw waits at least this many times as long as the last one took: when records pour in (a history
+// being caught up) and drawing is slow (a busy CPU, many charts), drawing takes at most a fifth of the main thread
+// and of a CPU mstail needs, instead of all of it.
+const RENDER_BUSY_FACTOR = 4;
 const HEALTH_CHECK_MS = 5000;  // how often the page asks /healthz whether mstail itself is in trouble
 const SOURCES_REFRESH_MS = 1000;  // the sources' facts (step, lag, since last step) are at most this much behind
 
-const page = { sourcesAt: -Infinity, booting: true, applyingZoom: false, zoomTimer: null, lastRender: 0, renderQueued: false, detailItem: null };
+const page = { sourcesAt: -Infinity, booting: true, applyingZoom: false, zoomTimer: null, lastRender: 0, renderMs: 0, renderQueued: false, detailItem: null };
 
 // ---- charts ---------------------------------------------------------------------------------------------
 // A chart is a box at once (cheap: a title and an empty plot of fixed height) and becomes an ECharts instance with
@@ -199,8 +203,12 @@ function updateExtent() {
 function scheduleRender() {
   if (page.renderQueued) return;
   page.renderQueued = true;
-  const wait = Math.max(0, RENDER_MIN_INTERVAL_MS - (performance.now() - page.lastRender));
-  setTimeout(() => requestAnimationFrame(renderNow), wait);
+  const interval = Math.max(RENDER_MIN_INTERVAL_MS, RENDER_BUSY_FACTOR * page.renderMs);
+  const wait = Math.max(0, interval - (performance.now() - page.lastRender));
+  setTimeout(() => requestAnimationFrame(() => {
+    renderNow();
+    page.renderMs = performance.now() - page.lastRender;
+  }), wait);
 }
 
 function renderNow() {
