@@ -217,7 +217,10 @@ function renderNow() {
   const moved = updateExtent();
   for (const chart of state.charts.values()) {
     if (chart.dirty && chart.visible) chart.render();
-    else if (chart.dirty && chart.loaded) chart.noteShown();
+    else if (chart.dirty && chart.loaded) {
+      chart.noteShown();
+      chart.notePoints();
+    }
   }
   if (moved && view.zoom) applyZoom();
   // The sources' strip at most once a second from here (its own timer keeps it current): 1,024 ranks' table is

@@ -42,19 +42,34 @@ const MAX_NAN_LINES = 300;    // non-finite markLines per chart
 const NAN_COLOR = "#d83931";
 
 function emptyLine(source, segment) {
-  return { source, segment, x: [], t: [], s: [], last: [], min: [], max: [], smooth: [], ema: null };
+  return { source, segment, x: [], t: [], s: [], last: [], min: [], max: [], smooth: [], ema: null, served: 0 };
+}
+
+const lower = (a, b) => (a === null ? b : b === null ? a : Math.min(a, b));
+const higher = (a, b) => (a === null ? b : b === null ? a : Math.max(a, b));
+
+// The points the stream added to a line (after its answer's `served`), merged two by two into buckets as the
+// server's: the later point's step, time, value and smoothed value; the lower min and the higher max (a spike stays).
+function halveStreamed(line) {
+  const end = line.x.length;
+  let k = line.served;
+  for (let i = line.served; i < end; i += 2, k++) {
+    const j = Math.min(i + 1, end - 1);
+    for (const c of ["x", "t", "s", "last", "smooth"]) line[c][k] = line[c][j];
+    line.min[k] = lower(line.min[i], line.min[j]);
+    line.max[k] = higher(line.max[i], line.max[j]);
+  }
+  for (const c of COLUMNS) line[c].length = k;
 }
 
 const COLUMNS = ["x", "t", "s", "last", "min", "max", "smooth"];
 const AGGREGATE_COLUMNS = [...COLUMNS, "n"];
 const MEAN = "(mean)";
 const LIVE_CELLS_MAX = 500;
-// Points the stream may add to a chart's lines after its last whole answer. A history the sidecar is still catching
-// up on streams tens of thousands of records a second: drawn one by one, they would keep the page's main thread (and
-// a CPU mstail needs) busy. Past this many, the chart keeps only the latest values and asks for its series again,
-// bucketed, at most every LIVE_REFETCH_MIN_MS; so do charts left open for days.
-const LIVE_POINTS_MAX = 500;
-const LIVE_REFETCH_MIN_MS = 1000;  // cells of the mean the stream may add before the chart fetches the mean again  // the source name of the server's mean across sources (never a source id: ids are file names)
+// Points the stream may add to a line after its answer's: past this many they are merged two by two
+// (halveStreamed). A history the sidecar is catching up on streams tens of thousands of records a second, and a page
+// left open for days gets a point per step: drawn one by one, either would grow every redraw without end.
+const LIVE_POINTS_MAX = 500;  // cells of the mean the stream may add before the chart fetches the mean again  // the source name of the server's mean across sources (never a source id: ids are file names)
 
 // The EMA state {num, den, x} after folding value `y` at step `x` into `state` (the server's debiased, step-aware EMA).
 function foldEma(ema, state, x, y) {
@@ -115,9 +130,6 @@ export class ChartView {
     this.loaded = false;         // its history has been fetched (live records are kept from then on)
     this.loading = null;         // a whole answer is being fetched; records that arrive meanwhile wait in `held`
     this.held = [];
-    this.streamed = 0;           // points the stream added since the last whole answer (LIVE_POINTS_MAX)
-    this.answeredAt = -Infinity; // when the last whole answer came (performance.now())
-    this.refetchTimer = null;    // a re-fetch asked for because of LIVE_POINTS_MAX, not yet started
     this.stale = false;          // the zoom changed while it was off screen: re-fetch when it comes back
     // Many sources: the server's mean across them (columns as a line's plus `n`, and `live`: step -> the EMA state
     // before each cell the stream added), the sources it names as outliers, and what the answer was asked for.
@@ -272,21 +284,12 @@ export class ChartView {
     }
   }
 
-  // The series again, bucketed, once LIVE_POINTS_MAX points were streamed: at most every LIVE_REFETCH_MIN_MS.
-  askRefetch() {
-    if (this.refetchTimer !== null) return;
-    const wait = Math.max(0, this.answeredAt + LIVE_REFETCH_MIN_MS - performance.now());
-    this.refetchTimer = setTimeout(() => {
-      this.refetchTimer = null;
-      this.hooks.refetch(this);
-    }, wait);
-  }
-
   // The sources it shows (data-visible), kept current for charts off screen too (they are drawn when they come back).
   noteShown() {
     this.el.dataset.visible = [...new Set(this.sortedLines().map((l) => l.source))].filter((s) => !view.hidden.has(s)).join(",");
   }
 
+  // Its points (data-points), noted when it is drawn or loaded, not per record (a DOM write each).
   notePoints() {
     let n = 0;
     for (const line of this.lines.values()) n += line.x.length;
@@ -316,6 +319,7 @@ export class ChartView {
         for (const c of COLUMNS) line[c] = fresh[c];
         if (n) this.latest.set(s.source, s.last[n - 1]);
       }
+      line.served = line.x.length;
       if (s.smooth_state) line.ema = { ...s.smooth_state, w: view.smooth };
       else if (!range) line.ema = null;
       for (let i = 0; i < s.nonfinite.x.length; i++) {
@@ -323,11 +327,7 @@ export class ChartView {
       }
     }
     if (!range) for (const key of [...this.lines.keys()]) if (!seen.has(key)) this.lines.delete(key);
-    if (!range) {
-      this.seq = Math.max(this.seq, response.seq);
-      this.streamed = 0;
-      this.answeredAt = performance.now();
-    }
+    if (!range) this.seq = Math.max(this.seq, response.seq);
     this.dirty = true;
     this.notePoints();
   }
@@ -431,12 +431,6 @@ export class ChartView {
     const n = line.x.length;
     if (n && record.step <= line.x[n - 1]) return;  // already in a fetched answer
     const finite = Number.isFinite(y);
-    if (this.streamed >= LIVE_POINTS_MAX) {  // the re-fetch it asked for brings this point, bucketed
-      this.noteValue(record, value, y);
-      this.askRefetch();
-      return;
-    }
-    this.streamed += 1;
     line.x.push(record.step);
     line.t.push(typeof record.time === "number" ? record.time : null);
     line.s.push(samplesOf(record));
@@ -446,7 +440,7 @@ export class ChartView {
     line.smooth.push(this.continueEma(line, record.step, finite ? y : null));
     this.noteValue(record, value, y);
     this.dirty = true;
-    this.el.dataset.points = String(Number(this.el.dataset.points || 0) + 1);
+    if (line.x.length - line.served > LIVE_POINTS_MAX) halveStreamed(line);
   }
 
   // A record's value as the latest of its source, and as a marker when it is not finite.
