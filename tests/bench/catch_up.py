@@ -150,13 +150,15 @@ class PageVisit(threading.Thread):
     """One headless Chromium visit of mstail's page (--page): the browser starts at once; `open(url, pid)` opens the
     page (`opened`, wall clock), and the visit notes its first paint (`first_paint_ms`, after opening it). The page
     stays open, as a user's would, until `leave` is set; Chromium's CPU time from opening the page until then is
-    `browser_cpu_s`."""
+    `browser_cpu_s`, and `busy` is (the page's main thread busy, its script's share, seconds since the first paint),
+    from its first paint until then (Chromium's own counters)."""
 
     def __init__(self) -> None:
         super().__init__(daemon=True)
         self.ready, self.go, self.leave, self.done = (threading.Event(), threading.Event(), threading.Event(),
                                                       threading.Event())
         self.browser_cpu_s: Optional[float] = None
+        self.busy: Optional[Tuple[float, float, float]] = None
         self.target: Tuple[str, int] = ("", 0)
         self.opened = 0.0
         self.first_paint_ms: Optional[float] = None
@@ -178,9 +180,16 @@ class PageVisit(threading.Thread):
                 if self.go.wait(timeout=300) and self.target[0]:
                     self.opened = time.time()
                     cpu = chromium_cpu_s()
-                    context, _, self.first_paint_ms = open_page(browser, *self.target)
+                    context, page, self.first_paint_ms = open_page(browser, *self.target)
+                    painted = time.time()
+                    cdp = context.new_cdp_session(page)
+                    cdp.send("Performance.enable")
+                    before = {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
                     self.leave.wait(timeout=300)
                     self.browser_cpu_s = chromium_cpu_s() - cpu
+                    after = {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
+                    self.busy = (after["TaskDuration"] - before["TaskDuration"],
+                                 after["ScriptDuration"] - before["ScriptDuration"], time.time() - painted)
                     context.close()
                 browser.close()
         except Exception as exc:  # noqa: BLE001 - reported by the bench, which goes on without the page's figure
@@ -379,7 +388,12 @@ def page_figures(visit: PageVisit, launched: float, served: Optional[float], sto
           f"{GOAL_FIRST_PAINT_MS:g} ms during the catch-up")
     if visit.browser_cpu_s is not None:
         print(f"the page stayed open until the history was served: Chromium's CPU from opening it until then "
-              f"{visit.browser_cpu_s:.2f} s")
+              f"{visit.browser_cpu_s:.2f} s", end="")
+        if visit.busy is not None:
+            busy, script, seconds = visit.busy
+            print(f"; from its first paint until then ({seconds:.2f} s) the page's main thread was busy "
+                  f"{busy * 1000:.0f} ms (script {script * 1000:.0f} ms)", end="")
+        print()
     return during and visit.first_paint_ms <= GOAL_FIRST_PAINT_MS
 
 
