@@ -472,7 +472,10 @@ async function boot() {
   if (view.zoom) applyZoom();
   connect();
   await Promise.all([loadAlerts(), loadRecentStepTimes(sources).catch((err) => console.warn("step times unavailable", err))]);
-  renderAllNow();
+  // The alerts' marks in the next paced redraw, with the records streamed meanwhile: a second full render here
+  // took half a second of the main thread during a catch-up, right after the first.
+  for (const chart of state.charts.values()) chart.dirty = true;
+  scheduleRender();
   renderSourcesNow();  // the step times and alerts just came: the sources' facts (step time, ETA, state) now
   await refreshHeatmap();
   window.addEventListener("resize", () => {
