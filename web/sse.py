@@ -104,7 +104,12 @@ def quiet_dropped_clients() -> None:
 
 
 def frame(seq: int, event: str, data: Any) -> bytes:
-    return b"id: %d\nevent: %s\ndata: %s\n\n" % (seq, event.encode(), json_bytes(data))
+    return _frame(seq, event, json_bytes(data))
+
+
+def _frame(seq: int, event: str, payload: bytes) -> bytes:
+    """One SSE message: its id, its event name and its data (JSON bytes, one line)."""
+    return b"id: %d\nevent: %s\ndata: %s\n\n" % (seq, event.encode(), payload)
 
 
 def encode_items(items: List[Dict[str, Any]], texts: Optional[Dict[int, str]] = None) -> bytes:
@@ -136,7 +141,7 @@ def _records(run: List[Dict[str, Any]], texts: Optional[Dict[int, str]]) -> byte
         except orjson.JSONEncodeError:  # `json_bytes` writes such a run with the json module: every record
             pass
         else:
-            return b"id: %d\nevent: records\ndata: [%s]\n\n" % (run[-1]["seq"], data.encode())
+            return _frame(run[-1]["seq"], "records", b"[%s]" % data.encode())
     return frame(run[-1]["seq"], "records", run)
 
 
