@@ -169,7 +169,7 @@ class PageVisit(threading.Thread):
         self.go.set()
 
     def run(self) -> None:  # Playwright's sync API: every call of it in this thread
-        from page_load import open_page
+        from page_load import open_page, page_metrics
         from playwright.sync_api import sync_playwright
 
         try:
@@ -184,10 +184,10 @@ class PageVisit(threading.Thread):
                     painted = time.time()
                     cdp = context.new_cdp_session(page)
                     cdp.send("Performance.enable")
-                    before = {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
+                    before = page_metrics(cdp)
                     self.leave.wait(timeout=300)
                     self.browser_cpu_s = chromium_cpu_s() - cpu
-                    after = {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
+                    after = page_metrics(cdp)
                     self.busy = (after["TaskDuration"] - before["TaskDuration"],
                                  after["ScriptDuration"] - before["ScriptDuration"], time.time() - painted)
                     context.close()

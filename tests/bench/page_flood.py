@@ -30,13 +30,13 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from benchsupport import installed_env, load_test_support
 
-from page_load import open_page
+from page_load import open_page, page_metrics
 
 LIVE_RATE = 10.0
 
 
 def _busy(cdp: Any) -> Tuple[float, float]:
-    metrics = {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
+    metrics = page_metrics(cdp)
     return metrics["TaskDuration"], metrics["ScriptDuration"]
 
 

@@ -49,7 +49,7 @@ import time
 import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, List, Tuple
+from typing import Any, Dict, Iterator, List, Tuple
 
 from benchsupport import load_test_support
 
@@ -107,6 +107,12 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def page_metrics(cdp: Any) -> Dict[str, float]:
+    """Chromium's counters for a page (`Performance.getMetrics` of a CDP session with `Performance.enable` sent):
+    name -> value, the busy times (TaskDuration, ScriptDuration, LayoutDuration, ...) in seconds since it opened."""
+    return {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
+
+
 def open_page(browser: Any, url: str, pid: int) -> Tuple[Any, Any, float]:
     """A new browser context on the page until its first paint; prints the page's timeline, the main thread's busy
     time (Chromium's own counters, less swayed by the machine's load than wall times) and mstail's CPU meanwhile."""
@@ -126,7 +132,7 @@ def open_page(browser: Any, url: str, pid: int) -> Tuple[Any, Any, float]:
         page.wait_for_timeout(20)
     first = page.evaluate("() => performance.getEntriesByName('mstail-first-paint')[0].startTime")
     server_cpu = cpu_s(pid) - server_cpu
-    busy = {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
+    busy = page_metrics(cdp)
     slow = page.evaluate("t => performance.getEntriesByType('resource').filter(e => e.name.includes('/api/')"
                          " && e.startTime < t).sort((a, b) => b.duration - a.duration).slice(0, 4)"
                          ".map(e => [e.name.split('/api/')[1].slice(0, 70), Math.round(e.startTime), Math.round(e.duration),"
