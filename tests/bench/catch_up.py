@@ -207,8 +207,9 @@ def chromium_cpu_s() -> float:
             with contextlib.suppress(OSError, IndexError, ValueError):
                 with open(f"/proc/{entry.name}/stat", encoding="ascii", errors="replace") as f:
                     text = f.read()
-                if text[text.index("(") + 1:text.rindex(")")].startswith("chrom"):
-                    ticks += sum(_stat(int(entry.name))[11:13])
+                name, fields = text[text.index("(") + 1:].rsplit(")", 1)
+                if name.startswith("chrom"):
+                    ticks += sum(map(int, fields.split()[11:13]))  # utime, stime (fields 14 and 15)
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
