@@ -45,6 +45,16 @@ function emptyLine(source, segment) {
   return { source, segment, x: [], t: [], s: [], last: [], min: [], max: [], smooth: [], ema: null, served: 0 };
 }
 
+const COLUMNS = ["x", "t", "s", "last", "min", "max", "smooth"];
+const LATER_COLUMNS = ["x", "t", "s", "last", "smooth"];  // a bucket takes these of its later point (halveStreamed)
+const AGGREGATE_COLUMNS = [...COLUMNS, "n"];
+const MEAN = "(mean)";  // the source name of the server's mean across sources (never a source id: ids are file names)
+const LIVE_CELLS_MAX = 500;  // cells of the mean the stream may add before the chart fetches the mean again
+// Points the stream may add to a line after its answer's: past this many they are merged two by two
+// (halveStreamed). A history the sidecar is catching up on streams tens of thousands of records a second, and a page
+// left open for days gets a point per step: drawn one by one, either would grow every redraw without end.
+const LIVE_POINTS_MAX = 500;
+
 const lower = (a, b) => (a === null ? b : b === null ? a : Math.min(a, b));
 const higher = (a, b) => (a === null ? b : b === null ? a : Math.max(a, b));
 
@@ -55,21 +65,12 @@ function halveStreamed(line) {
   let k = line.served;
   for (let i = line.served; i < end; i += 2, k++) {
     const j = Math.min(i + 1, end - 1);
-    for (const c of ["x", "t", "s", "last", "smooth"]) line[c][k] = line[c][j];
+    for (const c of LATER_COLUMNS) line[c][k] = line[c][j];
     line.min[k] = lower(line.min[i], line.min[j]);
     line.max[k] = higher(line.max[i], line.max[j]);
   }
   for (const c of COLUMNS) line[c].length = k;
 }
-
-const COLUMNS = ["x", "t", "s", "last", "min", "max", "smooth"];
-const AGGREGATE_COLUMNS = [...COLUMNS, "n"];
-const MEAN = "(mean)";
-const LIVE_CELLS_MAX = 500;
-// Points the stream may add to a line after its answer's: past this many they are merged two by two
-// (halveStreamed). A history the sidecar is catching up on streams tens of thousands of records a second, and a page
-// left open for days gets a point per step: drawn one by one, either would grow every redraw without end.
-const LIVE_POINTS_MAX = 500;  // cells of the mean the stream may add before the chart fetches the mean again  // the source name of the server's mean across sources (never a source id: ids are file names)
 
 // The EMA state {num, den, x} after folding value `y` at step `x` into `state` (the server's debiased, step-aware EMA).
 function foldEma(ema, state, x, y) {
