@@ -169,13 +169,12 @@ class PageVisit(threading.Thread):
         self.go.set()
 
     def run(self) -> None:  # Playwright's sync API: every call of it in this thread
-        from page_load import open_page, page_metrics
+        from page_load import launch_chromium, open_page, page_metrics
         from playwright.sync_api import sync_playwright
 
         try:
             with sync_playwright() as p:
-                browser = p.chromium.launch(executable_path="/usr/bin/chromium", headless=True,
-                                            args=["--no-sandbox", "--disable-gpu"])
+                browser = launch_chromium(p)
                 self.ready.set()
                 if self.go.wait(timeout=300) and self.target[0]:
                     self.opened = time.time()

@@ -30,7 +30,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from benchsupport import installed_env, load_test_support
 
-from page_load import open_page, page_metrics
+from page_load import launch_chromium, open_page, page_metrics
 
 LIVE_RATE = 10.0
 
@@ -117,8 +117,7 @@ def main() -> int:
             codes.append((f"code of {args.before}", code_of(args.before, work / "before-code")))
         env = installed_env([code for _, code in codes])
         p = stack.enter_context(sync_playwright())
-        browser = p.chromium.launch(executable_path="/usr/bin/chromium", headless=True,
-                                    args=["--no-sandbox", "--disable-gpu"])
+        browser = launch_chromium(p)
         stack.callback(browser.close)
         for round_ in range(args.rounds):
             for label, code in codes:

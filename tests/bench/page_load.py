@@ -107,6 +107,12 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def launch_chromium(playwright: Any) -> Any:
+    """Debian's headless Chromium through Playwright (a started `sync_playwright()`), as the benches drive it."""
+    return playwright.chromium.launch(executable_path="/usr/bin/chromium", headless=True,
+                                      args=["--no-sandbox", "--disable-gpu"])
+
+
 def page_metrics(cdp: Any) -> Dict[str, float]:
     """Chromium's counters for a page (`Performance.getMetrics` of a CDP session with `Performance.enable` sent):
     name -> value, the busy times (TaskDuration, ScriptDuration, LayoutDuration, ...) in seconds since it opened."""
@@ -223,8 +229,7 @@ def session(support: Any, workdir: Path, files: List[Path], records: int,
         print(f"mstail read the log{'s' if len(files) > 1 else ''} in {time.perf_counter() - began:.1f} s; "
               f"RSS {rss_mib(server.proc.pid):.0f} MiB (peak {rss_mib(server.proc.pid, 'VmHWM'):.0f} MiB)")
         with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path="/usr/bin/chromium", headless=True,
-                                        args=["--no-sandbox", "--disable-gpu"])
+            browser = launch_chromium(p)
             try:
                 context, page, cold = open_page(browser, server.url, server.proc.pid)
                 later = []
