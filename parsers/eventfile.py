@@ -24,6 +24,7 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, List, NamedTuple, Optional, Set, Tuple
 
+from .derived import Derived, Deriver
 from .engine import ParserState
 from .record import RESERVED, Item, Record
 
@@ -97,9 +98,11 @@ class EventFileParser:
     Args:
         kind: the kind the file name says (`TENSORBOARD`, `MINDSPORE`); None (default) when only the content said
             it. A file's version event decides anyway.
+        derived: derived series added to the records and amends (`mstail.parsers.derived`), as a text log's parser
+            adds them; None (default) = none.
     """
 
-    def __init__(self, kind: Optional[str] = None) -> None:
+    def __init__(self, kind: Optional[str] = None, derived: Optional[Derived] = None) -> None:
         from . import eventschema  # protobuf and the schemas: only once an event file is read
 
         self._decode, self._decode_error = eventschema.decode, eventschema.DecodeError
@@ -110,6 +113,7 @@ class EventFileParser:
         self._metrics: Set[str] = set()  # the metric names given out (at most MAX_METRICS)
         self.parts: Dict[str, Any] = {}  # no launcher-tagged parts in an event file
         self.overflow_lines = 0
+        self._deriver = Deriver(derived) if derived is not None and not derived.empty else None
 
     @property
     def main(self) -> "EventFileParser":
@@ -122,6 +126,12 @@ class EventFileParser:
     # -- feeding -----------------------------------------------------------------------------------------------
     def feed(self, payload: bytes, number: int, now: float) -> List[Item]:
         """The items one frame completes (`number`: the frame's number in its file, kept as the record's `line`)."""
+        return self._derived(self._feed(payload, number))
+
+    def _derived(self, items: List[Item]) -> List[Item]:
+        return self._deriver.apply(items) if self._deriver is not None and items else items
+
+    def _feed(self, payload: bytes, number: int) -> List[Item]:
         counts = self.state.counts
         counts["lines"] += 1
         try:
@@ -129,6 +139,7 @@ class EventFileParser:
         except self._decode_error:
             counts["undecodable_frames"] += 1
             return []
+        counts["dropped_values"] += event.bad_tags  # a tag that is not text: its value left out, the event's others kept
         out: List[Item] = []
         if event.version:
             self.state.format = MINDSPORE if event.version.startswith(MINDSPORE_VERSION) else (
@@ -202,7 +213,7 @@ class EventFileParser:
         out: List[Item] = []
         if self._open is not None:
             self._emit(self._open, out)
-        return out
+        return self._derived(out)
 
     # -- the InterleavedParser look-alike -----------------------------------------------------------------------
     @property

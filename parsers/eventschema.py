@@ -20,7 +20,6 @@ not at start: building the schemas and importing protobuf cost about 0.1 s that 
 
 from __future__ import annotations
 
-import math
 import struct
 from typing import Any, Iterator, List, Optional, Tuple, Union
 
@@ -61,6 +60,9 @@ _MINDSPORE = [
 _DT_FLOAT, _DT_DOUBLE, _DT_INT32, _DT_INT64, _DT_BFLOAT16, _DT_HALF = 1, 2, 3, 9, 14, 19
 _CONTENT = {_DT_FLOAT: "<f", _DT_DOUBLE: "<d", _DT_INT32: "<i", _DT_INT64: "<q", _DT_HALF: "<e"}
 
+#: dims a tensor read as a scalar may have (all of size 1); a shape of more is no scalar, whatever its sizes
+MAX_SCALAR_DIMS = 8
+
 
 def _event_class(package: str, messages: List[Tuple[str, list]]) -> Any:
     """The `Event` message class of a package built from `messages` in a pool of its own."""
@@ -86,15 +88,18 @@ TensorBoardEvent = _event_class("mstail.tensorboard", _TENSORBOARD)
 MindSporeEvent = _event_class("mstail.mindspore", _MINDSPORE)
 
 class Scalars:
-    """One event's facts: its wall time, step, version string (the first event of a file) and scalar values."""
+    """One event's facts: its wall time, step, version string (the first event of a file), scalar values, and how
+    many values were left out for a tag that is not text (`bad_tags`)."""
 
-    __slots__ = ("wall_time", "step", "version", "values")
+    __slots__ = ("wall_time", "step", "version", "values", "bad_tags")
 
-    def __init__(self, wall_time: float, step: int, version: str, values: List[Tuple[str, float]]) -> None:
+    def __init__(self, wall_time: float, step: int, version: Union[str, bytes], values: List[Tuple[Any, float]]) -> None:
         self.wall_time = wall_time
         self.step = step
-        self.version = version
-        self.values = values
+        # protobuf hands a string field that is not valid UTF-8 out as bytes (upb) rather than failing the message
+        self.version = version if isinstance(version, str) else version.decode("utf-8", "replace")
+        self.values = [pair for pair in values if isinstance(pair[0], str)]
+        self.bad_tags = len(values) - len(self.values)
 
 
 def decode(payload: bytes, mindspore: bool) -> Scalars:
@@ -119,7 +124,9 @@ def decode(payload: bytes, mindspore: bool) -> Scalars:
 def _tensor_scalar(tensor: Any) -> Optional[Union[int, float]]:
     """The value of a rank-0 numeric tensor (what `tf.summary.scalar` and the `scalars` plugin write), else None
     (strings, text, histograms, images: shapes or dtypes no scalar has)."""
-    if tensor.tensor_shape.dim and math.prod(dim.size for dim in tensor.tensor_shape.dim) != 1:
+    # every dim 1, not a product of them: a hostile shape of many huge dims would make that product a big integer
+    dims = tensor.tensor_shape.dim
+    if len(dims) > MAX_SCALAR_DIMS or any(dim.size != 1 for dim in dims):
         return None
     dtype = tensor.dtype
     for number in _vals(tensor, dtype):

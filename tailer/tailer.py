@@ -226,7 +226,7 @@ class Tailer:
                 parser=InterleavedParser(partial(SourceParser, self.formats, forced=forced, grace_s=self.config.grace_s,
                                                  source=source_id),  # named in a slow user regex's warning
                                          self.config.derived) if kind is None else
-                EventFileParser(kind or None),  # type: ignore[arg-type]
+                EventFileParser(kind or None, self.config.derived),  # type: ignore[arg-type]
             )
             source.said_format = forced.name if forced is not None else None
             source.run = run

@@ -203,7 +203,7 @@ def new_parser(formats: Sequence[Format], forced: Optional[Format], derived: Opt
     """A parser for `chain`: its event files' frames, or its lines (`forced`, `--format`, applies to text logs only;
     default: to any)."""
     if chain is not None and chain.events is not None:
-        return EventFileParser(chain.events or None)
+        return EventFileParser(chain.events or None, derived)
     forced = forced if chain is None or chain.text else None
     return InterleavedParser(lambda: SourceParser(formats, forced=forced), derived)
 
