@@ -5,18 +5,24 @@ the data, the masked CRC-32C of the data. `FrameSplitter` is the event-file twin
 the bytes of one file as they grow and hands out each complete frame whose checksums hold, with its offsets, so the
 follower, its rotation handling and the checkpoint (the offset of the next frame) work unchanged.
 
-- A torn tail (a frame whose bytes have not all arrived) waits, without an error, for more bytes.
+- A torn tail (a frame whose bytes have not all arrived) waits, without an error, for more bytes, unless a valid
+  frame starts inside the bytes it claims: then it was no frame (a length written as garbage, or a writer killed
+  mid-frame and relaunched) and counts as a bad one. So a header claiming bytes past the end of a finished file
+  hides nothing after it, while a live writer's half-written frame still waits.
 - A checksum that fails (the length's or the data's) is counted in `bad_frames`, and the reader looks for the
   first offset after the frame's first byte where a whole frame's length *and* data checksums both hold (a chance
   match of two CRC-32Cs is one in 2^64), counting the bytes passed over in `skipped_bytes`. Why not skip the bad
   frame by its length when the length's own checksum holds: the usual bad frame is a torn one (a writer killed
   mid-write) followed by what a relaunch appended, and its length then reaches into the good frames after it; the
-  search finds them all. It runs at C speed (`_resync`): megabytes of garbage or of NUL bytes (a crash's
-  zero-filled tail) are passed in milliseconds.
+  search finds them all. The search (`framescan.FrameScan`) checks every offset at once at a cost that does not
+  depend on the lengths claimed: garbage, zero-filled tails and crafted headers claiming a megabyte at every offset
+  all cost tens of milliseconds of CPU per MB (docs/performance.md). Checksums failing over more than a buffer's
+  worth of data route the buffer's longer frames through the same search.
 - A length beyond what protobuf allows a message (`MAX_EVENT_BYTES`) counts as a failed checksum: skipping it as a
   big frame would pass over everything a writer appends after it.
 - A frame longer than `max_frame_bytes` (an image, a histogram: never a scalar) is passed over without being read
-  into memory, counted in `big_frames`; memory stays bounded by that limit.
+  into memory, counted in `big_frames`; memory stays bounded by that limit. Its bytes are watched as they pass (the
+  last `max_frame_bytes` of them kept): a valid frame inside makes it a bad frame, read on from there.
 
 `is_event_file(path)` says whether a path is an event file, by its name or, when the name says nothing, by its
 first frame; it is the one place that decides it (discovery, the sidecar and `mstail parse` call it).
@@ -28,21 +34,26 @@ import os
 import re
 import struct
 from pathlib import Path
-from typing import List, NamedTuple, Optional, Tuple
+from typing import TYPE_CHECKING, List, NamedTuple, Optional, Tuple
 
 import google_crc32c
 
 from mstail.parsers.eventfile import MINDSPORE, TENSORBOARD
+
+if TYPE_CHECKING:
+    from .framescan import FrameScan
 
 #: The header: length (u64) and its masked CRC-32C (u32); the data's masked CRC-32C (u32) follows the data.
 _HEADER = struct.Struct("<QI")
 _FOOTER = struct.Struct("<I")
 HEADER_BYTES = _HEADER.size
 FOOTER_BYTES = _FOOTER.size
-_NO_HEADER = bytes(HEADER_BYTES)  # twelve zero bytes: the masked CRC of a zero length is not zero
 #: protobuf refuses a message of 2 GiB or more: a length beyond it (2^63, 4 GiB, with a checksum that holds by chance
 #: or by design) is no frame of an event, and is treated as a bad frame, never as a big one whose bytes are skipped
 MAX_EVENT_BYTES = (1 << 31) - 1
+#: frames this long or longer are checked by the `FrameScan` once checksums failing in one buffer added up to more
+#: than the buffer: each then costs the same whatever length it claims
+_SCAN_FROM = 4096
 
 #: TensorBoard's and tensorboardX's file names; MindSpore's SummaryRecord writes `..._MS` beside `..._lineage`
 #: (lineage records, no scalars) and `..._explain`.
@@ -88,6 +99,8 @@ class FrameSplitter:
         self._buffer_start = start  # file offset of _buffer[0]
         self._skip = 0  # bytes of a big frame still to pass over, not buffered
         self._lost = False  # looking for the next valid frame after a checksum failed
+        self._big_start = 0  # file offset of the big frame being passed over
+        self._watch = b""  # its last bytes passed (at most a frame's): where a valid frame may start
         self.next_number = first_number
         self.bad_frames = 0  # checksums that failed (each a place where the search for the next valid frame began)
         self.skipped_bytes = 0  # bytes passed over while looking for the next valid frame
@@ -107,91 +120,112 @@ class FrameSplitter:
     def feed(self, data: bytes, blocks: bool = False) -> List[Frame]:
         """The complete, valid frames `data` finishes, in order (`blocks` is the line splitter's option: no meaning
         here)."""
-        if self._skip:
-            taken = min(self._skip, len(data))
-            self._skip -= taken
-            self._buffer_start += taken
-            data = data[taken:]
-        self._buffer += data
         frames: List[Frame] = []
+        if self._skip:
+            data = self._pass_big(data)
+        self._buffer += data
+        while self._split(frames):
+            pass
+        return frames
+
+    def _split(self, frames: List[Frame]) -> bool:
+        """Take the buffer's frames into `frames`; True when a big frame turned out to hold valid frames and the
+        buffer is to be split again from the first of them."""
         # One immutable copy per feed: each slice of it is then a single copy (a bytearray slice would be two).
         buffer, pos, limit = bytes(self._buffer), 0, self.max_line_bytes
+        scan: Optional[FrameScan] = None  # built when first needed, then asked from later and later offsets
+        wasted = 0  # data checksummed in vain (frames whose data checksum failed)
+        big: Optional[bytes] = None  # what follows the first byte of a big frame met
         while len(buffer) - pos >= HEADER_BYTES:
             if self._lost:
-                pos = self._resync(pos)
+                scan = scan or _scan(buffer, limit)
+                pos = self._resync(scan, pos)
                 if self._lost:
                     break  # no valid frame starts in what there is: wait for more bytes
             length, length_crc = _HEADER.unpack_from(buffer, pos)
             if _masked_crc(buffer[pos:pos + 8]) != length_crc or length > MAX_EVENT_BYTES:
-                self.bad_frames += 1
-                self.skipped_bytes += 1
-                self._lost = True
-                pos += 1
+                pos = self._bad(pos, pos + 1)
                 continue
             end = pos + HEADER_BYTES + length + FOOTER_BYTES
-            if length > limit:
+            if length > limit:  # passed over as it comes, without holding it, watched for valid frames inside
                 self.big_frames += 1
-                if end > len(buffer):  # pass the rest over as it comes, without holding it
-                    self._skip = end - len(buffer)
-                    self._buffer_start += len(buffer)
-                    pos = len(buffer)
-                    break
-                pos = end
-                continue
+                self._skip, self._big_start, big = end - pos - 1, self._buffer_start + pos, buffer[pos + 1:]
+                pos = len(buffer)
+                break
             if end > len(buffer):
-                break  # a torn tail: the frame's bytes are still coming
-            payload = buffer[pos + HEADER_BYTES:end - FOOTER_BYTES]
-            if _masked_crc(payload) != _FOOTER.unpack_from(buffer, end - FOOTER_BYTES)[0]:
-                self.bad_frames += 1
-                self.skipped_bytes += 1
-                self._lost = True  # the next valid frame may start anywhere after this one's first byte
-                pos += 1
+                scan = scan or _scan(buffer, limit)
+                found = scan.first_valid(pos + 1)
+                if found is None:
+                    break  # a torn tail: the frame's bytes are still coming
+                pos = self._bad(pos, found, lost=False)  # frames start inside it: it claimed bytes it does not have
+                continue
+            if length >= _SCAN_FROM and wasted > len(buffer):  # crafted lengths: each checked at a constant cost
+                scan = scan or _scan(buffer, limit)
+                valid = scan.first_valid(pos) == pos
+            else:
+                valid = _masked_crc(buffer[pos + HEADER_BYTES:end - FOOTER_BYTES]) == _FOOTER.unpack_from(buffer, end - FOOTER_BYTES)[0]
+                wasted += 0 if valid else length
+            if not valid:
+                pos = self._bad(pos, pos + 1)  # the next valid frame may start anywhere after this one's first byte
                 continue
             start = self._buffer_start + pos
-            frames.append(Frame(payload, start, start + end - pos, self.next_number))
+            frames.append(Frame(buffer[pos + HEADER_BYTES:end - FOOTER_BYTES], start, start + end - pos, self.next_number))
             self.next_number += 1
             pos = end
-        if pos:
-            consumed = min(pos, len(buffer))
-            del self._buffer[:consumed]
-            if not self._skip:
-                self._buffer_start += consumed
-        return frames
+        del self._buffer[:pos]
+        self._buffer_start += pos
+        if big is None:
+            return False
+        self._buffer_start = self._big_start + 1
+        self._buffer = bytearray(self._pass_big(big))
+        return bool(self._buffer)
 
-    def _resync(self, pos: int) -> int:
-        """The first offset from `pos` where a whole frame's two checksums hold (clears `_lost`), else where the
-        search stopped for want of bytes; the bytes passed over are counted in `skipped_bytes`. The search runs at
-        C speed (`bytes.find`, `lstrip`) over what cannot be a header: a frame we take has a length of at most
-        `max_line_bytes`, so its length's high bytes are zero, and twelve zero bytes (a crash's zero-filled tail)
-        are never a header; the checksums are computed only where such zeros are."""
-        buffer, start = bytes(self._buffer), pos
-        high = 8 - (self.max_line_bytes.bit_length() + 7) // 8  # the length's bytes that are zero in any frame taken
-        zeros = b"\x00" * high
-        while len(buffer) - pos >= HEADER_BYTES:
-            if buffer[pos:pos + HEADER_BYTES] == _NO_HEADER:
-                first = len(buffer) - len(buffer[pos:].lstrip(b"\x00"))  # the first non-zero byte
-                pos = max(pos + 1, first - HEADER_BYTES + 1)  # a header may begin with zeros before it
-                continue
-            if high:
-                found = buffer.find(zeros, pos + 8 - high)
-                if found < 0:  # no candidate whose length is all here: the next one ends past what there is
-                    pos = max(pos, len(buffer) - 7)
-                    break
-                pos = found - (8 - high)
-                if len(buffer) - pos < HEADER_BYTES:
-                    break
-            length, length_crc = _HEADER.unpack_from(buffer, pos)
-            if length <= self.max_line_bytes and _masked_crc(buffer[pos:pos + 8]) == length_crc:
-                end = pos + HEADER_BYTES + length + FOOTER_BYTES
-                if end > len(buffer):
-                    break  # a candidate whose bytes are still coming: decided when they are here
-                payload = buffer[pos + HEADER_BYTES:end - FOOTER_BYTES]
-                if _masked_crc(payload) == _FOOTER.unpack_from(buffer, end - FOOTER_BYTES)[0]:
-                    self._lost = False
-                    break
-            pos += 1
-        self.skipped_bytes += pos - start
-        return pos
+    def _bad(self, pos: int, to: int, lost: bool = True) -> int:
+        """A frame at `pos` that is none: counted, its bytes up to `to` passed over (`lost`: and the next valid
+        frame looked for from there)."""
+        self.bad_frames += 1
+        self.skipped_bytes += to - pos
+        self._lost = lost
+        return to
+
+    def _resync(self, scan: FrameScan, pos: int) -> int:
+        """The first offset from `pos` where a whole valid frame starts (clears `_lost`); else the first where a
+        frame whose length checksum holds is still coming in, else the last bytes a header may start in: the bytes
+        passed over are counted in `skipped_bytes`. A frame claiming bytes past the buffer that has a valid frame
+        starting inside it is passed over."""
+        found = scan.first_valid(pos)
+        if found is not None:
+            self._lost = False
+        else:
+            found = scan.first_waiting(pos)
+            if found is None:
+                found = max(pos, len(scan.buffer) - HEADER_BYTES + 1)
+        self.skipped_bytes += found - pos
+        return found
+
+    def _pass_big(self, data: bytes) -> bytes:
+        """Pass over the big frame's bytes in `data`; what follows it, to be split. Its bytes are watched (the last
+        `max_line_bytes` of them kept): a valid frame starting inside it makes it a bad frame, and splitting goes on
+        from that frame (a length with a valid checksum written as garbage must not swallow what follows)."""
+        taken = data[:self._skip]
+        window = self._watch + taken
+        window_start = self._buffer_start - len(self._watch)
+        found = _scan(window, self.max_line_bytes).first_valid(0) if len(window) >= HEADER_BYTES + FOOTER_BYTES else None
+        if found is not None:
+            self.big_frames -= 1
+            self._bad(self._big_start, window_start + found, lost=False)
+            self._skip, self._watch, self._buffer_start = 0, b"", window_start + found
+            return window[found:] + data[len(taken):]
+        self._skip -= len(taken)
+        self._buffer_start += len(taken)
+        self._watch = window[-(self.max_line_bytes + HEADER_BYTES + FOOTER_BYTES):] if self._skip else b""
+        return data[len(taken):]
+
+
+def _scan(buffer: bytes, limit: int) -> "FrameScan":
+    from .framescan import FrameScan  # numpy: only once damage or a torn frame is met
+
+    return FrameScan(buffer, limit)
 
 
 def frame(payload: bytes) -> bytes:
