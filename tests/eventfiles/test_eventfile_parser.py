@@ -98,3 +98,22 @@ def test_a_step_with_thousands_of_tags_keeps_a_bounded_record() -> None:
     parser = EventFileParser()
     [(kind, record)] = parser.feed(payload, 1, 0.0) + parser.flush(0.0)
     assert kind == "record" and len(record) == MAX_KEYS + 1 and parser.counts["dropped_values"] == 3000 - (MAX_KEYS - 3)
+
+
+def test_records_and_amends_get_the_derived_series_as_a_text_log_s_do() -> None:
+    """Perplexity of the loss: on a record, and on the amend that brings a step's loss after its record went out
+    (a pass ended between the step's frames)."""
+    from mstail.parsers.derived import Derived
+    from mstail.parsers.eventschema import TensorBoardEvent
+
+    def event(step: int, tag: str, value: float) -> bytes:
+        e = TensorBoardEvent(wall_time=1700000000.0 + step, step=step)
+        scalar = e.summary.value.add()
+        scalar.tag, scalar.simple_value = tag, value
+        return e.SerializeToString()
+
+    parser = EventFileParser("tensorboard", Derived())
+    items = parser.feed(event(1, "loss", 2.0), 1, 0.0) + parser.feed(event(2, "learning-rate", 0.5), 2, 0.0)
+    items += parser.flush(0.0) + parser.feed(event(2, "loss", 1.0), 3, 0.0)  # step 2's loss after its record
+    assert [(kind, data.get("perplexity")) for kind, data in items] == [
+        ("record", pytest.approx(7.389056)), ("record", None), ("amend", pytest.approx(2.7182818))]
