@@ -121,7 +121,7 @@ class FrameSplitter:
         """The complete, valid frames `data` finishes, in order (`blocks` is the line splitter's option: no meaning
         here)."""
         frames: List[Frame] = []
-        if self._skip:
+        if self._skip and data:
             data = self._pass_big(data)
         self._buffer += data
         while self._split(frames):

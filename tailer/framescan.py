@@ -223,16 +223,21 @@ class FrameScan:
         offsets = np.flatnonzero(lengths <= self.limit)
         if not offsets.size:
             return
-        lengths = lengths[offsets].astype(np.int64)
-        offsets = offsets + lo
         if not _HEADER_TABLES:
             _HEADER_TABLES.append(_header_tables())
         tables, u8 = _HEADER_TABLES[0], self._u8
-        crc = np.full(offsets.size, _HEADER_ZERO, dtype=np.uint32)
-        for k in range(self._length_bytes):  # the bytes above are zero in a length of at most `limit`
-            crc ^= tables[k][u8[offsets + k]]
-        holds = masked(crc) == self._words[offsets + 8]
-        offsets, lengths = offsets[holds], lengths[holds]
+        crc = np.full(offsets.size if offsets.size * 16 < hi - lo else hi - lo, _HEADER_ZERO, dtype=np.uint32)
+        if crc.size < hi - lo:  # few candidates: their bytes gathered
+            for k in range(self._length_bytes):  # the bytes above are zero in a length of at most `limit`
+                crc ^= tables[k][u8[offsets + (lo + k)]]
+            holds = masked(crc) == self._words[offsets + (lo + 8)]
+        else:  # many (zeros, crafted headers): every offset of the window, with no index arrays
+            for k in range(self._length_bytes):
+                crc ^= tables[k][u8[lo + k:hi + k]]
+            holds = (masked(crc) == self._words[lo + 8:hi + 8])[offsets]
+        offsets = offsets[holds]
+        lengths = lengths[offsets].astype(np.int64)
+        offsets = offsets + lo
         ends = offsets + 12 + lengths + 4
         whole = ends <= len(self.buffer)
         self._waiting += offsets[~whole].tolist()
