@@ -114,6 +114,29 @@ def _header_tables() -> np.ndarray:
 
 _HEADER_TABLES: List[np.ndarray] = []
 _HEADER_ZERO = google_crc32c.value(bytes(8))
+#: lengths up to this have their masked checksums in a table (4 bytes each: 4 MiB for the default 1 MiB frame limit)
+_TABLED_LENGTHS = 1 << 22
+#: (limit, the masked checksum of each length up to it)
+_BY_LENGTH: List[tuple] = []
+
+
+def _header_checksums(limit: int, lengths: np.ndarray, u8: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """The masked checksum each of `lengths` (at most `limit`, stored at `offsets` of `u8`) should have."""
+    if not _HEADER_TABLES:
+        _HEADER_TABLES.append(_header_tables())
+    tables = _HEADER_TABLES[0]
+    if limit <= _TABLED_LENGTHS:
+        if not _BY_LENGTH or _BY_LENGTH[0][0] != limit:
+            every = np.arange(limit + 1, dtype=np.uint32)
+            crc = np.full(limit + 1, _HEADER_ZERO, dtype=np.uint32)
+            for k in range(3):
+                crc ^= tables[k][(every >> (8 * k)) & 0xFF]
+            _BY_LENGTH[:] = [(limit, masked(crc))]
+        return _BY_LENGTH[0][1][lengths]
+    crc = np.full(offsets.size, _HEADER_ZERO, dtype=np.uint32)
+    for k in range(max(1, (limit.bit_length() + 7) // 8)):  # the bytes above are zero in a length of at most `limit`
+        crc ^= tables[k][u8[offsets + k]]
+    return masked(crc)
 
 
 class _Prefix:
@@ -180,7 +203,6 @@ class FrameScan:
     def __init__(self, buffer: bytes, limit: int) -> None:
         self.buffer = buffer
         self.limit = limit
-        self._length_bytes = max(1, (limit.bit_length() + 7) // 8)
         size = len(buffer)
         self._last = size - 12  # the last offset a whole header fits at
         self._prefix = _Prefix(buffer)
@@ -223,18 +245,7 @@ class FrameScan:
         offsets = np.flatnonzero(lengths <= self.limit)
         if not offsets.size:
             return
-        if not _HEADER_TABLES:
-            _HEADER_TABLES.append(_header_tables())
-        tables, u8 = _HEADER_TABLES[0], self._u8
-        crc = np.full(offsets.size if offsets.size * 16 < hi - lo else hi - lo, _HEADER_ZERO, dtype=np.uint32)
-        if crc.size < hi - lo:  # few candidates: their bytes gathered
-            for k in range(self._length_bytes):  # the bytes above are zero in a length of at most `limit`
-                crc ^= tables[k][u8[offsets + (lo + k)]]
-            holds = masked(crc) == self._words[offsets + (lo + 8)]
-        else:  # many (zeros, crafted headers): every offset of the window, with no index arrays
-            for k in range(self._length_bytes):
-                crc ^= tables[k][u8[lo + k:hi + k]]
-            holds = (masked(crc) == self._words[lo + 8:hi + 8])[offsets]
+        holds = _header_checksums(self.limit, lengths[offsets], self._u8, offsets + lo) == self._words[offsets + (lo + 8)]
         offsets = offsets[holds]
         lengths = lengths[offsets].astype(np.int64)
         offsets = offsets + lo
