@@ -27,14 +27,20 @@ LIMIT = 600
 
 @st.composite
 def _events(draw: st.DrawFn) -> bytes:
-    """A TensorBoard Event's bytes: a step, a wall time, scalar values with tags of any bytes."""
+    """An Event's bytes (TensorBoard's and MindSpore's share the fields used): a step, any wall time, scalar values
+    with tags of any bytes (as `simple_value`, field 2, and as MindSpore's `scalar_value`, field 3), and a version
+    string of any bytes now and then."""
     step = draw(st.integers(-(1 << 63), (1 << 63) - 1))
+    wall_time = draw(st.floats(width=64))
+    scalar_field = draw(st.sampled_from([2, 3]))
     values = b"".join(
-        field(1, 2, field(1, 2, tag) + field(2, 5, struct.pack("<f", value)))
+        field(1, 2, field(1, 2, tag) + field(scalar_field, 5, struct.pack("<f", value)))
         for tag, value in draw(st.lists(st.tuples(st.one_of(st.sampled_from([b"loss", b"lr", b"loss vs samples"]),
                                                               st.binary(max_size=6)),
                                                     st.floats(width=32, allow_nan=True)), max_size=4)))
-    return field(1, 1, struct.pack("<d", 1700000000.0)) + field(2, 0, varint(step & ((1 << 64) - 1))) + field(5, 2, values)
+    version = field(3, 2, draw(st.binary(max_size=20))) if draw(st.integers(0, 9)) == 0 else b""
+    return (field(1, 1, struct.pack("<d", wall_time)) + field(2, 0, varint(step & ((1 << 64) - 1))) + version
+            + field(5, 2, values))
 
 
 @st.composite
@@ -85,7 +91,9 @@ def test_mstail_parse_of_any_event_files_or_folder_of_them_exits_cleanly(tmp_pat
     folder = tmp_path / f"runs{len(list(tmp_path.iterdir()))}"
     paths = []
     for index, data in enumerate(files):
-        path = folder / f"run{index}" / f"events.out.tfevents.{1700000000 + index}.host"
+        name = (f"events.out.tfevents.{1700000000 + index}.host", f"events.out.events.summary.{1700000000 + index}.host_MS",
+                f"noname{index}.bin")[index % 3]  # TensorBoard's name, MindSpore's, none (known by its first frame)
+        path = folder / f"run{index}" / name
         path.parent.mkdir(parents=True)
         path.write_bytes(data)
         paths.append(str(path))
