@@ -34,7 +34,7 @@ import os
 import re
 import struct
 from pathlib import Path
-from typing import TYPE_CHECKING, List, NamedTuple, Optional, Tuple
+from typing import TYPE_CHECKING, Any, List, NamedTuple, Optional, Tuple
 
 import google_crc32c
 
@@ -101,6 +101,7 @@ class FrameSplitter:
         self._lost = False  # looking for the next valid frame after a checksum failed
         self._big_start = 0  # file offset of the big frame being passed over
         self._watch = b""  # its last bytes passed (at most a frame's): where a valid frame may start
+        self._prefix: Any = None  # the frame search's registers of the buffer, kept while it waits for more bytes
         self.next_number = first_number
         self.bad_frames = 0  # checksums that failed (each a place where the search for the next valid frame began)
         self.skipped_bytes = 0  # bytes passed over while looking for the next valid frame
@@ -138,7 +139,7 @@ class FrameSplitter:
         big: Optional[bytes] = None  # what follows the first byte of a big frame met
         while len(buffer) - pos >= HEADER_BYTES:
             if self._lost:
-                scan = scan or _scan(buffer, limit)
+                scan = scan or _scan(buffer, limit, self._buffer_start, self._prefix)
                 pos = self._resync(scan, pos)
                 if self._lost:
                     break  # no valid frame starts in what there is: wait for more bytes
@@ -153,14 +154,14 @@ class FrameSplitter:
                 pos = len(buffer)
                 break
             if end > len(buffer):
-                scan = scan or _scan(buffer, limit)
+                scan = scan or _scan(buffer, limit, self._buffer_start, self._prefix)
                 found = scan.first_valid(pos + 1)
                 if found is None:
                     break  # a torn tail: the frame's bytes are still coming
                 pos = self._bad(pos, found, lost=False)  # frames start inside it: it claimed bytes it does not have
                 continue
             if length >= _SCAN_FROM and wasted > len(buffer):  # crafted lengths: each checked at a constant cost
-                scan = scan or _scan(buffer, limit)
+                scan = scan or _scan(buffer, limit, self._buffer_start, self._prefix)
                 valid = scan.first_valid(pos) == pos
             else:
                 valid = _masked_crc(buffer[pos + HEADER_BYTES:end - FOOTER_BYTES]) == _FOOTER.unpack_from(buffer, end - FOOTER_BYTES)[0]
@@ -174,6 +175,8 @@ class FrameSplitter:
             pos = end
         del self._buffer[:pos]
         self._buffer_start += pos
+        # registers of what waits for more bytes (claims past them) are kept for the next feed, not computed again
+        self._prefix = scan.prefix if scan is not None and self._buffer and big is None else None
         if big is None:
             return False
         self._buffer_start = self._big_start + 1
@@ -222,10 +225,10 @@ class FrameSplitter:
         return data[len(taken):]
 
 
-def _scan(buffer: bytes, limit: int) -> "FrameScan":
+def _scan(buffer: bytes, limit: int, base: int = 0, prefix: Any = None) -> "FrameScan":
     from .framescan import FrameScan  # numpy: only once damage or a torn frame is met
 
-    return FrameScan(buffer, limit)
+    return FrameScan(buffer, limit, base, prefix)
 
 
 def frame(payload: bytes) -> bytes:

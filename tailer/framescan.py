@@ -140,38 +140,61 @@ def _header_checksums(limit: int, lengths: np.ndarray, u8: np.ndarray, offsets: 
 
 
 class _Prefix:
-    """Prefix registers of a buffer (the register after its first q bytes, CRC-32C's initial value in), at any
-    offsets asked, computed for the blocks asked about and kept: block starts by `google_crc32c` (C speed), the
-    even offsets within blocks for all blocks at once, two bytes of each block a step; an odd offset is one byte
-    more."""
+    """Prefix registers of a file's bytes (the register after the bytes from `origin` to an offset, CRC-32C's initial
+    value in at `origin`), at any file offsets asked, computed for the blocks asked about and kept: block starts by
+    `google_crc32c` (C speed), the even offsets within blocks for all blocks at once, two bytes of each block a step;
+    an odd offset is one byte more. Kept from one buffer of the file to the next (`attach`): a stretch that waits for
+    more bytes (claims reaching past them) is not computed again each time they grow."""
 
-    def __init__(self, buffer: bytes) -> None:
-        self.buffer = buffer
+    def __init__(self, origin: int) -> None:
+        self.origin = origin
+        self.first = self.end = 0  # blocks [first, end) known; block k: the file's bytes from origin + k * _BLOCK
+        self.whole = 0  # blocks whose bytes were all there (the one after may be known with bytes missing)
+        self.inner = np.empty((_BLOCK // 2, 0), dtype=np.uint32)  # [i, k]: the register at byte 2i of block first + k
+        self._carry = 0  # the CRC at block `end`'s start
+
+    def attach(self, buffer: bytes, base: int) -> "_Prefix":
+        """Use with `buffer`, the file's bytes from offset `base` on (the same file's, from no earlier than the last
+        buffer's start): the blocks known from base's on are kept, from the first one whose bytes were not all there
+        computed again; anything else, and all is computed from `base`."""
+        keep = (base - self.origin) // _BLOCK
+        if self.end > self.first and self.first <= keep < self.whole and self.origin + self.whole * _BLOCK >= base:
+            if self.whole < self.end:
+                self._carry = int(self.inner[0, self.whole - self.first]) ^ _INIT
+            self.inner = self.inner[:, keep - self.first:self.whole - self.first]
+            self.first, self.end = keep, self.whole
+        else:
+            self.__init__(base)  # type: ignore[misc]
+        self.buffer, self.base = buffer, base
         self.bytes = np.frombuffer(buffer, dtype=np.uint8)
-        self.first = self.end = 0  # blocks [first, end) known
-        self.inner = np.empty((_BLOCK // 2, 0), dtype=np.uint32)  # [i, k]: the register at byte 2i of block k
+        return self
 
     def at(self, offsets: np.ndarray) -> np.ndarray:
+        """The registers at these file offsets (each at least 1 past the buffer's start)."""
         if not offsets.size:
             return np.empty(0, dtype=np.uint32)
-        blocks = offsets // _BLOCK
+        relative = offsets - self.origin
+        blocks = relative // _BLOCK
         self._cover(int(blocks.min()), int(blocks.max()) + 1)
-        registers = self.inner[(offsets % _BLOCK) >> 1, blocks - self.first]
-        odd = np.flatnonzero(offsets & 1)  # one byte more than the even offset before it
+        registers = self.inner[(relative % _BLOCK) >> 1, blocks - self.first]
+        odd = np.flatnonzero(relative & 1)  # one byte more than the even offset before it
         register = registers[odd]
-        registers[odd] = (register >> 8) ^ _TABLE[(register ^ self.bytes[offsets[odd] - 1]) & 0xFF]
+        registers[odd] = (register >> 8) ^ _TABLE[(register ^ self.bytes[offsets[odd] - 1 - self.base]) & 0xFF]
         return registers
 
     def _cover(self, first: int, end: int) -> None:
         if first < self.first or self.end == self.first:
             self.first = self.end = first
             self.inner = np.empty((_BLOCK // 2, 0), dtype=np.uint32)
+            skip = self.origin - self.base  # origin is base unless blocks were kept, and then none is empty
+            self._carry = google_crc32c.value(self.buffer[skip:skip + first * _BLOCK])
         if end <= self.end:
             return
-        total_blocks = len(self.buffer) // _BLOCK + 1
-        end = min(total_blocks, max(end, self.end + max(self.end - self.first, _MIN_PREFIX // _BLOCK)))
-        data = self.buffer[self.end * _BLOCK:end * _BLOCK]
-        crc = google_crc32c.value(self.buffer[:self.end * _BLOCK]) if self.end == self.first else self._carry
+        size = self.base + len(self.buffer) - self.origin  # bytes from origin to the buffer's end
+        end = min(size // _BLOCK + 1, max(end, self.end + max(self.end - self.first, _MIN_PREFIX // _BLOCK)))
+        start = self.origin + self.end * _BLOCK - self.base
+        data = self.buffer[start:start + (end - self.end) * _BLOCK]
+        crc = self._carry
         starts = np.empty(end - self.end, dtype=np.uint32)
         for index in range(end - self.end):
             starts[index] = crc ^ _INIT
@@ -195,17 +218,20 @@ class _Prefix:
             np.bitwise_xor(inner[i + 1], looked_up, out=inner[i + 1])
         self.inner = np.concatenate([self.inner, inner], axis=1)
         self.end = end
+        self.whole = min(end, size // _BLOCK)
 
 
 class FrameScan:
     """The offsets of one buffer where frames start (see the module's doc). `limit`: the longest frame data taken."""
 
-    def __init__(self, buffer: bytes, limit: int) -> None:
+    def __init__(self, buffer: bytes, limit: int, base: int = 0, prefix: Optional[_Prefix] = None) -> None:
+        """`base`: the file offset of the buffer's start; `prefix`: the registers kept from the file's last buffer."""
         self.buffer = buffer
         self.limit = limit
+        self.base = base
         size = len(buffer)
         self._last = size - 12  # the last offset a whole header fits at
-        self._prefix = _Prefix(buffer)
+        self.prefix = (prefix or _Prefix(base)).attach(buffer, base)
         self._lo = self._hi = 0  # offsets [lo, hi) classified
         self._valid: List[int] = []  # the offsets found in [lo, hi), in order
         self._waiting: List[int] = []
@@ -256,7 +282,7 @@ class FrameScan:
         if offsets.size:
             a = offsets + 12
             b = a + lengths
-            before, after = self._prefix.at(a), self._prefix.at(b)
+            before, after = self.prefix.at(a + self.base), self.prefix.at(b + self.base)
             crc = shift(before ^ _INIT, lengths.astype(np.uint64)) ^ after ^ _INIT
             offsets = offsets[masked(crc) == self._words[b]]
         self._valid += offsets.tolist()
