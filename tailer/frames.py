@@ -164,13 +164,15 @@ class FrameSplitter:
                 scan = scan or _scan(buffer, limit, self._buffer_start, self._prefix)
                 valid = scan.first_valid(pos) == pos
             else:
-                valid = _masked_crc(buffer[pos + HEADER_BYTES:end - FOOTER_BYTES]) == _FOOTER.unpack_from(buffer, end - FOOTER_BYTES)[0]
+                data_crc = _FOOTER.unpack_from(buffer, end - FOOTER_BYTES)[0]
+                valid = _masked_crc(buffer[pos + HEADER_BYTES:end - FOOTER_BYTES]) == data_crc
                 wasted += 0 if valid else length
             if not valid:
                 pos = self._bad(pos, pos + 1)  # the next valid frame may start anywhere after this one's first byte
                 continue
             start = self._buffer_start + pos
-            frames.append(Frame(buffer[pos + HEADER_BYTES:end - FOOTER_BYTES], start, start + end - pos, self.next_number))
+            payload = buffer[pos + HEADER_BYTES:end - FOOTER_BYTES]
+            frames.append(Frame(payload, start, start + end - pos, self.next_number))
             self.next_number += 1
             pos = end
         del self._buffer[:pos]
@@ -213,7 +215,9 @@ class FrameSplitter:
         taken = data[:self._skip]
         window = self._watch + taken
         window_start = self._buffer_start - len(self._watch)
-        found = _scan(window, self.max_line_bytes).first_valid(0) if len(window) >= HEADER_BYTES + FOOTER_BYTES else None
+        found = None
+        if len(window) >= HEADER_BYTES + FOOTER_BYTES:
+            found = _scan(window, self.max_line_bytes).first_valid(0)
         if found is not None:
             self.big_frames -= 1
             self._bad(self._big_start, window_start + found, lost=False)

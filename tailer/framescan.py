@@ -9,7 +9,8 @@ linear over GF(2): the CRC of bytes [a, b) is the prefix register at b xor the r
 bytes, and advancing over n zero bytes is a table look-up per byte of n), so each candidate costs the same whatever
 it claims, and the candidates of a stretch are all checked in a handful of array operations.
 
-`FrameScan(buffer, limit)` answers for one buffer (the splitter's, during one `feed`): `first_valid(start)`, the
+`FrameScan(buffer, limit, base, prefix)` answers for one buffer (the splitter's, during one `feed`; `base` its file
+offset, `prefix` the registers kept from the file's last buffer while it waited for more bytes): `first_valid(start)`, the
 first offset from `start` where a whole frame of at most `limit` bytes has both checksums holding, and
 `first_waiting(start)`, the first offset where a frame's length checksum holds but its bytes run past the buffer.
 Offsets are classified in windows that grow as the queries (always from a later offset) move on, so a buffer costs
@@ -203,7 +204,8 @@ class _Prefix:
         count = end - self.end
         rows = np.zeros(count * _BLOCK, dtype=np.uint8)
         rows[:len(data)] = np.frombuffer(data, dtype=np.uint8)
-        columns = np.ascontiguousarray(rows.view("<u2").reshape(count, _BLOCK // 2).T)  # [i]: bytes 2i, 2i+1 of each block
+        # [i]: bytes 2i and 2i + 1 of each block, contiguous
+        columns = np.ascontiguousarray(rows.view("<u2").reshape(count, _BLOCK // 2).T)
         if not _PAIRS:
             _PAIRS.append(_pair_table())
         pairs = _PAIRS[0]
@@ -271,7 +273,8 @@ class FrameScan:
         offsets = np.flatnonzero(lengths <= self.limit)
         if not offsets.size:
             return
-        holds = _header_checksums(self.limit, lengths[offsets], self._u8, offsets + lo) == self._words[offsets + (lo + 8)]
+        expected = _header_checksums(self.limit, lengths[offsets], self._u8, offsets + lo)
+        holds = expected == self._words[offsets + (lo + 8)]
         offsets = offsets[holds]
         lengths = lengths[offsets].astype(np.int64)
         offsets = offsets + lo
