@@ -9,9 +9,9 @@ linear over GF(2): the CRC of bytes [a, b) is the prefix register at b xor the r
 bytes, and advancing over n zero bytes is a table look-up per byte of n), so each candidate costs the same whatever
 it claims, and the candidates of a stretch are all checked in a handful of array operations.
 
-`FrameScan(buffer, limit, base, prefix)` answers for one buffer (the splitter's, during one `feed`; `base` its file
-offset, `prefix` the registers kept from the file's last buffer while it waited for more bytes): `first_valid(start)`, the
-first offset from `start` where a whole frame of at most `limit` bytes has both checksums holding, and
+`FrameScan(buffer, limit, base, prefix)` answers for one buffer (the splitter's, during one `feed`; `base` its
+file offset, `prefix` the registers kept from the file's last buffer while it waited for more bytes):
+`first_valid(start)`, the first offset from `start` where a whole frame of at most `limit` bytes has both checksums holding, and
 `first_waiting(start)`, the first offset where a frame's length checksum holds but its bytes run past the buffer.
 Offsets are classified in windows that grow as the queries (always from a later offset) move on, so a buffer costs
 one pass however many times it is asked.
