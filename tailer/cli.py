@@ -85,6 +85,7 @@ def _serve(args: argparse.Namespace) -> int:
             raise UsageError(f"{given} is a folder: follow the runs below it with `mstail {given}` (before any --log) "
                              f"or --logdir {given}, or give the logs in it, e.g. --log '{given}/*.log'")
     config = _config(args, logs=_flat(args.log), jsonl=_flat(args.jsonl), format=args.format, logdirs=folders)
+    config = dataclasses.replace(config, follow_symlinks=args.follow_symlinks)
     if not config.logs and not config.jsonl and not config.logdirs:
         raise UsageError("nothing to follow: give a folder of runs (mstail DIR), or --log PATH (a file or a quoted "
                          "glob such as 'output/log/rank_*/info.log')")
@@ -124,7 +125,7 @@ def _parse(args: argparse.Namespace) -> int:
     forced = format_table(formats)[args.format] if args.format else None
     try:
         with _sigterm_as_exit():
-            groups = chains(args.logs)
+            groups = chains(args.logs, formats, forced, args.follow_symlinks)
             # -o is checked against every file read (rotated backups too) before it is opened; it is written to a
             # temporary file renamed over OUT at the end, so an error, Ctrl-C or SIGTERM leaves no partial OUT.
             with output(args.output, inputs=[path for group in groups for path in group.files]) as out:
@@ -437,6 +438,8 @@ def _build_parser() -> argparse.ArgumentParser:
     serve_p.add_argument("--jsonl", action="append", nargs="+", metavar="PATH", help="JSONL files written by "
                          "mstail.callback (repeatable)")
     serve_p.add_argument("--format", metavar="NAME", help="use this format for every --log file instead of detecting it")
+    serve_p.add_argument("--follow-symlinks", action="store_true", help="below a folder of runs, also open links "
+                         "whose real path leaves the folder (default: said once, not opened)")
     server_options(serve_p)
     serve_p.set_defaults(run=_serve)
 
@@ -446,6 +449,8 @@ def _build_parser() -> argparse.ArgumentParser:
                                   "its run and rank. A summary goes to stderr.")
     parse_p.add_argument("logs", nargs="+", metavar="LOG", help="log files, globs or folders of runs")
     parse_p.add_argument("--format", metavar="NAME", help="format name (default: detect per file)")
+    parse_p.add_argument("--follow-symlinks", action="store_true", help="below a folder of runs, also read links "
+                         "whose real path leaves the folder (default: said once, not read)")
     parse_p.add_argument("--to", choices=("jsonl", "csv"), default="jsonl", help="output format (default: jsonl)")
     parse_p.add_argument("-o", "--output", metavar="OUT", help="output file, replaced only once the parse has "
                          "succeeded; never one of the LOGs (default: stdout)")

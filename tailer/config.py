@@ -29,6 +29,8 @@ class Config:
         jsonl: paths or globs of JSONL files written by `mstail.callback` (read with the `jsonl` format).
         logdirs: folders of runs (`mstail DIR`, `--logdir DIR`): the run files below each, found again as runs
             appear (`mstail.tailer.runs`); each must exist when mstail starts. Default none.
+        follow_symlinks: below `logdirs`, open links whose real path leaves the folder (`--follow-symlinks`); False
+            (default): such a link is said once and not opened. `logs` files named explicitly are opened anyway.
         format: a format name to use for every `logs` file (and text log in `logdirs`) instead of auto-detection;
             None = detect per file.
         format_files: extra format TOML files (`--formats`), tried before the built-ins. The formats they
@@ -78,6 +80,7 @@ class Config:
     logs: Tuple[str, ...] = ()
     jsonl: Tuple[str, ...] = ()
     logdirs: Tuple[str, ...] = ()
+    follow_symlinks: bool = False
     format: Optional[str] = None
     format_files: Tuple[str, ...] = ()
     patterns: Tuple[str, ...] = ()

@@ -36,7 +36,8 @@ from .alerts import AlertEngine
 from .catchup import BULK_MIN_BYTES, CatchUp, children_allowed, eligible, left_to_read
 from .checkpoint import SourceCheckpoint
 from .config import Config
-from .discovery import PatternFilter, SourceNamer, WatchRoots, expand, glob_free_prefix, visible
+from .discovery import (PatternFilter, SourceNamer, WatchRoots, expand, glob_free_prefix, has_glob, nearest_file,
+                        visible)
 from .eventfollow import EventFilesFollower
 from .frames import event_source
 from .follower import FileFollower
@@ -45,7 +46,7 @@ from .lines import Block
 from .netfs import MOUNTINFO, existing_ancestor, network_fs, parse_mountinfo
 from .notices import Notices
 from .planner import QUIET_S, Pacer, Plan, Planner
-from .runs import NOTHING_YET, RunFinder
+from .runs import HEADS_TIME_S, NOTHING_YET, RunFinder
 from .store import Store
 from .watch import Changes, watch_directories
 from .writers import writers_of
@@ -124,6 +125,7 @@ class _Source:
     prepared: bool = False  # this pass's items come from a catch-up child, as the store keeps them (`store.prepare`)
     no_child: bool = False  # a catch-up child of this source ended early: the passes read the rest (no fork loop)
     history_turn: int = 0  # the pass that last read its history: the longest ago go first (`_read_pass`)
+    missing: Optional[str] = None  # a `--log` file still absent MISSING_AFTER_S after the start: said on its card
 
 
 class Tailer:
@@ -162,7 +164,8 @@ class Tailer:
         self._event_files: Set[Path] = set()  # event files whose file events wake their folder's source
         self._saved: Dict[Path, SourceCheckpoint] = {}  # checkpoints from the state, by path, until rediscovered
         self._followed: Set[str] = set()  # the paths (as `expand` names them) of the files followed, but event files
-        self._runs = RunFinder(config.logdirs)  # the run files below `mstail DIR` folders
+        self._runs = RunFinder(config.logdirs, self.formats, self._forced, config.follow_symlinks,  # below `mstail DIR`
+                               heads_time_s=HEADS_TIME_S)
         self._said_empty: Set[Path] = set()  # folders said to have no run below them yet
         wanted = PatternFilter(p for p, _ in self._patterns)
         self._watch_roots = WatchRoots(p for p, _ in self._patterns)
@@ -631,6 +634,7 @@ class Tailer:
                 counts = counts or {**source.follower.counters, **parser.counts}
                 info.counters = {**counts, "failures": source.failures}
                 info.problem = source.follower.problem or (
+                    source.missing if source.follower.state == "waiting" else None) or (
                     _hint(source.follower.path, parser.counts)
                     if parser.format is None and parser.counts["unmatched_metric_lines"] else None) or (
                     GUESSED_STEPS if parser.meta.get("steps_per_epoch") == "guessed" else None) or (
@@ -765,7 +769,7 @@ class Tailer:
                                  "lines of the others are parsed as the file's own source")
             if not fmt and parser.counts["unmatched_metric_lines"]:
                 self.notices.say((source.id, "no format"), f"{source.id}: {_hint(path, parser.counts)}", logging.INFO)
-        self._report_missing_folders()
+        self._report_missing()
         error = self.store.db.write_error
         if error != self._write_error:
             if error is not None:
@@ -775,17 +779,28 @@ class Tailer:
                 log.warning("the history is written again; nothing was lost")
             self._write_error = error
 
-    def _report_missing_folders(self) -> None:
-        """Once per pattern, MISSING_AFTER_S after the start: a pattern that names no file, because its folder
-        does not exist, is most often a typo; name the nearest folder that does exist."""
+    def _report_missing(self) -> None:
+        """Once per pattern, MISSING_AFTER_S after the start: a pattern that names no file is most often a typo. Its
+        folder does not exist: name the nearest folder that does. A file named alone is absent from a folder that
+        exists: name the nearest file there, on stderr and on its source's card (`_Source.missing`)."""
         if self._missing_checked or time.monotonic() - self.started < MISSING_AFTER_S:
             return
         self._missing_checked = True
         for pattern, _ in self._patterns:
-            folder = glob_free_prefix(Path(pattern).expanduser().parent)
-            if not folder.is_dir() and not expand(pattern):
+            path = Path(pattern).expanduser()
+            folder = glob_free_prefix(path.parent)
+            if not folder.is_dir():
                 log.warning("nothing at %s yet: %s does not exist (the nearest existing folder is %s); waiting",
                             pattern, folder, existing_ancestor(pattern))
+                continue
+            source = self._sources.get(path.absolute())
+            if has_glob(str(path)) or source is None or source.follower.state != "waiting" or path.exists():
+                continue
+            nearest = nearest_file(path)
+            source.missing = f"no file {path.name} in {folder} after {MISSING_AFTER_S:g} s" + (
+                f"; the nearest there is {nearest}" if nearest else f"; {folder} holds no file")
+            log.warning("nothing at %s yet: %s; waiting", visible(pattern), visible(source.missing))
+            self._planner.pending.add(source)  # its card says so with the next pass
 
     @staticmethod
     def _history(source: _Source, item: Item) -> bool:

@@ -71,8 +71,10 @@ def _log_files(pattern: str) -> List[Path]:
     raise InputError(f"{path} is {kind}, not a log file: mstail parse reads regular files and folders of runs only")
 
 
-def chains(inputs: Sequence[str]) -> List[Chain]:
-    """Group the given paths/globs into rotated chains, and the run files below given folders (`runs`) into chains
+def chains(inputs: Sequence[str], formats: Sequence[Format] = (), forced: Optional[Format] = None,
+           follow_symlinks: bool = False) -> List[Chain]:
+    """Group the given paths/globs into rotated chains, and the run files below given folders (`runs`; text logs
+    named by no convention when `formats` recognise them, links out of a folder with `follow_symlinks`) into chains
     named by run and rank; missing inputs raise FileNotFoundError, a path that is neither a regular file nor a
     folder (FIFO, device) InputError, a folder with no run file in it InputError."""
     paths: List[Path] = []
@@ -107,7 +109,8 @@ def chains(inputs: Sequence[str]) -> List[Chain]:
         files = rotated_backups(path) + [path] if not rotated else [path]
         out.append(Chain(source=namer.name(path, paths), files=files))
     for folder in folders:
-        found_below = [f for f in RunFinder([folder]).find() if f.path.absolute() not in seen]
+        finder = RunFinder([folder], formats, forced, follow_symlinks)
+        found_below = [f for f in finder.find() if f.path.absolute() not in seen]
         if not found_below:
             raise InputError(f"no run files below {folder} (looked for {NOTHING_YET})")
         for run_file in found_below:
