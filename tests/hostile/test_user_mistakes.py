@@ -3,7 +3,7 @@ that is no port, a FIFO or a device as a log, an unquoted glob, a wildcard CORS 
 the middle of a parse or a demo. Each case: one line on stderr starting `mstail: `, exit 2 (130/143 for a signal),
 no traceback, no log destroyed, no partial output, nothing left behind. Also: CSV cells are no formulas (the
 offline writer and the page's export, the latter run under node), `--explain` copies no terminal escapes, the
-state folder and files are the user's alone."""
+state folder and files are the user's alone, a mistyped --log file or folder is named with the nearest that exists."""
 
 from __future__ import annotations
 
@@ -387,3 +387,27 @@ def test_two_paths_after_one_log_option(tmp_path: Path, mstail_server) -> None: 
     b.write_text(loss_lines(1, 3))
     server = mstail_server(args=["--log", str(a), str(b)])
     assert "(following 2 files)" in server.stdout_path.read_text()
+
+
+# -- 11. a mistyped --log file or folder: named after 10 s, with what exists nearest ---------------------------------
+@pytest.mark.timeout(90)
+def test_a_mistyped_log_is_named_with_the_nearest_file_or_folder(tmp_path: Path, mstail_server) -> None:  # type: ignore[no-untyped-def]
+    folder = tmp_path / "output" / "log" / "rank_0"
+    folder.mkdir(parents=True)
+    (folder / "info.log").write_text(loss_lines(1, 5))
+    (folder / "error.log").write_text("")
+    typo, lost = folder / "inf.log", tmp_path / "outptu" / "log" / "rank_0" / "info.log"
+    server = mstail_server(typo, lost)
+    missing = f"no file inf.log in {folder} after 10 s; the nearest there is info.log"
+
+    def problem() -> Any:
+        return next(s["problem"] for s in server.get_json("/api/sources") if s["path"] == str(typo))
+
+    wait_until(lambda: problem() == missing, 30, interval=0.2, message="the card naming the nearest file")
+    time.sleep(1.5)  # more passes: said once
+    assert server.stderr.count(f"nothing at {typo} yet: {missing}; waiting") == 1, server.stderr
+    assert server.stderr.count(f"nothing at {lost} yet: {lost.parent} does not exist (the nearest existing "
+                               f"folder is {tmp_path})") == 1, server.stderr
+    typo.write_text(loss_lines(1, 3))  # the file comes after all: followed, and the card's problem goes
+    server.wait_records(3)
+    wait_until(lambda: problem() is None, 10, message="the problem gone once the file is there")
