@@ -39,6 +39,11 @@ def visible(text: str) -> str:
     return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace").translate(_ESCAPES)
 
 
+def within(path: str, folder: str) -> bool:
+    """Whether `path` is `folder` or below it (both real paths: links resolved)."""
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
 def has_glob(pattern: str) -> bool:
     return bool(_GLOB_CHARS.search(pattern))
 

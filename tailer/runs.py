@@ -36,7 +36,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
 from mstail.parsers import Format, SourceParser
 from mstail.parsers.interleave import InterleavedParser
 
-from .discovery import ROTATED, visible
+from .discovery import ROTATED, visible, within
 from .frames import event_file_kind
 from .lines import LineSplitter
 
@@ -94,12 +94,16 @@ _MSTAIL_OUTPUT = re.compile(rb'^(?:\{"source":|source,step,|mstail: )')
 @dataclass(frozen=True)
 class RunFile:
     """A file found below a folder: its kind (`text`, `jsonl`, `events`), its run's name, and the names it may
-    take as a source, best first (`exp1/rank_3`, then with its layout folders, then its whole path in the run)."""
+    take as a source, best first (`exp1/rank_3`, then with its layout folders, then its whole path in the run), and
+    the folder its files must stay in."""
 
     path: Path
     kind: str
     run: str
     names: Tuple[str, ...]
+    #: the real path of the folder given, which the files read for it must stay in (`FileFollower.confine`); None
+    #: with `follow_symlinks`
+    confine: Optional[str] = None
 
 
 class FolderError(Exception):
@@ -190,10 +194,6 @@ class _HeadJudge:
                                       or time.monotonic() - known[3] < RECHECK_S)
 
 
-def _within(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
-
-
 def _callback_jsonl(path: Path) -> Optional[bool]:
     """Whether a `.jsonl` file holds mstail.callback records: its first line is a JSON object with a `step` or a
     `kind`. None while it has no whole first line yet (a run just started: asked again at the next walk)."""
@@ -217,7 +217,8 @@ def _entry_name(entry: "os.DirEntry[str]") -> str:
     return entry.name
 
 
-def _run_file(root: Path, label: str, path: Path, parts: Tuple[str, ...], kind: str) -> RunFile:
+def _run_file(root: Path, label: str, path: Path, parts: Tuple[str, ...], kind: str,
+              confine: Optional[str]) -> RunFile:
     """Name a file below `root` (its `parts` there) by its run and rank (see the module's docstring)."""
     folders, name = list(parts[:-1]), parts[-1]
     if _RANK_DIR.match(path.parent.name):
@@ -233,7 +234,8 @@ def _run_file(root: Path, label: str, path: Path, parts: Tuple[str, ...], kind: 
     run = "/".join(folders) or label
     tail = [rank] if rank else []
     names = ["/".join([run, *tail]), "/".join([run, *layout, *tail]), "/".join([run, *parts[len(folders):]])]
-    return RunFile(path=path, kind=kind, run=visible(run), names=tuple(dict.fromkeys(map(visible, names))))
+    return RunFile(path=path, kind=kind, run=visible(run), names=tuple(dict.fromkeys(map(visible, names))),
+                   confine=confine)
 
 
 def _root_labels(roots: Sequence[Path]) -> List[str]:
@@ -306,6 +308,7 @@ class RunFinder:
             self._judge.start_walk()
         for root, label in zip(self.roots, self._labels):
             before = len(found)
+            confine = None if self.follow_symlinks else os.path.realpath(root)
             event_folders: Set[Tuple[str, ...]] = set()
             for parts, kind in self._walk(root, budget):
                 if len(found) >= self.max_files:
@@ -317,7 +320,7 @@ class RunFinder:
                     continue  # (a folder of event files is one source: each writer's new file continues it)
                 if kind == "events":
                     event_folders.add(parts[:-1])
-                found.append(_run_file(root, label, path, parts, kind))
+                found.append(_run_file(root, label, path, parts, kind, confine))
             if len(found) == before:
                 self.empty.append(root)
         self._say_unrecognised()
@@ -372,7 +375,7 @@ class RunFinder:
         if self.follow_symlinks or not entry.is_symlink():
             return False
         target = os.path.realpath(entry.path)
-        if _within(target, real_root):
+        if within(target, real_root):
             return False
         self._say("outside", entry.path, f"{visible(entry.path)} is a link to {visible(target)}, outside "
                   f"{visible(real_root)}: not opened (--follow-symlinks opens such links)")

@@ -167,6 +167,7 @@ class Tailer:
         self._runs = RunFinder(config.logdirs, self.formats, self._forced, config.follow_symlinks,  # below `mstail DIR`
                                heads_time_s=HEADS_TIME_S)
         self._said_empty: Set[Path] = set()  # folders said to have no run below them yet
+        self._confine: Dict[Path, str] = {}  # key -> the real folder a new run file's reads must stay in, until made
         wanted = PatternFilter(p for p, _ in self._patterns)
         self._watch_roots = WatchRoots(p for p, _ in self._patterns)
         self._planner: Planner[_Source] = Planner(lambda path: wanted(path) or self._runs.may_name(path))
@@ -233,6 +234,7 @@ class Tailer:
             )
             source.said_format = forced.name if forced is not None else None
             source.run = run
+            source.follower.confine = self._confine.pop(key, None)
             saved = self._saved.pop(Path(visible(str(key))), None)  # kept by its visible path
             if saved is not None:
                 self._restore(source, saved)
@@ -266,6 +268,8 @@ class Tailer:
             if key in self._sources or key in taken:
                 continue
             taken.add(key)
+            if run_file.confine is not None:
+                self._confine[key] = run_file.confine
             forced = self._jsonl if run_file.kind == "jsonl" else self._forced if run_file.kind == "text" else None
             # claimed by `path` (a folder of event files: the folder, as the history keeps it), so a restart adopts it
             new.append((key, path, forced, self._namer.claim(path, run_file.names), run_file.run))

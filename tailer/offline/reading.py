@@ -22,7 +22,7 @@ from mstail.parsers.eventfile import EventFileParser
 from mstail.parsers.interleave import InterleavedParser
 from mstail.parsers.record import PART_KEY, dumps_owned, ordered
 
-from ..discovery import ROTATED, SourceNamer, expand, has_glob, rotated_backups
+from ..discovery import ROTATED, SourceNamer, expand, has_glob, rotated_backups, within
 from ..frames import FrameSplitter, event_files_in, event_source
 from ..runs import NOTHING_YET, RunFinder
 from ..lines import Block, Line, LineSplitter
@@ -121,8 +121,9 @@ def chains(inputs: Sequence[str], formats: Sequence[Format] = (), forced: Option
                 files = event_files_in(stands_for) if kind else [run_file.path]
                 out.append(Chain(source=name, files=files, text=False, events=kind))
                 continue
-            out.append(Chain(source=name, files=rotated_backups(run_file.path) + [run_file.path],
-                             text=run_file.kind == "text"))
+            backups = [backup for backup in rotated_backups(run_file.path)  # (none linked out of the folder)
+                       if run_file.confine is None or within(os.path.realpath(backup), run_file.confine)]
+            out.append(Chain(source=name, files=backups + [run_file.path], text=run_file.kind == "text"))
     return out
 
 

@@ -105,7 +105,8 @@ def _served(server: Any) -> str:
 
 def test_links_out_of_a_followed_folder_are_not_opened(mstail_server: Any, tmp_path: Path, wait_until: Any) -> None:
     """A shared job folder holding links to files elsewhere on the machine (a rank's log, a run folder, a text log
-    found by what it holds): `mstail DIR` names each once and opens none, unless --follow-symlinks."""
+    found by what it holds, a followed log swapped for one): `mstail DIR` names each once and opens none, unless
+    --follow-symlinks."""
     outside, runs = tmp_path / "outside", tmp_path / "runs"
     private = REAL_INFO_LOG.read_text() + f"[ERROR] 2026-12-02 14:40:00,000 [train.py:12] main: {SECRET} api_key=sk-42\n"
     (outside / "run/output/log/rank_0").mkdir(parents=True)
@@ -127,8 +128,16 @@ def test_links_out_of_a_followed_folder_are_not_opened(mstail_server: Any, tmp_p
     for link, target in ((logs / "worker_5.log", outside / "private.log"), (runs / "exp2", outside / "run"),
                          (runs / "exp3/train.log", outside / "private.log")):
         assert server.stderr.count(f"{link} is a link to {target}, outside {runs}: not opened") == 1, server.stderr
-    assert SECRET not in server.stderr
+    # a followed log swapped for such a link (renamed away as a rotation would, a link put in its place)
+    (logs / "worker_0.log").rename(logs / "worker_0.log.1")
+    (logs / "worker_0.log").symlink_to(outside / "private.log")
+    wait_until(lambda: "a link out of" in (server.get_json("/api/sources")[0]["problem"] or ""), 20,
+               message="the swapped-in link refused")
+    served = _served(server)
+    assert SECRET not in served and "sk-42" not in served and SECRET not in server.stderr
     assert server.stop() == 0
+    (logs / "worker_0.log").unlink()
+    (logs / "worker_0.log.1").rename(logs / "worker_0.log")
 
     # the same folder with --follow-symlinks: the links are read (what the test above would see if they were)
     opened = mstail_server(args=[str(runs), "--follow-symlinks", "--no-state"])

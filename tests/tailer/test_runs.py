@@ -18,6 +18,7 @@ import pytest
 
 from mstail.parsers import load_formats
 from mstail.tailer.discovery import SourceNamer
+from mstail.tailer.offline.reading import chains
 from mstail.tailer.runs import HEAD_BYTES, RunFinder
 
 from ..conftest import ROOT, finish_writer, spawn_writer, wait_until
@@ -236,6 +237,16 @@ def test_links_out_of_the_folder_are_not_opened_unless_asked(tmp_path: Path, cap
     assert sorted(str(f.path.relative_to(runs)) for f in followed) == [
         "exp1/output/msrun_log/worker_0.log", "exp1/output/msrun_log/worker_5.log", "exp1/train.log",
         "exp2/output/log/rank_0/info.log"]
+
+
+def test_parse_of_a_folder_reads_no_rotated_backup_linked_out_of_it(tmp_path: Path) -> None:
+    log = touch(tmp_path / "runs/exp1/train.log", LOSS_MONITOR_LOG.read_text())
+    touch(tmp_path / "runs/exp1/train.log.2", LOSS_MONITOR_LOG.read_text())
+    (tmp_path / "runs/exp1/train.log.1").symlink_to(touch(tmp_path / "outside/private.log", INFO_LOG.read_text()))
+    (chain,) = chains([str(tmp_path / "runs")], FORMATS)
+    assert chain.files == [tmp_path / "runs/exp1/train.log.2", log]
+    (chain,) = chains([str(tmp_path / "runs")], FORMATS, follow_symlinks=True)
+    assert chain.files == [tmp_path / "runs/exp1/train.log.2", tmp_path / "runs/exp1/train.log.1", log]
 
 
 # -- the walk's bounds ----------------------------------------------------------------------------------------
