@@ -29,8 +29,8 @@ import os
 import re
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from functools import partial
+from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
 from mstail.parsers import Format, SourceParser
@@ -83,7 +83,7 @@ _LAYOUT_DIR = re.compile(
     r"^(?:output|logs?|log_.+|msrun_log(?:_.+)?|metrics|summary|summaries|tensorboard(?:_.+)?|tb)$")
 _WORKER_LOG = re.compile(r"^worker_.+\.log$")
 #: a text log by its name, whose head is looked at for a format: `train.log`, `nohup.out`, `slurm-42.err`, `log.txt`,
-#: `stdout`; not a rotated backup (`train.log.1`: part of its live file's chain), not mstail's own `mstail.log`
+#: `stdout` (not a rotated backup, `train.log.1`: part of its live file's chain)
 _TEXT_LOG = re.compile(r"(?:\.(?:log|out|err|txt)|^(?:stdout|stderr|output))$", re.IGNORECASE)
 #: logs a run keeps beside its step log that hold no steps: MindFormers' `rank_N/error.log`, msrun's `scheduler.log`
 _NO_STEPS = frozenset({"error.log", "scheduler.log"})
@@ -209,8 +209,8 @@ def _callback_jsonl(path: Path) -> Optional[bool]:
         first = json.loads(head[:end])
     except ValueError:
         return False
-    return isinstance(first, dict) and ("step" in first or "kind" in first) and "source" not in first  # (not
-    # `mstail parse` output, whose rows name their source)
+    # (`mstail parse` output holds steps too, but each row names its source)
+    return isinstance(first, dict) and ("step" in first or "kind" in first) and "source" not in first
 
 
 def _entry_name(entry: "os.DirEntry[str]") -> str:
@@ -345,7 +345,7 @@ class RunFinder:
         """The text logs the walk found no format for, each said once, in one notice per walk."""
         new = [path for path in self._unrecognised if ("unrecognised", path) not in self._said]
         self._unrecognised = []
-        if not new:
+        if not new or len(self._said) >= 100_000:  # (bounded: past that many, no more are named)
             return
         for path in new:
             self._said.add(("unrecognised", path))
