@@ -350,8 +350,9 @@ class RunFinder:
         for path in new:
             self._said.add(("unrecognised", path))
         more = f" and {len(new) - MAX_NAMED} more" if len(new) > MAX_NAMED else ""
-        log.warning("not followed, no format recognises their first lines: %s%s (see why: `mstail parse FILE "
-                    "--explain`; or --pattern 'REGEX' with named groups)", ", ".join(map(visible, new[:MAX_NAMED])), more)
+        log.warning("not followed, no format recognises a step in the first 64 KiB of %s%s (a shorter one is looked "
+                    "at again as it grows; see why: `mstail parse FILE --explain`, or give --pattern 'REGEX' with "
+                    "named groups)", ", ".join(map(visible, new[:MAX_NAMED])), more)
 
     def _kind_of(self, entry: "os.DirEntry[str]") -> Optional[str]:
         """`_kind`, or `text` for a text log named by no convention whose head a format recognises."""

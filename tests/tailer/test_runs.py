@@ -185,9 +185,9 @@ def test_text_logs_a_format_recognises_are_runs_and_the_others_are_said_once(
         assert {f.kind for f in found} == {"text"}
         assert finder.find() == found  # judged once: the same files, and nothing said again
     said = [r.getMessage() for r in caplog.records]
-    assert said == ["not followed, no format recognises their first lines: "
-                    f"{', '.join(str(tmp_path / path) for path in UNRECOGNISED)} (see why: `mstail parse FILE "
-                    "--explain`; or --pattern 'REGEX' with named groups)"]
+    assert said == ["not followed, no format recognises a step in the first 64 KiB of "
+                    f"{', '.join(str(tmp_path / path) for path in UNRECOGNISED)} (a shorter one is looked at again as "
+                    "it grows; see why: `mstail parse FILE --explain`, or give --pattern 'REGEX' with named groups)"]
     # without formats, a walk keeps to the names it knows (`--jsonl`-like callers)
     assert [str(f.path.relative_to(tmp_path)) for f in RunFinder([str(tmp_path)]).find()] == [
         "exp5/output/log/rank_0/info.log"]
@@ -400,7 +400,7 @@ def test_parse_of_a_folder_finds_its_text_logs_by_what_they_hold(tmp_path: Path)
     expected = folders_as_users_keep_them(runs)
     result = mstail("parse", str(runs))
     assert result.returncode == 0, result.stderr
-    assert result.stderr.count("not followed, no format recognises their first lines: " + ", ".join(
+    assert result.stderr.count("not followed, no format recognises a step in the first 64 KiB of " + ", ".join(
         str(runs / path) for path in UNRECOGNISED)) == 1
     each = {expected[path]: count for path in expected
             for count in records_by_source(str(runs / path)).values()}  # each file alone (with its rotated backups)
