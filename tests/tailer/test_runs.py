@@ -204,6 +204,16 @@ def test_a_stdout_without_steps_yet_is_followed_once_its_first_step_comes(tmp_pa
     assert not finder.may_name(str(stdout))
 
 
+def test_a_walk_judges_heads_only_within_its_time(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    touch(tmp_path / "exp1/train.log", LOSS_MONITOR_LOG.read_text())
+    with caplog.at_level(logging.INFO, logger="mstail.runs"):
+        out_of_time = RunFinder([str(tmp_path)], FORMATS, heads_time_s=0.0)
+        assert out_of_time.find() == [] and out_of_time.find() == []
+    assert [r.getMessage() for r in caplog.records] == [
+        "many text logs to look at for a format: some are looked at in the next walks (every 10 s)"]
+    assert [f.run for f in RunFinder([str(tmp_path)], FORMATS, heads_time_s=60.0).find()] == ["exp1"]
+
+
 def test_a_run_with_worker_logs_is_still_read_through_them_beside_its_other_logs(tmp_path: Path) -> None:
     touch(tmp_path / "exp1/output/log/rank_0/info.log", INFO_LOG.read_text())
     touch(tmp_path / "exp1/output/log/info.log", INFO_LOG.read_text())  # no rank folder: found by what it holds
