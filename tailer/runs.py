@@ -9,7 +9,7 @@ hidden folders skipped) keeps the files of the input kinds mstail reads, each na
     exp4/tensorboard/rank_0/events.out.tfevents.*  -> exp4/rank_0 (TensorBoard, MindSpore summary files: one source
                                                                per folder of them, its first file stands for it)
     exp5/train.log, exp6/nohup.out, megatron.log   -> exp5/train ... (any other text log a format recognises in its
-                                                               first 64 KiB: `_HeadJudge`; those none does are said once)
+                                                               first 64 KiB: `_HeadJudge`; the others said once)
 
 In a walk, a link whose real path leaves the folder given (a file, or a run folder linked from elsewhere) is not
 opened, and said once, unless `follow_symlinks` (`--follow-symlinks`): a shared job folder must not make mstail read

@@ -108,7 +108,8 @@ def test_links_out_of_a_followed_folder_are_not_opened(mstail_server: Any, tmp_p
     found by what it holds, a followed log swapped for one): `mstail DIR` names each once and opens none, unless
     --follow-symlinks."""
     outside, runs = tmp_path / "outside", tmp_path / "runs"
-    private = REAL_INFO_LOG.read_text() + f"[ERROR] 2026-12-02 14:40:00,000 [train.py:12] main: {SECRET} api_key=sk-42\n"
+    error = f"[ERROR] 2026-12-02 14:40:00,000 [train.py:12] main: {SECRET} api_key=sk-42\n"
+    private = REAL_INFO_LOG.read_text() + error
     (outside / "run/output/log/rank_0").mkdir(parents=True)
     (outside / "private.log").write_text(private)
     (outside / "run/output/log/rank_0/info.log").write_text(private)

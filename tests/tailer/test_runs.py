@@ -166,7 +166,8 @@ def folders_as_users_keep_them(root: Path) -> Dict[str, str]:
                             check=True, env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout
     (root / "parsed.out").write_bytes(parsed)  # `mstail parse LOG > parsed.out`: mstail's own output
     (root / "parsed.jsonl").write_bytes(parsed)  # (JSON lines with a step, but each naming its source)
-    touch(root / "mstail.log", "mstail: exp2/nohup.out -> exp2/nohup, format mindspore\n" + LOSS_MONITOR_LOG.read_text())
+    own_stderr = "mstail: exp2/nohup.out -> exp2/nohup, format mindspore\n"  # `mstail runs/ 2> runs/mstail.log`
+    touch(root / "mstail.log", own_stderr + LOSS_MONITOR_LOG.read_text())
     return {"exp1/train.log": "exp1/train", "exp2/nohup.out": "exp2/nohup", "exp5/output/log/rank_0/info.log":
             "exp5/rank_0", "mindspeed/megatron.log": "mindspeed/megatron", "sft/trainer_log.txt": "sft/trainer_log"}
 
