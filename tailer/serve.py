@@ -26,6 +26,7 @@ from .connections import BACKLOG, Limits, connection_cap, guarded_protocol, inst
 from .hub import Hub
 from .tailer import Tailer
 from .db import StateDB, open_state
+from .remotewrite import RemoteWrite
 from .store import Store
 from .webhooks import Webhooks
 
@@ -99,6 +100,7 @@ async def serve(
         store,
         hub,
         health=lambda: {**tailer.health(), **_alert_health(tailer, webhooks), "restoring_alerts": restoring or None,
+                        "remote_write": remote.stats() if remote is not None else None,
                         "state_check": STATE_CHECKING if store.db.checking else None,
                         "connections": limits.stats(len(server.server_state.connections)), "streams": streams.stats()},
         token=config.token,
@@ -110,6 +112,7 @@ async def serve(
     streams = limit_streams(app, config.max_streams)
     webhooks = Webhooks(config.webhooks, timeout_s=config.webhook_timeout_s)
     tailer.alert_listeners.append(webhooks.submit)
+    remote = RemoteWrite(config.remote_write, store) if config.remote_write else None
     quiet_dropped_clients()
     server = uvicorn.Server(
         uvicorn.Config(
@@ -133,6 +136,8 @@ async def serve(
         server.should_exit = True
 
     webhooks.start()
+    if remote is not None:
+        remote.start()
     tailing = asyncio.create_task(_restore_then_tail(store, tailer, stop, restoring, start_over))
     warming = asyncio.create_task(store.keep_folds_warm(stop))  # the page's first folds ready before it asks
     freezing = asyncio.create_task(_freeze_when_grown(HeapFreezer(lambda: (len(store.sources), store.series_count)),
@@ -147,6 +152,8 @@ async def serve(
         await warming
         await freezing
         await webhooks.stop()
+        if remote is not None:
+            await remote.stop()
         gc.unfreeze()  # exit finalizes what is left as it would have unfrozen
         if again:
             store.db.close()  # the fresh state, empty: nothing of the history read from the damaged one goes into it

@@ -1,0 +1,128 @@
+"""`--remote-write`: every record in a real Prometheus (Debian's, its remote write receiver on), through a receiver
+that stops for a while and an mstail restarted meanwhile (resumed from its checkpoint); and the pieces alone."""
+
+from __future__ import annotations
+
+import math
+import socket
+import time
+from pathlib import Path
+from typing import Any, Dict
+
+import cramjam
+import pytest
+
+from mstail.tailer.remotewrite import Batch, Stamps, _write_request_class, metric_name, rank_of, read_url, UrlError
+
+from .prom_support import prometheus
+
+#: what a MindFormers step line and its progress line give (the writer's lines; `perplexity` is derived from loss)
+METRICS = ("loss", "loss_avg", "step_time_ms", "lr", "overflow", "loss_scale", "grad_norm", "throughput_tflops",
+           "perplexity", "samples_per_s")
+SOURCES = ("rank_0", "rank_1")
+
+
+def _counts(server: Any, source: str) -> Dict[str, int]:
+    """metric -> samples Prometheus holds for it of `source` (mstail_step as "step")."""
+    found = server.query(f'count_over_time({{__name__=~"mstail_.+", source="{source}"}}[1d])')
+    return {r["metric"].get("metric", "step"): int(r["value"][1]) for r in found}
+
+
+@pytest.mark.timeout(110)
+def test_every_record_reaches_prometheus_through_its_downtime_and_a_restart(tmp_path: Path, mstail_server, log_writer,
+                                                                            wait_until) -> None:  # type: ignore[no-untyped-def]
+    receiver = prometheus(tmp_path / "prometheus")
+    try:
+        logs = [tmp_path / "logs" / source / "info.log" for source in SOURCES]
+        args = ("--remote-write", f"{receiver.url}/api/v1/write")
+        server = mstail_server(*logs, args=args)
+        log_writer.finish(log_writer(logs, 60, 0.02, nan_at=[30]))
+        want = {metric: 60 for metric in (*METRICS, "step")}  # step 30's NaN loss and perplexity included
+        for source in SOURCES:
+            wait_until(lambda: _counts(receiver, source) == want, 30, interval=0.2,
+                       message=f"60 samples of every metric of {source} in Prometheus")
+        sample = receiver.query('mstail_loss{source="rank_1"}')[0]["metric"]
+        assert sample == {"__name__": "mstail_loss", "source": "rank_1", "rank": "1", "metric": "loss",
+                          "node": socket.gethostname()}
+
+        receiver.stop()
+        down_at = time.monotonic()
+        log_writer.finish(log_writer(logs, 60, 0.02, start_step=61))
+        server.wait_records(240)
+        failing = wait_until(lambda: server.get_json("/healthz")["remote_write"]["failing_since"] is not None
+                             and server.get_json("/healthz")["remote_write"], 15, interval=0.1,
+                             message="the receiver's downtime on /healthz")
+        assert failing["behind"] > 0 and failing["retries"] > 0, failing
+        sent_before = failing["sent_seq"]
+        assert server.stop() == 0
+
+        server = mstail_server(*logs, args=args)  # the same state: the checkpoint is taken back
+        resumed = server.get_json("/healthz")["remote_write"]
+        assert 0 < resumed["sent_seq"] == sent_before, resumed
+        time.sleep(max(0.0, 10 - (time.monotonic() - down_at)))  # the receiver down for 10 s in all
+        receiver.start()
+        want = {metric: 120 for metric in (*METRICS, "step")}
+        for source in SOURCES:
+            wait_until(lambda: _counts(receiver, source) == want, 60, interval=0.2,
+                       message=f"120 samples of every metric of {source} in Prometheus after its downtime")
+        stats = wait_until(lambda: server.get_json("/healthz")["remote_write"]["behind"] <= 2
+                           and server.get_json("/healthz")["remote_write"], 10, message="everything sent")
+        # the restarted mstail sent the second 60 steps only (11 series each, 2 sources), not the whole history again;
+        # an amend read after the record it amended had been rewritten with it repeats its sample (identical)
+        assert 60 * 11 * len(SOURCES) <= stats["samples_sent"] <= 60 * 12 * len(SOURCES), stats
+        assert stats["failing_since"] is None and stats["samples_dropped"] == 0, stats
+        exposition = _get_text(server.url + "/metrics")
+        assert f"mstail_remote_write_samples_sent_total {float(stats['samples_sent'])}" in exposition
+        assert "level=error" not in receiver.log.read_text()
+    finally:
+        receiver.stop()
+
+
+def _get_text(url: str) -> str:
+    from tests.web.test_metrics import _NO_PROXY
+
+    with _NO_PROXY.open(url, timeout=5) as response:
+        return response.read().decode("utf-8")
+
+
+def test_a_batch_is_a_snappy_write_request_of_sorted_labels() -> None:
+    batch = Batch()
+    batch.add((("__name__", "mstail_loss"), ("metric", "loss"), ("source", "a")), 1_000, 2.5)
+    batch.add((("__name__", "mstail_loss"), ("metric", "loss"), ("source", "a")), 1_001, math.nan)
+    message_class = _write_request_class()
+    request = message_class.FromString(bytes(cramjam.snappy.decompress_raw(batch.encode(message_class))))
+    (series,) = request.timeseries
+    assert [(label.name, label.value) for label in series.labels] == [("__name__", "mstail_loss"), ("metric", "loss"),
+                                                                      ("source", "a")]
+    assert [s.timestamp for s in series.samples] == [1_000, 1_001]
+    assert series.samples[0].value == 2.5 and math.isnan(series.samples[1].value)
+
+
+def test_records_sharing_a_millisecond_get_the_next_free_one_and_a_resend_the_same() -> None:
+    stamps = Stamps()
+    given = [stamps.stamp("a", t) for t in (10.0, 10.0, 10.0, 10.001, 11.0)]
+    assert given == [10_000, 10_001, 10_002, 10_003, 11_000]
+    assert stamps.of_amend("a", 11.0) == 11_000
+    again = Stamps({"a": [10_000, 10_000]})  # a checkpoint taken after the first record
+    assert [again.stamp("a", t) for t in (10.0, 10.0, 10.001, 11.0)] == given[1:]
+    assert stamps.stamp("a", 5.0) == 5_000  # the log's time went back (a new run): taken as it is
+
+
+def test_names_and_ranks() -> None:
+    assert metric_name("eval/acc-top1") == "mstail_eval_acc_top1"
+    assert [rank_of(s) for s in ("exp1/rank_3", "worker_12", "run/device-7", "rank3", "exp/info")] == [
+        "3", "12", "7", "3", None]
+
+
+def test_the_url_comes_from_the_option_a_file_or_the_environment(tmp_path: Path) -> None:
+    secret = tmp_path / "url"
+    secret.write_text("# the receiver\n\nhttps://user:pw@mimir.example/api/v1/push\n", encoding="utf-8")
+    assert read_url("--remote-write", path=str(secret)) == "https://user:pw@mimir.example/api/v1/push"
+    assert read_url("--remote-write", default_env="X", environ={"X": " http://p:9090/api/v1/write "}) == \
+        "http://p:9090/api/v1/write"
+    assert read_url("--remote-write", default_env="X", environ={}) is None
+    with pytest.raises(UrlError, match="--remote-write-file .*: no URL in it"):
+        read_url("--remote-write", path=str(secret.with_name("empty")) if secret.with_name("empty").write_text("#\n")
+                 is not None else "")
+    with pytest.raises(UrlError, match="needs an http"):
+        read_url("--remote-write", "prometheus:9090")
