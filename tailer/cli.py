@@ -227,8 +227,8 @@ def _config(args: argparse.Namespace, logs: Tuple[str, ...], jsonl: Tuple[str, .
         alert_rules=None if args.no_alerts else _alert_rules(args.alerts),
         webhooks=_webhook_targets(args.webhook or (), args.webhook_file or (), args.webhook_env or ()),
         remote_write=_url("--remote-write", args.remote_write, args.remote_write_file, "MSTAIL_REMOTE_WRITE"),
-        alertmanager=tuple(_url("--alertmanager", value) for value in args.alertmanager or ())
-        or tuple(filter(None, [_url("--alertmanager", None, args.alertmanager_file, "MSTAIL_ALERTMANAGER")])),
+        alertmanager=_alertmanagers(args.alertmanager or (), args.alertmanager_file),
+        alertmanager_repost_s=_positive(args.alertmanager_interval, "--alertmanager-interval"),
         max_connections=args.max_connections,
         max_streams=args.max_streams,
         header_timeout_s=_positive(args.header_timeout, "--header-timeout"),
@@ -276,6 +276,14 @@ def _url(option: str, value: Optional[str], path: Optional[str] = None, env: Opt
         return read_url(option, value, path, env)
     except UrlError as exc:
         raise UsageError(str(exc)) from None
+
+
+def _alertmanagers(values: Sequence[str], path: Optional[str]) -> Tuple[str, ...]:
+    """The `--alertmanager` URLs, else the one of `--alertmanager-file` or $MSTAIL_ALERTMANAGER."""
+    if values:
+        return tuple(_url("--alertmanager", value) or "" for value in values)
+    url = _url("--alertmanager", None, path, "MSTAIL_ALERTMANAGER")
+    return (url,) if url else ()
 
 
 def _positive(value: float, option: str) -> float:
@@ -423,6 +431,9 @@ def _build_parser() -> argparse.ArgumentParser:
                        "(e.g. http://alertmanager:9093; repeatable for every member of a cluster)")
         p.add_argument("--alertmanager-file", metavar="PATH", help="the --alertmanager URL from a file (its first "
                        "line; default: $MSTAIL_ALERTMANAGER when set)")
+        p.add_argument("--alertmanager-interval", type=float, default=Config.alertmanager_repost_s, metavar="SECONDS",
+                       help="post firing alerts to Alertmanager again this often (default: "
+                       f"{Config.alertmanager_repost_s:g}; keep it below Alertmanager's resolve_timeout)")
 
         def count(text: str) -> int:
             if not text.isdigit() or int(text) < 1:

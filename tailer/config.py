@@ -68,6 +68,8 @@ class Config:
             `--remote-write-file PATH` or $MSTAIL_REMOTE_WRITE; `mstail.tailer.remotewrite`); None = none.
         alertmanager: Alertmanager base URLs the alerts are posted to (`--alertmanager URL`, repeatable for a
             cluster of them, `--alertmanager-file PATH` or $MSTAIL_ALERTMANAGER; `mstail.tailer.alertmanager`).
+        alertmanager_repost_s: how often firing alerts are posted to Alertmanager again (`--alertmanager-interval`);
+            less than Alertmanager's `resolve_timeout`; 60 s.
         max_connections: open HTTP connections at most (`--max-connections`); one more closes the one idle
             longest (mstail.tailer.connections). Lowered at start to fit the open-file limit; 1000.
         max_streams: open `/api/stream` clients at most (`--max-streams`); one more gets a 503; 100.
@@ -107,6 +109,7 @@ class Config:
     webhook_timeout_s: float = 5.0
     remote_write: Optional[str] = None
     alertmanager: Tuple[str, ...] = ()
+    alertmanager_repost_s: float = 60.0
     max_connections: int = 1000
     max_streams: int = 100
     header_timeout_s: float = 10.0
