@@ -232,23 +232,39 @@ class RemoteWrite:
         db = self.store.db
         while db.checking:  # nothing is written into a state before its integrity check passed
             await asyncio.sleep(self.flush_s)
-        self._load_checkpoint()
+        loaded = False
         while True:
-            items = self._committed_after(self.sent_seq)
-            if not items:
+            try:
+                if not loaded:
+                    self._load_checkpoint()
+                    loaded = True
+                sent = await self._send_next()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a read or encoding failure: said, tried again, never the end
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                self._notices.say("broken", f"remote write: {self.last_error}; trying again", logging.ERROR)
+                sent = False
+            if not sent:
                 await asyncio.sleep(self.flush_s)
-                continue
-            stamps = Stamps({k: list(v) for k, v in self.stamps.last.items()})
-            batch = self._batch(items, stamps)
-            if batch.samples:
-                body = await asyncio.to_thread(batch.encode, self._message_class)
-                if await self._deliver(body):
-                    self.counts["samples_sent"] += batch.samples
-                else:
-                    self.counts["batches_dropped"] += 1
-                    self.counts["samples_dropped"] += batch.samples
-            self.sent_seq, self.stamps = items[-1]["seq"], stamps
-            await self._save_checkpoint()
+
+    async def _send_next(self) -> bool:
+        """Send the next batch of committed items; False when there is none."""
+        items = self._committed_after(self.sent_seq)
+        if not items:
+            return False
+        stamps = Stamps({k: list(v) for k, v in self.stamps.last.items()})
+        batch = self._batch(items, stamps)
+        if batch.samples:
+            body = await asyncio.to_thread(batch.encode, self._message_class)
+            if await self._deliver(body):
+                self.counts["samples_sent"] += batch.samples
+            else:
+                self.counts["batches_dropped"] += 1
+                self.counts["samples_dropped"] += batch.samples
+        self.sent_seq, self.stamps = items[-1]["seq"], stamps
+        await self._save_checkpoint()
+        return True
 
     def _committed_after(self, seq: int) -> List[Dict[str, Any]]:
         """Items after `seq` that are on disk (the queued ones are the newest seqs), at most `batch_items`."""

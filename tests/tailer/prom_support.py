@@ -15,6 +15,7 @@ from tests.web.test_metrics import _NO_PROXY, _free_port
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 ALERTMANAGER = shutil.which("prometheus-alertmanager") or "/usr/bin/prometheus-alertmanager"
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
+VICTORIA_METRICS = shutil.which("victoria-metrics") or "/usr/bin/victoria-metrics"
 
 #: prometheus.yml of a remote write receiver that takes samples up to a day old (a catch-up's, after its downtime)
 RECEIVER_CONFIG = """\
@@ -104,3 +105,13 @@ def alertmanager(folder: Path, webhook_url: str, group_wait: str = "1s") -> Serv
     argv = [ALERTMANAGER, f"--config.file={config}", f"--storage.path={folder / 'data'}",
             f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address=", "--log.level=warn"]
     return Server("alertmanager", argv, f"http://127.0.0.1:{port}", "/-/ready", folder).start()
+
+
+def victoria_metrics(folder: Path) -> Server:
+    """VictoriaMetrics on a free loopback port, not started yet (`start()`): samples are visible to queries at once,
+    and samples of a series sharing a timestamp are one (a resend's duplicates)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    port = _free_port()
+    argv = [VICTORIA_METRICS, f"-httpListenAddr=127.0.0.1:{port}", f"-storageDataPath={folder / 'data'}",
+            "-search.latencyOffset=0s", "-search.disableCache", "-dedup.minScrapeInterval=1ms", "-loggerLevel=WARN"]
+    return Server("victoria-metrics", argv, f"http://127.0.0.1:{port}", "/health", folder)

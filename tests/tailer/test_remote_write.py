@@ -14,7 +14,7 @@ import pytest
 
 from mstail.tailer.remotewrite import Batch, Stamps, _write_request_class, metric_name, rank_of, read_url, UrlError
 
-from .prom_support import prometheus
+from .prom_support import prometheus, victoria_metrics
 
 #: what a MindFormers step line and its progress line give (the writer's lines; `perplexity` is derived from loss)
 METRICS = ("loss", "loss_avg", "step_time_ms", "lr", "overflow", "loss_scale", "grad_norm", "throughput_tflops",
@@ -74,6 +74,25 @@ def test_every_record_reaches_prometheus_through_its_downtime_and_a_restart(tmp_
         exposition = _get_text(server.url + "/metrics")
         assert f"mstail_remote_write_samples_sent_total {float(stats['samples_sent'])}" in exposition
         assert "level=error" not in receiver.log.read_text()
+    finally:
+        receiver.stop()
+
+
+@pytest.mark.timeout(90)
+def test_every_record_reaches_victoria_metrics_started_after_them(tmp_path: Path, mstail_server, log_writer,
+                                                                  wait_until) -> None:  # type: ignore[no-untyped-def]
+    receiver = victoria_metrics(tmp_path / "vm")
+    try:
+        logs = [tmp_path / "logs" / source / "info.log" for source in SOURCES]
+        server = mstail_server(*logs, args=("--remote-write", f"{receiver.url}/api/v1/write"))
+        log_writer.finish(log_writer(logs, 30, 0.02))
+        wait_until(lambda: server.get_json("/healthz")["remote_write"]["retries"] > 0, 15, interval=0.1,
+                   message="the sender retrying while the receiver is not up")
+        receiver.start()
+        want = {metric: 30 for metric in (*METRICS, "step")}
+        for source in SOURCES:
+            wait_until(lambda: _counts(receiver, source) == want, 30, interval=0.3,
+                       message=f"30 samples of every metric of {source} in VictoriaMetrics")
     finally:
         receiver.stop()
 
