@@ -8,8 +8,8 @@ fire for ever. Posting goes through the webhook senders (`mstail.tailer.webhooks
 one deadline an attempt, retries with backoff, counted), so a down Alertmanager never holds up tailing.
 
 Labels: `alertname` (the rule), `severity`, `job` (the source's run, when it has one), and for an alert of one
-rank's own (`error`, `gone`, `hang`... every rule but `JOB_RULES`) `source`, `node` (this host's name) and `rank`.
-A rule of `JOB_RULES` judges what every rank of a data-parallel job shares (the all-reduced loss, its scale and
+rank's own (`error`, `gone`, `hang`... every rule but `JOB_RULES`) `source`, `node` (`--node`, default this host's
+name) and `rank`. A rule of `JOB_RULES` judges what every rank of a data-parallel job shares (the all-reduced loss, its scale and
 overflow, the global gradient norm): its alert carries no source, node nor rank, so the same problem raised by
 every rank of every node mstail is one alert with one label set, which Alertmanager deduplicates into one
 notification. Such an alert is never resolved explicitly (another node may still see it): it resolves when no mstail
@@ -49,15 +49,16 @@ class Alertmanager:
         active: the engine's firing alerts now (`AlertEngine.table()["active"]`).
         run_of: a source's run, or None.
         page_url: this mstail's page (each alert's `generatorURL`).
+        node: the `node` label; default the host's name.
         repost_s: how often firing alerts are posted again; default 60 s.
         timeout_s: the most one attempt may take; default 5 s.
     """
 
     def __init__(self, urls: Sequence[str], active: Callable[[], List[Dict[str, Any]]],
-                 run_of: Callable[[str], Optional[str]], page_url: str, repost_s: float = 60.0,
+                 run_of: Callable[[str], Optional[str]], page_url: str, node: Optional[str] = None, repost_s: float = 60.0,
                  timeout_s: float = 5.0) -> None:
         self.active, self.run_of, self.page_url, self.repost_s = active, run_of, page_url, repost_s
-        self.node = socket.gethostname()
+        self.node = node or socket.gethostname()
         self.sender = Webhooks([Target(url.rstrip("/") + API_PATH, "alertmanager") for url in urls],
                                timeout_s=timeout_s, body=lambda _format, item: item["alerts"])
         self._task: Optional[asyncio.Task] = None

@@ -229,6 +229,7 @@ def _config(args: argparse.Namespace, logs: Tuple[str, ...], jsonl: Tuple[str, .
         remote_write=_url("--remote-write", args.remote_write, args.remote_write_file, "MSTAIL_REMOTE_WRITE"),
         alertmanager=_alertmanagers(args.alertmanager or (), args.alertmanager_file),
         alertmanager_repost_s=_positive(args.alertmanager_interval, "--alertmanager-interval"),
+        node=args.node,
         max_connections=args.max_connections,
         max_streams=args.max_streams,
         header_timeout_s=_positive(args.header_timeout, "--header-timeout"),
@@ -434,6 +435,8 @@ def _build_parser() -> argparse.ArgumentParser:
         p.add_argument("--alertmanager-interval", type=float, default=Config.alertmanager_repost_s, metavar="SECONDS",
                        help="post firing alerts to Alertmanager again this often (default: "
                        f"{Config.alertmanager_repost_s:g}; keep it below Alertmanager's resolve_timeout)")
+        p.add_argument("--node", metavar="NAME", help="this node's name in remote write samples and Alertmanager "
+                       "labels (default: the host's name)")
 
         def count(text: str) -> int:
             if not text.isdigit() or int(text) < 1:

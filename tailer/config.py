@@ -68,6 +68,7 @@ class Config:
             `--remote-write-file PATH` or $MSTAIL_REMOTE_WRITE; `mstail.tailer.remotewrite`); None = none.
         alertmanager: Alertmanager base URLs the alerts are posted to (`--alertmanager URL`, repeatable for a
             cluster of them, `--alertmanager-file PATH` or $MSTAIL_ALERTMANAGER; `mstail.tailer.alertmanager`).
+        node: this node's name in remote write samples and Alertmanager labels (`--node`); None = the host's name.
         alertmanager_repost_s: how often firing alerts are posted to Alertmanager again (`--alertmanager-interval`);
             less than Alertmanager's `resolve_timeout`; 60 s.
         max_connections: open HTTP connections at most (`--max-connections`); one more closes the one idle
@@ -110,6 +111,7 @@ class Config:
     remote_write: Optional[str] = None
     alertmanager: Tuple[str, ...] = ()
     alertmanager_repost_s: float = 60.0
+    node: Optional[str] = None
     max_connections: int = 1000
     max_streams: int = 100
     header_timeout_s: float = 10.0

@@ -15,7 +15,7 @@ labels, same timestamps, same values), which the receiver takes as duplicates.
 Samples: each numeric metric of a record (and the metrics an amend adds to it) as `mstail_<metric>` (the name
 made a valid Prometheus name; the `metric` label keeps the name as the log wrote it), and its step as `mstail_step`,
 with the labels `source`, `run` (a run found below a folder), `rank` (the number in a `rank_N`, `worker_N`,
-`device_N` or `rankN` at the end of the source id) and `node` (this host's name). The timestamp is the record's
+`device_N` or `rankN` at the end of the source id) and `node` (`--node`, default this host's name). The timestamp is the record's
 `time`: the log's timestamp, or the time mstail read the line when the log has none (stored with the record, so a
 resend keeps it). Records of one source sharing a millisecond (logs that stamp whole seconds) get the next free
 millisecond each, as Prometheus refuses two values of a series at one timestamp. Events are not sent.
@@ -179,18 +179,19 @@ class RemoteWrite:
     Args:
         url: the receiver's remote write endpoint (Prometheus: `http://HOST:9090/api/v1/write`).
         store: the history it reads by seq.
+        node: the `node` label; default the host's name.
         batch_items: items read (and sent) at most at once; default 500.
         flush_s: how often it looks for new committed items when it has caught up; default 1 s.
         timeout_s: the most one attempt may take; default 10 s.
         backoff_s, max_backoff_s: first wait before a retry, doubled up to the second; default 0.5 s and 30 s.
     """
 
-    def __init__(self, url: str, store: Store, batch_items: int = 500, flush_s: float = 1.0, timeout_s: float = 10.0,
+    def __init__(self, url: str, store: Store, node: Optional[str] = None, batch_items: int = 500, flush_s: float = 1.0, timeout_s: float = 10.0,
                  backoff_s: float = 0.5, max_backoff_s: float = 30.0) -> None:
         self.url, self.store = url, store
         self.batch_items, self.flush_s, self.timeout_s = batch_items, flush_s, timeout_s
         self.backoff_s, self.max_backoff_s = backoff_s, max_backoff_s
-        self.node = socket.gethostname()
+        self.node = node or socket.gethostname()
         self.sent_seq = 0
         self.stamps = Stamps()
         self.counts = {"samples_sent": 0, "requests_sent": 0, "retries": 0, "batches_dropped": 0, "samples_dropped": 0}

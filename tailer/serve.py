@@ -114,7 +114,7 @@ async def serve(
     streams = limit_streams(app, config.max_streams)
     webhooks = Webhooks(config.webhooks, timeout_s=config.webhook_timeout_s)
     tailer.alert_listeners.append(webhooks.submit)
-    remote = RemoteWrite(config.remote_write, store) if config.remote_write else None
+    remote = RemoteWrite(config.remote_write, store, config.node) if config.remote_write else None
     alertmanager = _alertmanager(config, tailer, store, sock)
     quiet_dropped_clients()
     server = uvicorn.Server(
@@ -353,7 +353,7 @@ def _alertmanager(config: Config, tailer: Tailer, store: Store, sock: socket.soc
         page = f"http://{socket.gethostname()}:{sock.getsockname()[1]}"
     poster = Alertmanager(config.alertmanager, lambda: engine.table()["active"],
                           lambda source: getattr(store.sources.get(source), "run", None), page + "/",
-                          repost_s=config.alertmanager_repost_s)
+                          node=config.node, repost_s=config.alertmanager_repost_s)
     tailer.alert_listeners.append(poster.submit)
     return poster
 

@@ -58,7 +58,7 @@ def test_two_nodes_raising_one_job_alert_give_one_notification_and_its_resolve(
         logs = [run / "output" / "log" / f"rank_{rank}" / "info.log" for run, rank in zip(runs, (0, 8))]
         for log in logs:
             log.parent.mkdir(parents=True)
-        servers = [mstail_server(args=("--logdir", str(run), "--alertmanager", manager.url,
+        servers = [mstail_server(args=("--logdir", str(run), "--alertmanager", manager.url, "--node", run.parent.name,
                                        "--alertmanager-interval", "1")) for run in runs]
         for log in logs:  # every rank's loss goes NaN at step 20 (the all-reduced loss), and back at step 21
             log_writer(log, 40, 0.02, nan_at=[20])

@@ -4,7 +4,6 @@ that stops for a while and an mstail restarted meanwhile (resumed from its check
 from __future__ import annotations
 
 import math
-import socket
 import time
 from pathlib import Path
 from typing import Any, Dict
@@ -34,7 +33,7 @@ def test_every_record_reaches_prometheus_through_its_downtime_and_a_restart(tmp_
     receiver = prometheus(tmp_path / "prometheus")
     try:
         logs = [tmp_path / "logs" / source / "info.log" for source in SOURCES]
-        args = ("--remote-write", f"{receiver.url}/api/v1/write")
+        args = ("--remote-write", f"{receiver.url}/api/v1/write", "--node", "node-7")
         server = mstail_server(*logs, args=args)
         log_writer.finish(log_writer(logs, 60, 0.02, nan_at=[30]))
         want = {metric: 60 for metric in (*METRICS, "step")}  # step 30's NaN loss and perplexity included
@@ -42,8 +41,7 @@ def test_every_record_reaches_prometheus_through_its_downtime_and_a_restart(tmp_
             wait_until(lambda: _counts(receiver, source) == want, 30, interval=0.2,
                        message=f"60 samples of every metric of {source} in Prometheus")
         sample = receiver.query('mstail_loss{source="rank_1"}')[0]["metric"]
-        assert sample == {"__name__": "mstail_loss", "source": "rank_1", "rank": "1", "metric": "loss",
-                          "node": socket.gethostname()}
+        assert sample == {"__name__": "mstail_loss", "source": "rank_1", "rank": "1", "metric": "loss", "node": "node-7"}
 
         receiver.stop()
         down_at = time.monotonic()
