@@ -143,3 +143,15 @@ def test_the_url_comes_from_the_option_a_file_or_the_environment(tmp_path: Path)
                  is not None else "")
     with pytest.raises(UrlError, match="needs an http"):
         read_url("--remote-write", "prometheus:9090")
+
+
+@pytest.mark.parametrize("args, said", [
+    (("--remote-write", "prometheus:9090/api/v1/write"), "--remote-write 'prometheus:9090/api/v1/write': needs an http"),
+    (("--remote-write-file", "/nonexistent/url"), "--remote-write-file /nonexistent/url: cannot read it"),
+    (("--alertmanager", "am:9093"), "--alertmanager 'am:9093': needs an http"),
+])
+def test_a_bad_url_is_one_line_and_exit_2(tmp_path: Path, args: tuple, said: str) -> None:
+    from tests.hostile.test_user_mistakes import run
+
+    done = run("--log", str(tmp_path / "train.log"), "--port", "0", *args)
+    assert done.returncode == 2 and done.stderr.strip().count("\n") == 0 and said in done.stderr, done.stderr
