@@ -33,20 +33,26 @@ def test_every_record_reaches_prometheus_through_its_downtime_and_a_restart(tmp_
     receiver = prometheus(tmp_path / "prometheus")
     try:
         logs = [tmp_path / "logs" / source / "info.log" for source in SOURCES]
-        args = ("--remote-write", f"{receiver.url}/api/v1/write", "--node", "node-7")
+        # LossMonitor's lines carry no time: their records are stamped when read, all in one millisecond here
+        plain = tmp_path / "logs" / "lossmonitor.log"
+        plain.parent.mkdir(parents=True)
+        plain.write_text("".join(f"epoch: 1 step: {step}, loss is {1.0 / step:.6f}\n" for step in range(1, 51)))
+        args = ("--remote-write", f"{receiver.url}/api/v1/write", "--node", "node-7", "--log", str(plain))
         server = mstail_server(*logs, args=args)
         log_writer.finish(log_writer(logs, 60, 0.02, nan_at=[30]))
         want = {metric: 60 for metric in (*METRICS, "step")}  # step 30's NaN loss and perplexity included
         for source in SOURCES:
             wait_until(lambda: _counts(receiver, source) == want, 30, interval=0.2,
                        message=f"60 samples of every metric of {source} in Prometheus")
+        wait_until(lambda: _counts(receiver, "lossmonitor") == {"loss": 50, "perplexity": 50, "step": 50}, 30,
+                   interval=0.2, message="50 samples of every metric of the log without times")
         sample = receiver.query('mstail_loss{source="rank_1"}')[0]["metric"]
         assert sample == {"__name__": "mstail_loss", "source": "rank_1", "rank": "1", "metric": "loss", "node": "node-7"}
 
         receiver.stop()
         down_at = time.monotonic()
         log_writer.finish(log_writer(logs, 60, 0.02, start_step=61))
-        server.wait_records(240)
+        server.wait_records(290)
         failing = wait_until(lambda: server.get_json("/healthz")["remote_write"]["failing_since"] is not None
                              and server.get_json("/healthz")["remote_write"], 15, interval=0.1,
                              message="the receiver's downtime on /healthz")
