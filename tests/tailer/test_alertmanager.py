@@ -106,3 +106,22 @@ def test_a_repost_sends_each_job_alert_once_and_a_job_alerts_resolve_waits_for_i
     poster.submit({**ranks[0], "state": "resolved"})  # another node may still see it: not resolved from here
     (item,) = poster.sender.queues[0].items
     assert [a["labels"] for a in item["alerts"]] == [{"alertname": "nonfinite", "job": "exp1", "severity": "critical"}]
+
+
+@pytest.mark.timeout(90)
+def test_an_alert_raised_while_alertmanager_is_down_reaches_it_by_the_repost(
+        tmp_path: Path, mstail_server, wait_until, receiver: Receiver) -> None:  # type: ignore[no-untyped-def]
+    manager = alertmanager(tmp_path / "alertmanager", receiver.url)
+    manager.stop()  # down: its port known, nothing listening
+    try:
+        log = tmp_path / "job7.jsonl"
+        log.write_text("".join(f'{{"step": {s}, "loss": {"NaN" if s == 10 else 1.5}}}\n' for s in range(1, 11)))
+        server = mstail_server(args=("--jsonl", str(log), "--alertmanager", manager.url, "--alertmanager-interval", "1"))
+        wait_until(lambda: server.get_json("/healthz")["alertmanager"][0]["failed"] >= 1, 30, interval=0.2,
+                   message="a post that failed (Alertmanager down)")
+        manager.start()
+        posted = wait_until(lambda: manager.get("/api/v2/alerts"), 30, interval=0.2, message="the alert re-posted")
+        assert [a["labels"] for a in posted] == [{"alertname": "nonfinite", "severity": "critical"}]
+        assert posted[0]["status"]["state"] == "active"
+    finally:
+        manager.stop()
