@@ -175,14 +175,14 @@ def test_samples_the_receiver_refuses_are_dropped_counted_and_said_and_later_one
             with open(log, "a", encoding="utf-8") as handle:
                 handle.writelines(f'{{"step": {s}, "time": {when + s}, "loss": 1.5}}\n' for s in steps)
 
-        append(range(1, 11), now - 10)
+        append(range(1, 11), now - 60)
         server = mstail_server(args=("--jsonl", str(log), "--remote-write", f"{receiver.url}/api/v1/write"))
         wait_until(lambda: _counts(receiver, "job7").get("loss") == 10, 30, interval=0.2, message="the first steps")
         append(range(11, 21), now - 2 * 86400)  # two days old: beyond Prometheus' head without the window
         stats = wait_until(lambda: server.get_json("/healthz")["remote_write"]["batches_dropped"] == 1
                            and server.get_json("/healthz")["remote_write"], 30, interval=0.1, message="a refused batch")
         assert stats["samples_dropped"] == 10 * 3 and stats["last_error"].startswith("HTTP 400"), stats  # loss, perplexity, step
-        append(range(21, 31), now)
+        append(range(21, 31), now - 40)  # after the first steps, and past: a query at now sees them
         wait_until(lambda: _counts(receiver, "job7").get("loss") == 20, 30, interval=0.2, message="the later steps")
         assert server.get_json("/healthz")["remote_write"]["failing_since"] is None
         assert server.stderr.count("a batch dropped") == 1, server.stderr
