@@ -227,6 +227,10 @@ def _config(args: argparse.Namespace, logs: Tuple[str, ...], jsonl: Tuple[str, .
         persist=not args.no_state,
         alert_rules=None if args.no_alerts else _alert_rules(args.alerts),
         webhooks=_webhook_targets(args.webhook or (), args.webhook_file or (), args.webhook_env or ()),
+        remote_write=_url("--remote-write", args.remote_write, args.remote_write_file, "MSTAIL_REMOTE_WRITE"),
+        alertmanager=_alertmanagers(args.alertmanager or (), args.alertmanager_file),
+        alertmanager_repost_s=_positive(args.alertmanager_interval, "--alertmanager-interval"),
+        node=args.node,
         max_connections=args.max_connections,
         max_streams=args.max_streams,
         header_timeout_s=_positive(args.header_timeout, "--header-timeout"),
@@ -265,6 +269,23 @@ def _webhook_targets(values: Sequence[str], files: Sequence[str] = (), env_names
         return read_targets(values, files, env_names)
     except WebhookError as exc:
         raise UsageError(str(exc)) from None
+
+
+def _url(option: str, value: Optional[str], path: Optional[str] = None, env: Optional[str] = None) -> Optional[str]:
+    from .remotewrite import UrlError, read_url
+
+    try:
+        return read_url(option, value, path, env)
+    except UrlError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _alertmanagers(values: Sequence[str], path: Optional[str]) -> Tuple[str, ...]:
+    """The `--alertmanager` URLs, else the one of `--alertmanager-file` or $MSTAIL_ALERTMANAGER."""
+    if values:
+        return tuple(_url("--alertmanager", value) or "" for value in values)
+    url = _url("--alertmanager", None, path, "MSTAIL_ALERTMANAGER")
+    return (url,) if url else ()
 
 
 def _positive(value: float, option: str) -> float:
@@ -404,6 +425,19 @@ def _build_parser() -> argparse.ArgumentParser:
                        "a line, # comments (repeatable): their secret tokens stay off the command line `ps` shows")
         p.add_argument("--webhook-env", action="append", metavar="NAME", help="webhooks from this environment variable, "
                        "whitespace-separated [FORMAT=]URL values (repeatable; default: $MSTAIL_WEBHOOKS when set)")
+        p.add_argument("--remote-write", metavar="URL", help="send every record's metrics to this Prometheus remote "
+                       "write endpoint (e.g. http://prometheus:9090/api/v1/write); see README, Many nodes")
+        p.add_argument("--remote-write-file", metavar="PATH", help="the --remote-write URL from a file (its first "
+                       "line; default: $MSTAIL_REMOTE_WRITE when set): a secret in it stays off the command line")
+        p.add_argument("--alertmanager", action="append", metavar="URL", help="post alerts to this Alertmanager "
+                       "(e.g. http://alertmanager:9093; repeatable for every member of a cluster)")
+        p.add_argument("--alertmanager-file", metavar="PATH", help="the --alertmanager URL from a file (its first "
+                       "line; default: $MSTAIL_ALERTMANAGER when set)")
+        p.add_argument("--alertmanager-interval", type=float, default=Config.alertmanager_repost_s, metavar="SECONDS",
+                       help="post firing alerts to Alertmanager again this often (default: "
+                       f"{Config.alertmanager_repost_s:g}; keep it below Alertmanager's resolve_timeout)")
+        p.add_argument("--node", metavar="NAME", help="this node's name in remote write samples and Alertmanager "
+                       "labels (default: the host's name)")
 
         def count(text: str) -> int:
             if not text.isdigit() or int(text) < 1:

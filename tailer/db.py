@@ -735,6 +735,22 @@ class StateDB:
         except ValueError:
             return {}
 
+    def meta_value(self, key: str) -> Optional[str]:
+        """A value another part keeps in the state's `meta` table (`remotewrite`'s checkpoint), or None."""
+        rows = self._rows("SELECT value FROM meta WHERE key = ?", key)
+        return rows[0][0] if rows else None
+
+    def set_meta_value(self, key: str, value: str) -> bool:
+        """Write `meta_value(key)` at once, in a transaction of its own (from any thread); False when the disk did
+        not take it (the history's own commits say why)."""
+        with self._lock:
+            try:
+                self.conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+            except sqlite3.Error:
+                return False
+            self._mark_running()  # the file as this write left it (as after a commit)
+            return True
+
     def column_blocks(self) -> List[Tuple[str, int, str, bytes, bytes]]:
         """The saved block summaries: (source, segment, metric, mins, maxs)."""
         return self._rows("SELECT source, segment, metric, mins, maxs FROM blocks")  # type: ignore[return-value]
