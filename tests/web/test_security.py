@@ -280,6 +280,8 @@ def test_malformed_last_event_id_gets_400(open_server: MstailServer, value: str)
 
 
 def test_the_largest_valid_values_still_answer(open_server: MstailServer) -> None:
-    for path in ("/api/series?metric=loss&points=20000&start=-9223372036854775807&end=9223372036854775807",
+    for path in ("/api/series?metric=loss&points=20000&start=-9223372036854775808&end=9223372036854775807",
+                 "/api/series?metric=loss&aggregate=mean&start=-9223372036854775808&end=-9223372036854775808",
+                 "/api/heatmap?metric=loss&start=-9223372036854775808&end=9223372036854775807",
                  "/api/records?after=9223372036854775807&limit=10000", "/api/records?after=0&limit=10000"):
         assert request(open_server, path)[0] == 200, path
