@@ -6,6 +6,8 @@ from typing import Any, Dict, List, Optional
 
 from fastapi import APIRouter, HTTPException, Query, Request
 
+from mstail.parsers.record import MAX_NAME_CHARS
+
 from .responses import RecordJSONResponse
 
 # Every route is `async def`: the Store and the alert engine are touched from the event loop only (ARCHITECTURE.md,
@@ -58,7 +60,7 @@ def _compact(entries: List[Dict[str, Any]]) -> Dict[str, Any]:
 @router.get("/series", response_model=None)
 async def series(
     request: Request,
-    metric: str = Query(..., max_length=200, description="metric name, e.g. loss"),
+    metric: str = Query(..., max_length=MAX_NAME_CHARS, description="metric name, e.g. loss"),
     source: Optional[List[str]] = Query(None, description="restrict to these source ids (repeatable)"),
     start: Optional[int] = Query(None, ge=MIN_STEP, le=MAX_SEQ, description="first step (inclusive)"),
     end: Optional[int] = Query(None, ge=MIN_STEP, le=MAX_SEQ, description="last step (inclusive)"),
@@ -89,7 +91,7 @@ async def series(
 @router.get("/heatmap", response_model=None)
 async def heatmap(
     request: Request,
-    metric: str = Query("step_time_ms", max_length=200, description="metric name"),
+    metric: str = Query("step_time_ms", max_length=MAX_NAME_CHARS, description="metric name"),
     exclude: Optional[List[str]] = Query(None, description="leave these source ids out (repeatable)"),
     start: Optional[int] = Query(None, ge=MIN_STEP, le=MAX_SEQ, description="first step (inclusive)"),
     end: Optional[int] = Query(None, ge=MIN_STEP, le=MAX_SEQ, description="last step (inclusive)"),

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from mstail.parsers.record import MAX_NAME_CHARS
 from mstail.web.access import is_loopback_host, new_token
 from mstail.tailer.cli import with_token
 from mstail.tailer.config import Config
@@ -244,7 +245,7 @@ BAD_QUERIES = [
     ("points", "/api/series?metric=loss&points=" + "9" * 40),
     ("points", "/api/series?metric=loss&points=1e9"),
     ("metric", "/api/series"),
-    ("metric", "/api/series?metric=" + "m" * 201),
+    ("metric", "/api/series?metric=" + "m" * (MAX_NAME_CHARS + 1)),
     ("start", "/api/series?metric=loss&start=" + "9" * 30),
     ("start", "/api/series?metric=loss&start=x"),
     ("end", "/api/series?metric=loss&end=-" + "9" * 30),
