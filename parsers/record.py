@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Dict, Iterable, List, NamedTuple, Optional
+from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional
 
 import orjson
 
@@ -53,8 +53,7 @@ UNSAFE_PREFIX = "metric_"
 #: JavaScript and many viewers break lines at (`\\u2028`, `\\u2029`).
 _NAME_ESCAPES = {**{code: f"\\x{code:02x}" for code in (*range(0x20), *range(0x7F, 0xA0))},
                  0x0A: "\\n", 0x09: "\\t", 0x0D: "\\r", 0x2028: "\\u2028", 0x2029: "\\u2029"}
-_KEYS: Dict[str, Optional[str]] = {}  # names met -> their keys: an input repeats its few names in every record
-_KEYS_KEPT = 4096
+_KEYS_KEPT = 4096  # names `metric_key` keeps at hand
 
 
 class Item(NamedTuple):
@@ -65,20 +64,23 @@ class Item(NamedTuple):
     data: Record
 
 
-def metric_key(name: str) -> Optional[str]:
-    """The record key a metric name from an input is kept under, or None for no name: empty, only spaces, or longer
-    than `MAX_NAME_CHARS`. Control characters and line separators are written as `\\n`, `\\x1b`, `\\u2028` (a name
-    never breaks a line of a terminal, stderr or CSV), a lone surrogate (no UTF-8, JSON or SQLite takes it) as
-    `\\ud800`; `UNSAFE_NAMES` get `UNSAFE_PREFIX`. A key given is its own key (`metric_key(k) == k`). Reserved keys are
-    the caller's to refuse or rename (a JSONL record's own, an event file's `tag_` names)."""
-    key = _KEYS.get(name, "")
-    if key != "":
+class _MetricKeys(Dict[str, Optional[str]]):
+    """Names met -> their keys (an input repeats its few names in every record): a hit costs one dict look-up."""
+
+    def __missing__(self, name: str) -> Optional[str]:
+        key = _safe_name(name)
+        if len(self) >= _KEYS_KEPT:
+            self.clear()  # an input inventing names: the cache stays bounded
+        self[name] = key
         return key
-    key = _safe_name(name)
-    if len(_KEYS) >= _KEYS_KEPT:
-        _KEYS.clear()  # an input inventing names: the cache stays bounded
-    _KEYS[name] = key
-    return key
+
+
+#: `metric_key(name)`: the record key a metric name from an input is kept under, or None for no name: empty, only
+#: spaces, or longer than `MAX_NAME_CHARS`. Control characters and line separators are written as `\\n`, `\\x1b`,
+#: `\\u2028` (a name never breaks a line of a terminal, stderr or CSV), a lone surrogate (no UTF-8, JSON or SQLite
+#: takes it) as `\\ud800`; `UNSAFE_NAMES` get `UNSAFE_PREFIX`. A key given is its own key (`metric_key(k) == k`).
+#: Reserved keys are the caller's to refuse or rename (a JSONL record's own, an event file's `tag_` names).
+metric_key: Callable[[str], Optional[str]] = _MetricKeys().__getitem__
 
 
 def _safe_name(name: str) -> Optional[str]:
