@@ -117,7 +117,6 @@ class SecurityMiddleware:
 
         await self.app(scope, receive, send_with_headers)
 
-
     def _from_another_site(self, scope: Scope, headers: Headers) -> bool:
         """A browser's request another site made: by its `Origin` (not this server's own nor an allowed one), or,
         when it sends none (a no-cors GET: an image, a script tag), by its `Sec-Fetch-Site`."""
@@ -128,7 +127,7 @@ class SecurityMiddleware:
             if not _same_origin(origin, headers.get("host"), scope.get("scheme", "http")):
                 return True
         site = headers.get("sec-fetch-site")
-        return site is not None and site not in OWN_FETCH_SITES and origin not in self.allowed_origins
+        return site is not None and site not in OWN_FETCH_SITES
 
 
 def _is_page(scope: Scope) -> bool:
@@ -141,12 +140,13 @@ def _same_origin(origin: str, host: Optional[str], scheme: str) -> bool:
     """Does `origin` (`http://localhost:6150`; `null` from a sandbox or a file) name this server as `host` does?"""
     if not host:
         return False
-    default = 443 if scheme in ("https", "wss") else 80
+    scheme = {"ws": "http", "wss": "https"}.get(scheme, scheme)  # a WebSocket's Origin is its page's
+    default = 443 if scheme == "https" else 80
     try:
         theirs = urlsplit(origin)
         ours = urlsplit(f"//{host.strip()}")
-        return (theirs.scheme in (scheme, scheme.replace("ws", "http")) and theirs.hostname is not None
-                and theirs.hostname == ours.hostname and (theirs.port or default) == (ours.port or default))
+        return (theirs.scheme == scheme and theirs.hostname is not None and theirs.hostname == ours.hostname
+                and (theirs.port or default) == (ours.port or default))
     except ValueError:  # a port that is no number, or out of range
         return False
 
