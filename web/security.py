@@ -90,8 +90,9 @@ class SecurityMiddleware:
                           "localhost / 127.0.0.1 only (bind another address with --host and a --token)")
             return
         if self.token is None and not _is_page(scope) and self._from_another_site(scope, headers):
-            await _refuse(scope, send, 403, "a request from another web site is refused: this mstail has no token, "
-                          "so only its own page may call it (give --token, or --cors-origin ORIGIN for a site you trust)")
+            await _refuse(scope, send, 403, "a request from another web site is refused: this mstail has no "
+                          "token, so only its own page may call it (give --token, or --cors-origin ORIGIN for a "
+                          "site you trust)")
             return
         set_cookie: Optional[bytes] = None
         if self.token is not None:

@@ -23,8 +23,8 @@ STEPS = [LEAST, -5, 3, MOST]  # the writer logs 1/step: no 0
 @pytest.mark.slow
 def test_the_api_answers_for_every_int64_step(mstail_server: Any, tmp_path: Path) -> None:
     path = tmp_path / "events.out.tfevents.1700000000.host"
-    subprocess.run([sys.executable, "-c", WRITER, str(path)], input=json.dumps([[step, "loss"] for step in STEPS]).encode(),
-                   cwd=ROOT, check=True, timeout=30)
+    parts = json.dumps([[step, "loss"] for step in STEPS]).encode()
+    subprocess.run([sys.executable, "-c", WRITER, str(path)], input=parts, cwd=ROOT, check=True, timeout=30)
     server = mstail_server(path)
     server.wait_records(len(STEPS))
 

@@ -72,7 +72,8 @@ def test_event_file_tags_become_safe_metric_names() -> None:
     [(kind, record)] = parser.feed(event.SerializeToString(), 1, 0.0) + parser.flush(0.0, force=True)
     assert kind == "record"
     # `_part`, a reserved-looking tag, keeps the event files' own `tag_` name; the others as any input's
-    assert metrics(record) == {**_expected("_part", LONG + "x"), "tag__part": float(ODD.index(("_part", "metric__part")))}
+    part = float(ODD.index(("_part", "metric__part")))
+    assert metrics(record) == {**_expected("_part", LONG + "x"), "tag__part": part}
     assert parser.counts["dropped_values"] == 3  # "", "   " and the name too long
 
 

@@ -59,7 +59,8 @@ def _points(watched: Watched) -> List[Any]:
 
 
 @pytest.mark.timeout(90)
-def test_odd_metric_names_are_drawn_safely(watched: Watched, mstail_server: Any, wait_until: Any, tmp_path: Path) -> None:
+def test_odd_metric_names_are_drawn_safely(watched: Watched, mstail_server: Any, wait_until: Any,
+                                           tmp_path: Path) -> None:
     log = tmp_path / "metrics.jsonl"
     _write(log, 1, 5)
     server = mstail_server(log)
