@@ -85,7 +85,8 @@ class HealthProbe:
 
 
 class StreamProbe:
-    """Reads /api/stream in a thread of its own: the unix time each record (source, step) arrived."""
+    """Reads /api/stream in a thread of its own, from the first record: the unix time each record (source, step)
+    arrived."""
 
     def __init__(self, url: str) -> None:
         self.arrived: Dict[Tuple[str, int], float] = {}
@@ -96,11 +97,10 @@ class StreamProbe:
 
     def _run(self) -> None:
         with httpx.Client(timeout=httpx.Timeout(5.0, read=1.0), trust_env=False) as client:
-            last_id: Optional[str] = None
+            last_id = "0"  # from the first record, whenever this thread gets to connect
             while not self._stop.is_set():
                 try:
-                    headers = {"Last-Event-ID": last_id} if last_id is not None else {}
-                    with client.stream("GET", self._url + "/api/stream", headers=headers) as response:
+                    with client.stream("GET", self._url + "/api/stream", headers={"Last-Event-ID": last_id}) as response:
                         event, data = "message", []
                         for line in response.iter_lines():
                             if line.startswith("id:"):
