@@ -152,7 +152,8 @@ class Columns:
 
     def flush(self, seq: int, sources: Dict[str, Dict[str, Any]]) -> Flush:
         """What to write so that the state file holds every column as it is now, for records up to `seq`;
-        `sources`: each source's facts for the manifest. Call `flushed` once it is written."""
+        `sources`: each source's facts for the manifest. It is taken as written from now on (it may be written in
+        the state's writer thread while the loop goes on); call `flushed` with whether it was."""
         cuts: List[Cut] = []
         deletes: List[Tuple[str, int, Optional[str], int]] = []
         for (source, segment), frame in self.frames.items():

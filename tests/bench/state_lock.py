@@ -5,9 +5,10 @@ A real `mstail --log FILE --state-dir DIR --port 0` follows a MindFormers writer
 file's exclusive lock for --lock seconds from --before s after the first records. Meanwhile a client asks /healthz
 every 50 ms (each answer's time) and another reads /api/stream (each record's arrival minus the time just before
 the writer wrote its line). Reported, over the lock (from 0.5 s after it was taken, when a commit had met it):
-/healthz p50/p99/max, live records p50/p99/max (and, for comparison, those written from 1 s after the release), whether /healthz said the lock and how often stderr did; then how
-long after the release the history was written again (/healthz 200, nothing unsaved), and whether every step was
-stored exactly once, in order (the API, and the state file after a clean stop).
+/healthz p50/p99/max, live records p50/p99/max (and, for comparison, those written from 1 s after the release),
+whether /healthz said the lock and how often stderr did; then how long after the release the history was written
+again (/healthz 200, nothing unsaved), and whether every step was stored exactly once, in order (the API, and the
+state file after a clean stop).
 
 Run: python tests/bench/state_lock.py [--lock 60] [--rate 10] [--before 3] [--after 5]
 
@@ -60,8 +61,7 @@ def main() -> int:
                                               None), 60, message="/healthz 200 with nothing unsaved")
         support.finish_writer(writer, timeout=args.after + 30)
         server.wait_records(steps, timeout=30)
-        support.wait_until(lambda: len(stream.arrived) >= steps, 30,
-                           message=f"every step on the stream ({sorted(set(range(1, steps + 1)) - {s for _, s in stream.arrived})[:20]} missing)")
+        support.wait_until(lambda: len(stream.arrived) >= steps, 30, message="every step on the stream")
     finally:
         health.stop()
         stream.stop()

@@ -100,7 +100,8 @@ class StreamProbe:
             last_id = "0"  # from the first record, whenever this thread gets to connect
             while not self._stop.is_set():
                 try:
-                    with client.stream("GET", self._url + "/api/stream", headers={"Last-Event-ID": last_id}) as response:
+                    headers = {"Last-Event-ID": last_id}
+                    with client.stream("GET", self._url + "/api/stream", headers=headers) as response:
                         event, data = "message", []
                         for line in response.iter_lines():
                             if line.startswith("id:"):
