@@ -739,9 +739,11 @@ class StateDB:
         self._mark_running()  # the files as this commit left them: what a crash from here leaves
 
     def _writer(self) -> Tuple[sqlite3.Connection, threading.Lock]:
-        """The commits' connection and its lock: for a file, one of their own (opened at the first commit, with
-        the short busy timeout); without one, the readers' (a private temporary database is one connection's)."""
-        if self.path is None:
+        """The commits' connection and its lock: for a file in WAL mode, one of their own (opened at the first
+        commit, with the short busy timeout), which readers never wait for; else the readers' (a private temporary
+        database is one connection's; in a rollback journal's mode, on a network filesystem, a commit's lock would
+        fail the reads of another connection after the busy timeout, where this one's readers wait for the commit)."""
+        if self.path is None or self._network:
             return self.conn, self._lock
         if self._wconn is None:
             conn = sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_S, isolation_level=None,

@@ -82,3 +82,31 @@ def test_items_being_written_or_refused_by_a_lock_are_read_once_in_order_and_wri
     assert [seq for seq, _, _ in rows] == list(range(1, 14))
     steps = [json.loads(data)["step"] for _, kind, data in rows if kind is None]
     assert steps == list(range(1, 13)) and json.loads(rows[9][2])["lr"] == 0.5
+
+
+def test_without_wal_the_writer_shares_the_readers_connection_and_they_read_every_item_once(tmp_path: Path) -> None:
+    # A state on a network filesystem keeps SQLite's rollback journal: a commit's lock there would fail another
+    # connection's reads, so the writer thread commits on the readers' connection (behind its lock).
+    path = tmp_path / "state.sqlite"
+
+    async def run() -> None:
+        store = Store(StateDB(path, expected="test", network=True))
+        store.load()
+        store.db.write_behind(asyncio.get_running_loop())
+        store.add_source(SOURCE, "/x/info.log")
+        for first in range(1, 400, 20):
+            store.add(SOURCE, records(range(first, first + 20)))
+            store.commit()  # handed over, or queued behind the batch being written
+            assert [r["step"] for r in store.records_after(0, 1000)] == list(range(1, first + 20))
+            await asyncio.sleep(0)
+        while store.db.unsaved:
+            store.commit()
+            await asyncio.sleep(0.01)
+        assert store.db.write_error is None
+        store.close()
+
+    asyncio.run(run())
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+        steps = [json.loads(data)["step"] for (data,) in conn.execute("SELECT data FROM items ORDER BY seq")]
+    assert steps == list(range(1, 401))
