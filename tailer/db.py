@@ -448,10 +448,10 @@ class StateDB:
     def __init__(self, path: Optional[Path], expected: str = "", network: bool = False) -> None:
         self.path = path
         self.expected = expected
-        self._lock = threading.Lock()  # the readers' connection (`conn`); the commits' too without a file
-        self._write_lock = threading.Lock()  # the commits' connection of a file (`_writer`)
+        self._lock = threading.Lock()  # the readers' connection (`conn`); the commits' too without WAL (`_writer`)
+        self._write_lock = threading.Lock()  # the commits' own connection (`_wconn`)
         self._mark_lock = threading.Lock()  # the owner's mark: written after a commit (writer), erased by a failure
-        self._wconn: Optional[sqlite3.Connection] = None  # the commits' connection of a file, opened at the first
+        self._wconn: Optional[sqlite3.Connection] = None  # the commits' own connection, opened at the first commit
         #: with `write_behind`: the loop told of each commit's end, and the thread that writes them, one at a time
         self._behind: Optional[Tuple[asyncio.AbstractEventLoop, ThreadPoolExecutor]] = None
         self._writing: Optional[_Batch] = None  # the batch being written: its items are still read from memory
@@ -749,7 +749,7 @@ class StateDB:
             conn = sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_S, isolation_level=None,
                                    check_same_thread=False)
             try:
-                conn.execute("PRAGMA synchronous=" + ("FULL" if self._network else "NORMAL"))  # a connection's own
+                conn.execute("PRAGMA synchronous=NORMAL")  # (a connection's own setting)
             except sqlite3.Error:
                 conn.close()
                 raise
@@ -838,7 +838,7 @@ class StateDB:
             self._owner.close()  # releases the lock
 
     def _close_writer(self) -> None:
-        """Close the commits' connection of a file (none is being written)."""
+        """Close the commits' own connection (nothing is being written)."""
         with self._write_lock:
             if self._wconn is not None:
                 self._wconn.close()
