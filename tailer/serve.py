@@ -80,6 +80,7 @@ async def serve(
     (`_restore_then_tail`: everything read from it is dropped; the pages' streams, cut, reconnect, and reload where
     they were beyond the new history)."""
     store, hub = Store(state if state is not None else open_state(config, formats)), Hub()
+    store.db.write_behind(asyncio.get_running_loop())  # commits in a thread of their own: never the loop's wait
     imports = WebImports() if store.db.reopened else None  # a restart: the web's imports beside the history's load
     tailer = Tailer(config, formats, store, hub)
     if store.db.checking:  # (a file that exists: a new one is sound)

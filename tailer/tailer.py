@@ -777,7 +777,7 @@ class Tailer:
         error = self.store.db.write_error
         if error != self._write_error:
             if error is not None:
-                log.error("cannot write the history (%s): %d items kept in memory, retrying every 1-30 s",
+                log.error("cannot write the history (%s): %d items kept in memory, retrying until it can be written",
                           error, self.store.db.unsaved)
             else:
                 log.warning("the history is written again; nothing was lost")
