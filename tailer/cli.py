@@ -19,19 +19,23 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Iterator, List, NoReturn, Optional, Sequence, Tuple
 
 from mstail.parsers import Format, FormatError, format_table, load_formats
 from mstail.parsers.derived import DerivedError, load_derived
 
 from .config import Config
 from .discovery import visible
+from .notices import no_format_hint
 
 if TYPE_CHECKING:
     from .alerts import AlertRules
     from .webhooks import Target
 
 COMMANDS = ("serve", "parse", "formats", "demo")
+
+#: `mstail parse`'s exit status when a log with lines in it matched no format (the others are parsed all the same)
+UNRECOGNISED = 3
 
 
 class _VisibleFormatter(logging.Formatter):
@@ -47,11 +51,24 @@ class UsageError(Exception):
     """A mistake on the command line: printed as one line, exit status 2."""
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose mistakes (a bad option value, an unknown option) are one line and exit status 2
+    rather than the whole usage and then the line that matters."""
+
+    #: the command whose --help the error points to (the top parser's own errors are about the command's options)
+    command = ""
+
+    def error(self, message: str) -> "NoReturn":  # type: ignore[override]
+        prog = f"{self.prog} {self.command}" if self.command else self.prog
+        self.exit(2, f"mstail: error: {visible(message)} (see `{prog} --help`)\n")
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     if not args_list or args_list[0] not in COMMANDS + ("-h", "--help", "--version"):
         args_list.insert(0, "serve")  # `mstail --log FILE` means `mstail serve --log FILE`
     parser = _build_parser()
+    parser.command = args_list[0] if args_list[0] in COMMANDS else ""
     args = parser.parse_args(args_list)
     logging.basicConfig(level=logging.WARNING, format="mstail: %(message)s")
     for handler in logging.getLogger().handlers:
@@ -146,7 +163,9 @@ def _parse(args: argparse.Namespace) -> int:
         f"{summary.unmatched} unmatched metric-looking lines ({detected})",
         file=sys.stderr,
     )
-    return 0
+    for source, (path, unmatched) in summary.unrecognised.items():
+        print(f"mstail: {visible(source)}: {visible(no_format_hint(path, unmatched))}", file=sys.stderr)
+    return UNRECOGNISED if summary.unrecognised else 0
 
 
 def _list_formats(args: argparse.Namespace) -> int:
@@ -302,6 +321,7 @@ def _run_server(config: Config, formats: Sequence[Format]) -> int:
     except StateError as exc:
         raise UsageError(str(exc)) from None
     from .discovery import expand
+    from .pageurl import other_urls
     from .serve import ServeError, bind, serve, url_of
 
     try:
@@ -318,19 +338,21 @@ def _run_server(config: Config, formats: Sequence[Format]) -> int:
         following = f"following {files}" + ("" if found else ", waiting for the files to appear")
 
     address = url_of(sock)
+    elsewhere = other_urls(*sock.getsockname()[:2])  # bound to all addresses: the machine's name and addresses
     announced = []  # once, by the first server that starts: one that starts over (below) serves the same address
 
     def announce() -> None:
         if announced:
             return
         announced.append(True)
+        query = f"/?token={config.token}" if generated else ""
         if generated:
-            url = f"{address}/?token={config.token}"
             following_ = f"{following}; every request needs this token, or 'Authorization: Bearer TOKEN'"
         else:
-            url = address
             following_ = following + ("; token required" if config.token else "")
-        print(f"mstail: serving {url}  ({following_})", flush=True)
+        print(f"mstail: serving {address}{query}  ({following_})", flush=True)
+        if elsewhere:
+            print(f"mstail: from other machines: {', '.join(url + query for url in elsewhere)}", flush=True)
         if state.path is not None:
             print(f"mstail: history kept in {state.path} (--no-state: keep none)", file=sys.stderr, flush=True)
 
@@ -362,7 +384,7 @@ class _Version(argparse.Action):
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="mstail",
         description="Live curves from MindSpore/MindFormers training logs. "
         "`mstail --log output/log/rank_0/info.log` follows the log and serves a dashboard.",
@@ -443,7 +465,11 @@ def _build_parser() -> argparse.ArgumentParser:
     parse_p = commands.add_parser("parse", help="parse finished logs to JSONL or CSV",
                                   description="Parse logs offline. Rotated chains (info.log.5 ... info.log) are read "
                                   "oldest first as one source; a folder gives the runs below it, each file named by "
-                                  "its run and rank. A summary goes to stderr.")
+                                  "its run and rank. A summary goes to stderr.",
+                                  epilog=f"Exit status: 0 when every log was parsed; {UNRECOGNISED} when a log with "
+                                  "lines in it matched no format (the others are parsed all the same, and a line on "
+                                  "stderr names it with what to try); 1 when a log could not be read; 2 for a mistake "
+                                  "on the command line.")
     parse_p.add_argument("logs", nargs="+", metavar="LOG", help="log files, globs or folders of runs")
     parse_p.add_argument("--format", metavar="NAME", help="format name (default: detect per file)")
     parse_p.add_argument("--to", choices=("jsonl", "csv"), default="jsonl", help="output format (default: jsonl)")
