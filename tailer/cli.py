@@ -5,6 +5,7 @@
     mstail parse LOG|DIR... --to jsonl|csv   legacy logs, offline
     mstail formats                       list the input kinds and the formats, and where each came from
     mstail demo                          a simulated training, followed and served
+    mstail state list|prune              the kept histories (state files), and removing old ones
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import re
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, List, NoReturn, Optional, Sequence, Tuple
 
@@ -32,7 +34,10 @@ if TYPE_CHECKING:
     from .alerts import AlertRules
     from .webhooks import Target
 
-COMMANDS = ("serve", "parse", "formats", "demo")
+COMMANDS = ("serve", "parse", "formats", "demo", "state")
+
+#: the log files `mstail state list` shows of each state (then a count of the others)
+STATE_LOGS_SHOWN = 3
 
 #: `mstail parse`'s exit status when a log with lines in it matched no format (the others are parsed all the same)
 UNRECOGNISED = 3
@@ -178,6 +183,72 @@ def _list_formats(args: argparse.Namespace) -> int:
     for fmt in _formats(args, None):
         print(f"  {fmt.name:<22} {fmt.origin:<12} {fmt.description}")
     return 0
+
+
+def _state_list(args: argparse.Namespace) -> int:
+    from .statedirs import human_size, log_gone
+
+    folder, states = _states(args)
+    print(f"state folder: {folder} ({len(states)} state{'s' if len(states) != 1 else ''})")
+    for state in states:
+        status = f"set aside ({state.aside})" if state.aside else "in use" if state.in_use else "idle"
+        print(f"{_when(state.last_use)}  {human_size(state.size):>9}  {status:<22}  {visible(state.path.name)}")
+        logs = state.logs or []
+        for log in logs[:STATE_LOGS_SHOWN]:
+            where = "  (gone)" if log_gone(log) else "" if os.path.isabs(log) else "  (relative to where mstail ran)"
+            print(f"    {visible(log)}{where}")
+        if len(logs) > STATE_LOGS_SHOWN:
+            print(f"    ... and {len(logs) - STATE_LOGS_SHOWN} more")
+        if state.logs is None:
+            print("    (its logs cannot be read from it)")
+    return 0
+
+
+def _state_prune(args: argparse.Namespace) -> int:
+    from .statedirs import StateDirError, human_size, parse_age, remove, to_prune
+
+    if args.older_than is None and not args.missing_logs:
+        raise UsageError("say which states to remove: --older-than AGE (e.g. 30d), --missing-logs, or both")
+    try:
+        older_than = parse_age(args.older_than) if args.older_than is not None else None
+    except StateDirError as exc:
+        raise UsageError(str(exc)) from None
+    folder, states = _states(args)
+    chosen = to_prune(states, older_than, args.missing_logs)
+    freed, failed = 0, 0
+    for state in chosen:
+        why = "its logs are gone" if args.missing_logs and state.logs_gone else f"last used {_when(state.last_use)}"
+        if args.dry_run:
+            print(f"would remove {visible(state.path.name)} ({human_size(state.size)}; {why})")
+            continue
+        removed, problem = remove(state)
+        if removed:
+            freed += state.size
+            print(f"removed {visible(state.path.name)} ({human_size(state.size)}; {why})")
+        else:
+            failed += 1
+            print(f"mstail: kept {visible(state.path.name)}: {problem}", file=sys.stderr)
+    held = sum(1 for state in states if state.in_use)
+    done = f"{len(chosen)} state(s) would be removed" if args.dry_run else \
+        f"{len(chosen) - failed} state(s) removed, {human_size(freed)} freed"
+    print(f"mstail: {done} from {folder}" + (f"; {held} in use by a running mstail kept" if held else ""),
+          file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _states(args: argparse.Namespace) -> Tuple[Path, list]:
+    from .db import default_state_dir
+    from .statedirs import StateDirError, find_states
+
+    folder = (Path(args.state_dir).expanduser() if args.state_dir else default_state_dir()).absolute()
+    try:
+        return folder, find_states(folder)
+    except StateDirError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _when(seconds: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(seconds))
 
 
 # -- helpers ----------------------------------------------------------------------------------------------
@@ -391,7 +462,7 @@ def _build_parser() -> argparse.ArgumentParser:
         epilog="Without a command, `serve` is meant: see `mstail serve --help` for --log, --port, --poll and the rest.",
     )
     parser.add_argument("--version", action=_Version)
-    commands = parser.add_subparsers(dest="command", metavar="{serve,parse,formats,demo}")
+    commands = parser.add_subparsers(dest="command", metavar="{serve,parse,formats,demo,state}")
 
     def format_options(p: argparse.ArgumentParser) -> None:
         p.add_argument("--formats", action="append", metavar="FILE.toml", help="load a format file (repeatable); "
@@ -494,4 +565,32 @@ def _build_parser() -> argparse.ArgumentParser:
     demo_p.add_argument("--step-time", type=float, default=0.2, metavar="SECONDS", help="seconds per step (default: 0.2)")
     server_options(demo_p)
     demo_p.set_defaults(run=_demo)
+    _state_parser(commands)
     return parser
+
+
+def _state_parser(commands: "argparse._SubParsersAction") -> None:
+    state_p = commands.add_parser("state", help="list the kept histories (state files), or remove old ones",
+                                  description="The history and read positions mstail keeps per set of followed logs "
+                                  "(see --state-dir). A state a running mstail holds is never removed.")
+    actions = state_p.add_subparsers(dest="action", metavar="{list,prune}")
+    actions.required = True
+
+    def folder_option(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--state-dir", metavar="DIR", help="the state folder (default: $MSTAIL_STATE_DIR or "
+                       "~/.local/state/mstail)")
+
+    list_p = actions.add_parser("list", help="each state: last use, size, in use or not, the logs it is of",
+                                description="Each state, least recently used first: when it was last written, its "
+                                "size, whether a running mstail holds it, and the log files it holds the history of.")
+    folder_option(list_p)
+    list_p.set_defaults(run=_state_list)
+    prune_p = actions.add_parser("prune", help="remove states unused for a while, or whose logs are gone",
+                                 description="Remove the states matching --older-than or --missing-logs (either "
+                                 "suffices), except those a running mstail holds.")
+    prune_p.add_argument("--older-than", metavar="AGE", help="states last written longer ago than AGE: 30d, 12h, "
+                         "90m, 2w (a number alone: days)")
+    prune_p.add_argument("--missing-logs", action="store_true", help="states whose log files all no longer exist")
+    prune_p.add_argument("--dry-run", action="store_true", help="only say what would be removed")
+    folder_option(prune_p)
+    prune_p.set_defaults(run=_state_prune)
