@@ -32,6 +32,7 @@ from .notices import no_format_hint
 
 if TYPE_CHECKING:
     from .alerts import AlertRules
+    from .statedirs import State
     from .webhooks import Target
 
 COMMANDS = ("serve", "parse", "formats", "demo", "state")
@@ -236,7 +237,8 @@ def _state_prune(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def _states(args: argparse.Namespace) -> Tuple[Path, list]:
+def _states(args: argparse.Namespace) -> Tuple[Path, List["State"]]:
+    """The state folder (--state-dir, else the default) and the states in it."""
     from .db import default_state_dir
     from .statedirs import StateDirError, find_states
 
