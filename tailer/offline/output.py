@@ -9,7 +9,9 @@ from __future__ import annotations
 import contextlib
 import csv
 import errno
+import functools
 import io
+import math
 import os
 import re
 import stat
@@ -49,20 +51,34 @@ def csv_cell(value: Any) -> Any:
     if isinstance(value, str):
         if value.startswith(FORMULA_START) and value not in NON_FINITE:
             value = "'" + value
-        return _CONTROLS.sub(_escaped, value)
+        return value if value.isprintable() else _CONTROLS.sub(_escaped, value)
     return finite_or_name(value)
 
 
 def csv_time(seconds: Optional[float]) -> str:
     """A record's time (epoch seconds) as every CSV of mstail writes it: ISO 8601 in this machine's time zone, with
-    its offset, to the millisecond (`2026-12-02T14:35:44.367+08:00`); "" for none. The page's export writes the
-    same (web/static/util.js `isoTime`); the epoch seconds go in the `time_s` column beside it."""
+    its offset, to the nearest millisecond (`2026-12-02T14:35:44.367+08:00`); "" for none. The page's export writes
+    the same (web/static/util.js `isoTime`); the epoch seconds go in the `time_s` column beside it."""
     if seconds is None:
         return ""
     try:
-        return datetime.fromtimestamp(seconds, timezone.utc).astimezone().isoformat(timespec="milliseconds")
+        minute, ms = divmod(math.floor(seconds * 1000 + 0.5), 60_000)  # JavaScript's Math.round, as the page
+        start, zone = _local_minute(minute)
     except (OverflowError, OSError, TypeError, ValueError):  # a time no calendar date has: `time_s` still holds it
         return ""
+    return f"{start}{ms // 1000:02d}.{ms % 1000:03d}{zone}"
+
+
+@functools.lru_cache(maxsize=4096)
+def _local_minute(minute: int) -> Tuple[str, str]:
+    """A minute since the epoch in the local zone: its date and time to the minute (`2026-12-02T14:35:`), and the
+    zone's offset then (`+08:00`). Zones change offset on whole minutes; a row's time costs a lookup, not a
+    calendar conversion (about 3 us of a row's 6)."""
+    local = datetime.fromtimestamp(minute * 60, timezone.utc).astimezone()
+    offset = int(local.utcoffset().total_seconds()) // 60  # type: ignore[union-attr]
+    hours, minutes = divmod(abs(offset), 60)
+    return (f"{local.year:04d}-{local.month:02d}-{local.day:02d}T{local.hour:02d}:{local.minute:02d}:",
+            f"{'-' if offset < 0 else '+'}{hours:02d}:{minutes:02d}")
 
 
 def write_csv(rows: List[dict], out: TextIO) -> None:

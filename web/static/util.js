@@ -148,11 +148,11 @@ export function csvCell(value) {
 }
 
 // A time (epoch seconds) as every CSV of mstail writes it: ISO 8601 in the local time zone with its offset, to the
-// millisecond (`2026-12-02T14:35:44.367+08:00`); "" for none. `mstail parse --to csv` writes the same
+// nearest millisecond (`2026-12-02T14:35:44.367+08:00`); "" for none. `mstail parse --to csv` writes the same
 // (tailer/offline/output.py, csv_time), with the seconds in a `time_s` column beside it.
 export function isoTime(seconds) {
   if (seconds === null || seconds === undefined) return "";
-  const d = new Date(seconds * 1000);
+  const d = new Date(Math.round(seconds * 1000));
   if (Number.isNaN(d.getTime())) return "";
   const pad = (n, width = 2) => String(n).padStart(width, "0");
   const offset = -d.getTimezoneOffset();
