@@ -14,6 +14,7 @@ import argparse
 import contextlib
 import dataclasses
 import logging
+import math
 import os
 import re
 import signal
@@ -39,6 +40,9 @@ COMMANDS = ("serve", "parse", "formats", "demo", "state")
 
 #: the log files `mstail state list` shows of each state (then a count of the others)
 STATE_LOGS_SHOWN = 3
+
+#: `mstail demo --ranks` at most (a writer thread each)
+DEMO_RANKS_MAX = 1024
 
 #: `mstail parse`'s exit status when a log with lines in it matched no format (the others are parsed all the same)
 UNRECOGNISED = 3
@@ -120,6 +124,9 @@ def _demo(args: argparse.Namespace) -> int:
 
     from .demo import start_demo
 
+    if not 1 <= args.ranks <= DEMO_RANKS_MAX:
+        raise UsageError(f"--ranks needs a whole number from 1 to {DEMO_RANKS_MAX}")
+    _positive(args.step_time, "--step-time")
     with _sigterm_as_exit():
         folder = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="mstail-demo-"))
         trainings: list = []
@@ -291,8 +298,8 @@ def _config(args: argparse.Namespace, logs: Tuple[str, ...], jsonl: Tuple[str, .
     alert rules loaded and webhook targets parsed here, once, so a mistake is one line before anything starts."""
     from mstail.web.access import is_loopback_host
 
-    if args.poll is not None and args.poll <= 0:
-        raise UsageError("--poll needs a positive number of seconds")
+    if args.poll is not None:
+        _positive(args.poll, "--poll")
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port {args.port} is out of range: give 1 to 65535, or 0 for any free port")
     token = _token(args.token)
@@ -359,7 +366,7 @@ def _webhook_targets(values: Sequence[str], files: Sequence[str] = (), env_names
 
 
 def _positive(value: float, option: str) -> float:
-    if not value > 0:
+    if not (value > 0 and math.isfinite(value)):  # (nan and inf parse as floats too)
         raise UsageError(f"{option} needs a positive number of seconds")
     return value
 

@@ -135,6 +135,17 @@ def test_a_bad_option_is_one_line_naming_the_commands_help(argv: tuple, option: 
     assert f"`mstail {command} --help`" in result.stderr and "usage:" not in result.stderr
 
 
+@pytest.mark.parametrize("argv, option", [
+    (("demo", "--ranks", "0", "--port", "0"), "--ranks"),
+    (("demo", "--ranks", "100000", "--port", "0"), "--ranks"),
+    (("demo", "--step-time", "nan", "--port", "0"), "--step-time"),
+    (("--log", "x.log", "--poll", "nan", "--port", "0"), "--poll"),
+    (("--log", "x.log", "--header-timeout", "inf", "--port", "0"), "--header-timeout"),
+])
+def test_a_value_out_of_range_is_one_line(argv: tuple, option: str) -> None:
+    assert_clean_error(mstail(*argv), option, "needs")
+
+
 def test_parse_of_a_log_no_format_matches_exits_3_with_the_hint(tmp_path: Path) -> None:
     log = tmp_path / "custom run.log"
     log.write_text("hello\nval: loss=2.5 acc=0.1\n")
