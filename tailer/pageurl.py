@@ -36,11 +36,13 @@ def page_url(host: str, port: int) -> str:
 
 
 def other_urls(host: str, port: int) -> List[str]:
-    """For a wildcard `host`, the URLs other machines may use: the machine's name, then its addresses other than
-    loopback and link-local (IPv6 ones only when bound to `::`); none for any other host."""
+    """For a wildcard `host`, the URLs other machines may use: the machine's name (unless it is `localhost...`),
+    then its addresses other than loopback and link-local (IPv6 ones only when bound to `::`); none for any other
+    host."""
     if host not in WILDCARDS:
         return []
-    names = [socket.gethostname()] + [str(a) for a in _own_addresses(with_v6=host == "::")]
+    name = socket.gethostname()
+    names = ([] if name.startswith("localhost") else [name]) + [str(a) for a in _own_addresses(with_v6=host == "::")]
     return [page_url(name, port) for name in dict.fromkeys(n for n in names if n)]
 
 
