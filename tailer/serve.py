@@ -15,7 +15,6 @@ import signal
 import socket
 import threading
 import time
-import webbrowser
 from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence
 
 from mstail.parsers import Format
@@ -25,6 +24,7 @@ from .alerts import AlertEngine
 from .config import Config
 from .connections import BACKLOG, Limits, connection_cap, guarded_protocol, install_quiet_logs, raise_fd_limit
 from .hub import Hub
+from .pageurl import open_page, page_url
 from .tailer import Tailer
 from .db import StateDB, open_state
 from .remotewrite import RemoteWrite
@@ -62,9 +62,8 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 def url_of(sock: socket.socket) -> str:
-    host, port = sock.getsockname()[:2]
-    shown = f"[{host}]" if ":" in host else host
-    return f"http://{shown}:{port}"
+    """The URL a browser here opens (loopback when bound to all addresses: `pageurl.page_url`)."""
+    return page_url(*sock.getsockname()[:2])
 
 
 async def serve(
@@ -370,4 +369,4 @@ async def _when_started(server: uvicorn.Server, sock: socket.socket, config: Con
     if on_started is not None:
         on_started()
     if config.open_browser:
-        await asyncio.to_thread(webbrowser.open, url_of(sock) + (f"/?token={config.token}" if config.token else ""))
+        await asyncio.to_thread(open_page, url_of(sock) + (f"/?token={config.token}" if config.token else ""))

@@ -44,7 +44,7 @@ from .follower import FileFollower
 from .hub import Hub, ItemsMessage, SourceMessage
 from .lines import Block
 from .netfs import MOUNTINFO, existing_ancestor, network_fs, parse_mountinfo
-from .notices import Notices
+from .notices import Notices, no_format_hint
 from .planner import QUIET_S, Pacer, Plan, Planner
 from .runs import HEADS_TIME_S, NOTHING_YET, RunFinder
 from .store import Store
@@ -914,9 +914,7 @@ EPOCH_STEPS = "the x axis counts epochs: the log prints one summary line per epo
 
 
 def _hint(path: Path, counts: Dict[str, int]) -> str:
-    lines = counts["unmatched_metric_lines"]
-    return (f"{lines} line{'s' if lines != 1 else ''} look like metrics but no format matches; try "
-            f"`mstail parse {path} --explain`, or --pattern 'REGEX' with named groups")
+    return no_format_hint(path, counts["unmatched_metric_lines"])
 
 
 def _ids(source: _Source) -> List[str]:

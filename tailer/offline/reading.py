@@ -177,6 +177,9 @@ class Summary:
     events: int = 0
     unmatched: int = 0
     formats: Dict[str, str] = field(default_factory=dict)  # source -> detected format
+    #: text logs with lines but no record, event or format recognised: source -> (its newest file, its unmatched
+    #: metric-looking lines)
+    unrecognised: Dict[str, Tuple[Path, int]] = field(default_factory=dict)
 
 
 class ParseError(Exception):
@@ -200,6 +203,10 @@ def add_part(summary: Summary, group: Chain, part: _Part) -> None:
     summary.events += part.events
     summary.unmatched += part.unmatched
     summary.formats[group.source] = part.format
+    # A log whose format's events were seen (MindFormers' start, before the first step) is one with no records yet.
+    recognised = part.format != "none" or part.records or part.events
+    if not recognised and group.events is None and any(os.path.getsize(f) for f in group.files):
+        summary.unrecognised[group.source] = (group.files[-1], part.unmatched)
 
 
 def new_parser(formats: Sequence[Format], forced: Optional[Format], derived: Optional[Derived] = None,

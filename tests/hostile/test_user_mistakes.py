@@ -274,8 +274,8 @@ FORMULAS = ["=HYPERLINK(\"http://x\")", "+1+1", "-1+cmd|' /C calc'!A0", "@SUM(A1
 
 
 def test_csv_text_cells_are_no_formulas_and_numbers_stay_numbers() -> None:
-    for text in FORMULAS:
-        assert csv_cell(text) == "'" + text
+    for text in FORMULAS:  # (a tab or CR written as JSON writes it, as every control character)
+        assert csv_cell(text) == "'" + text.replace("\t", "\\t").replace("\r", "\\r")
     for text in ("plain", "1.5", "'quoted", "Infinity", "NaN", "-Infinity"):
         assert csv_cell(text) == text
     for number, shown in ((-1.5, -1.5), (-3, -3), (float("-inf"), "-Infinity"), (float("nan"), "NaN"), (None, "")):
@@ -298,13 +298,32 @@ def test_parse_to_csv_escapes_a_formula_source_and_keeps_negative_numbers(tmp_pa
     assert row["source"] == "'=cmd" and row["loss"] == "-1.5"
 
 
+CONTROLS = ["boom \x1b]0;pwned\x07\x1b[2J\nline 2\r\tend\x00", "c1 \x9b31m del \x7f", "=\x1b[31m"]
+
+
+def test_parse_to_csv_escapes_control_characters_as_jsonl_does(tmp_path: Path) -> None:
+    log = tmp_path / "metrics.jsonl"
+    log.write_text("".join(json.dumps(row) + "\n" for row in (
+        {"step": 1, "loss": 2.5}, *({"kind": "error", "message": message} for message in CONTROLS))), encoding="utf-8")
+    result = mstail("parse", str(log), "--events", "--to", "csv")
+    assert result.returncode == 0, result.stderr
+    assert not re.search(r"[\x00-\x1f\x7f-\x9f]", result.stdout.replace("\n", "")), repr(result.stdout)
+    rows = list(csv.DictReader(io.StringIO(result.stdout)))
+    assert len(result.stdout.splitlines()) == len(rows) + 1 == 5  # a row is one line
+    jsonl = [json.loads(line) for line in mstail("parse", str(log), "--events").stdout.splitlines()]
+    assert [row["message"] for row in jsonl[1:]] == CONTROLS
+    as_json = json.dumps(CONTROLS[0], ensure_ascii=False)[1:-1]  # how a JSONL file shows it
+    assert rows[1]["message"] == as_json == "boom \\u001b]0;pwned\\u0007\\u001b[2J\\nline 2\\r\\tend\\u0000"
+    assert rows[2]["message"] == "c1 \\u009b31m del \\u007f" and rows[3]["message"] == "'=\\u001b[31m"
+
+
 def test_page_csv_cell_follows_the_same_rule(tmp_path: Path) -> None:
     node = shutil.which("node")
     if node is None:
         pytest.skip("node is not installed: the page's csvCell is not checked here")
     module = tmp_path / "util.mjs"  # util.js is an ES module; a .mjs copy imports without a package.json
     shutil.copyfile(ROOT / "web" / "static" / "util.js", module)
-    values: List[Any] = [*FORMULAS, -1.5, -3, "-Infinity", "plain", "a,b", 'say "hi"', 0, None]
+    values: List[Any] = [*FORMULAS, -1.5, -3, "-Infinity", "plain", "a,b", 'say "hi"', 0, None, *CONTROLS]
     script = (f"import {{ csvCell }} from {json.dumps(module.as_uri())};\n"
               f"console.log(JSON.stringify({json.dumps(values)}.map(csvCell).concat([csvCell(-Infinity)])));\n")
     done = subprocess.run([node, "--input-type=module", "-e", script], capture_output=True, text=True, timeout=30)
@@ -314,6 +333,30 @@ def test_page_csv_cell_follows_the_same_rule(tmp_path: Path) -> None:
     cells = [next(csv.reader([cell])) or [""] for cell in page]  # unquoted as a spreadsheet reads them
     assert cells[:-1] == [[str(csv_cell(value))] for value in values], page
     assert cells[-1] == [csv_cell(float("-inf"))] == ["-Infinity"]
+
+
+def test_page_csv_time_is_the_offline_csv_time(tmp_path: Path) -> None:
+    """The page's CSV and `mstail parse`'s write a time alike: ISO 8601 in the local zone with its offset (a zone
+    half an hour off, behind and ahead of UTC)."""
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed: the page's isoTime is not checked here")
+    module = tmp_path / "util.mjs"
+    shutil.copyfile(ROOT / "web" / "static" / "util.js", module)
+    times = [0, 1723438095.163, 1764672000.5, 1798761599.999, None]
+    for zone, offset in (("Asia/Kolkata", "+05:30"), ("America/St_Johns", "-0"), ("UTC", "+00:00")):
+        env = {**os.environ, "TZ": zone}
+        page = subprocess.run([node, "--input-type=module", "-e", f"import {{ isoTime }} from {json.dumps(module.as_uri())};\n"
+                               f"console.log(JSON.stringify({json.dumps(times)}.map(isoTime)));\n"],
+                              capture_output=True, text=True, timeout=30, env=env)
+        offline = subprocess.run([sys.executable, "-c", "import json, sys; from mstail.tailer.offline.output import "
+                                  f"csv_time; print(json.dumps([csv_time(t) for t in {times!r}]))"],
+                                 capture_output=True, text=True, timeout=30, env=env, cwd=str(ROOT))
+        assert page.returncode == 0 and offline.returncode == 0, (page.stderr, offline.stderr)
+        assert json.loads(page.stdout) == json.loads(offline.stdout), zone
+        assert all(shown.endswith(offset) or offset == "-0" and shown[-6:-3] in ("-02", "-03")
+                   for shown in json.loads(page.stdout)[:-1]), page.stdout
+        assert json.loads(page.stdout)[-1] == ""
 
 
 # -- 7. --explain copies no terminal escapes ------------------------------------------------------------------------
