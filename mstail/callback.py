@@ -30,7 +30,7 @@ from mindspore import dtype as mstype
 from mindspore.communication import GlobalComm, get_rank
 from mindspore.train import Callback
 
-from mstail.parsers.record import RESERVED, finite_or_name
+from mstail.parsers.record import MAX_NAME_CHARS, RESERVED, finite_or_name, metric_key
 
 try:
     # Private classes: how Optimizer wraps a list schedule and a per-group fixed lr. Knowing them lets the lr be
@@ -167,7 +167,8 @@ class JsonlWriter:
         """Add ``name`` to every record from now on.
 
         Args:
-            name: metric name; one of RESERVED raises ValueError (a setup mistake, caught before training).
+            name: metric name; one of RESERVED, or one mstail would not read as it is (`metric_key`), raises
+                ValueError (a setup mistake, caught before training).
             value: a number, a Tensor/Parameter (read at each record: one device-to-host copy) or a callable
                 taking no argument that returns one of those (called at each record; if it raises, the record
                 gets null and the error is logged once).
@@ -176,6 +177,9 @@ class JsonlWriter:
             raise ValueError(f"metric name must be a non-empty str, got {name!r}")
         if name in RESERVED:
             raise ValueError(f"{name!r} is reserved in mstail records ({', '.join(sorted(RESERVED))})")
+        if metric_key(name) != name:  # mstail would read it under another name, or none
+            raise ValueError(f"{name!r} cannot be a metric name: blank, over {MAX_NAME_CHARS} characters, control "
+                             "characters, or __proto__")
         self._metrics[name] = value
 
     def reset_clock(self, step: int) -> None:

@@ -18,7 +18,7 @@ import orjson
 
 from .bounded import BUDGET_S
 from .kinds import fits
-from .record import NON_FINITE, RESERVED, Item, Record
+from .record import NON_FINITE, RESERVED, Item, Record, metric_key
 from .schema import Format, Rule
 
 log = logging.getLogger("mstail.parser")
@@ -821,9 +821,14 @@ def _match_jsonl(fmt: Format, text: str) -> Optional[_Match]:
 
 
 def jsonl_values(obj: Dict[str, Any]) -> Record:
-    """Numbers of a JSONL record, with "NaN"/"Infinity" strings back to floats; reserved keys are kept."""
+    """Numbers of a JSONL record, with "NaN"/"Infinity" strings back to floats; reserved keys are kept, the others
+    made metric keys (`metric_key`)."""
     out: Record = {}
     for key, value in obj.items():
+        if key not in RESERVED:
+            key = metric_key(key)
+            if key is None:
+                continue
         if isinstance(value, bool):
             out[key] = int(value)
         elif isinstance(value, (int, float)) or value is None:

@@ -26,7 +26,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Set, Tuple
 
 from .derived import Derived, Deriver
 from .engine import ParserState
-from .record import RESERVED, Item, Record
+from .record import RESERVED, Item, Record, metric_key
 
 #: The kinds of event files, as `ParserState.format` and `/api/sources` name them.
 TENSORBOARD = "tensorboard"
@@ -89,7 +89,7 @@ def metric_name(tag: str) -> str:
             tag = tag[: -len(suffix)]
             break
     name = TAG_NAMES.get(tag, tag)
-    return f"tag_{name}" if name in RESERVED or name == "_part" else name
+    return metric_key(f"tag_{name}" if name in RESERVED or name == "_part" else name) or ""  # "": no name
 
 
 class EventFileParser:
@@ -159,7 +159,7 @@ class EventFileParser:
                     names.clear()  # a writer inventing tags: the cache stays bounded, names are computed again
             if name is None:  # a samples twin: its value is its plain tag's, its step the samples consumed
                 self._add(SAMPLES, event.step, None, out)
-            elif name not in self._metrics and len(self._metrics) >= MAX_METRICS:
+            elif not name or (name not in self._metrics and len(self._metrics) >= MAX_METRICS):
                 counts["dropped_values"] += 1
             else:
                 self._metrics.add(name)

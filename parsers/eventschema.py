@@ -64,8 +64,9 @@ _CONTENT = {_DT_FLOAT: "<f", _DT_DOUBLE: "<d", _DT_INT32: "<i", _DT_INT64: "<q",
 MAX_SCALAR_DIMS = 8
 
 
-def _event_class(package: str, messages: List[Tuple[str, list]]) -> Any:
-    """The `Event` message class of a package built from `messages` in a pool of its own."""
+def _event_class(package: str, messages: List[Tuple[str, list]], root: str = "Event") -> Any:
+    """The `root` message class of a package built from `messages` in a pool of its own (also Prometheus' remote
+    write schema, `mstail.tailer.remotewrite`)."""
     # Nested names would need nested DescriptorProtos; flat messages in a package of our own say the same wire format.
     proto = descriptor_pb2.FileDescriptorProto(name=f"mstail_{package.replace('.', '_')}.proto", package=package,
                                                syntax="proto2")
@@ -79,7 +80,7 @@ def _event_class(package: str, messages: List[Tuple[str, list]]) -> Any:
                 spec.options.packed = True  # proto3's default for TensorProto's values; unpacked input is read too
     pool = descriptor_pool.DescriptorPool()
     pool.Add(proto)
-    descriptor = pool.FindMessageTypeByName(f"{package}.Event")
+    descriptor = pool.FindMessageTypeByName(f"{package}.{root}")
     get_class = getattr(message_factory, "GetMessageClass", None)  # protobuf >= 4.21; 3.20 has the factory only
     return get_class(descriptor) if get_class is not None else message_factory.MessageFactory(pool).GetPrototype(descriptor)
 

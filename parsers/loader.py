@@ -17,7 +17,7 @@ from mstail.platform import per_user_dir, tomllib
 from .bounded import compile_bounded
 from .kinds import CONVERTERS, NAMED_TIME_FORMATS, PLAIN_BUILTINS, Value, time_parser
 from .pyliteral import parse_pydict
-from .record import RESERVED
+from .record import MAX_NAME_CHARS, RESERVED, metric_key
 from .schema import RULE_KINDS, STEP_GROUPS, Extractor, Field, Format, FormatError, Prefix, Regex, Rule
 
 
@@ -231,6 +231,9 @@ def _field(group: str, spec: Mapping[str, Any], where: str, origin: str, rule: s
         raise FormatError(origin, f"{where}: rename must be a non-empty string", rule)
     if out in RESERVED:
         raise FormatError(origin, f"{where}: {out!r} is a reserved name and cannot be a metric", rule)
+    if metric_key(out) != out:
+        raise FormatError(origin, f"{where}: {out!r} cannot be a metric name (blank, over {MAX_NAME_CHARS} characters, "
+                          "control characters, or a name the page's objects cannot hold)", rule)
     scale = spec.get("scale")
     if scale is not None and not isinstance(scale, (int, float)):
         raise FormatError(origin, f"{where}: scale must be a number", rule)

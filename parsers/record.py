@@ -10,6 +10,10 @@ A record is emitted at its step line; a line that belongs to it but comes later 
 line, eval results) amends it: the amend adds metrics the record lacks, never changes one it has, so one step of one
 source is one record, live and offline (mstail.parsers.amends).
 
+A metric's name is made safe once, where an input's text becomes a record's key (`metric_key`): a JSONL key, an
+event file's tag, a pair's or a printed dict's key in a log line; a format file's field names are checked with it
+when the file is loaded.
+
 Between a parser and the tailer a record travels as an `Item`; a launcher-tagged rank's items carry their part
 id under `PART_KEY` (mstail.parsers.interleave), which the tailer turns into a source of its own.
 """
@@ -18,7 +22,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Dict, Iterable, List, NamedTuple, Optional
+from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional
 
 import orjson
 
@@ -38,6 +42,19 @@ PART_KEY = "_part"
 #: A record or an event's data: reserved keys and metrics (numbers, NON_FINITE floats, None for "no value").
 Record = Dict[str, Any]
 
+#: The most characters a metric name may have: a longer one (a writer's bug, a hostile input) is no name, it would be
+#: a key in every record, series and answer.
+MAX_NAME_CHARS = 256
+#: Names no metric keeps as they are, kept with `UNSAFE_PREFIX` before them: `__proto__` (a JavaScript object given
+#: that key by assignment takes it as its prototype), `PART_KEY` (it names a launcher-tagged part).
+UNSAFE_NAMES = frozenset({"__proto__", PART_KEY})
+UNSAFE_PREFIX = "metric_"
+#: What `metric_key` writes for a control character: `\\n`, `\\t`, `\\r`, `\\xHH` (C0, DEL, C1), and the line separators
+#: JavaScript and many viewers break lines at (`\\u2028`, `\\u2029`).
+_NAME_ESCAPES = {**{code: f"\\x{code:02x}" for code in (*range(0x20), *range(0x7F, 0xA0))},
+                 0x0A: "\\n", 0x09: "\\t", 0x0D: "\\r", 0x2028: "\\u2028", 0x2029: "\\u2029"}
+_KEYS_KEPT = 4096  # names `metric_key` keeps at hand
+
 
 class Item(NamedTuple):
     """One parser output: kind "record" (a step), "event" (its data has a "kind" key) or "amend" (values a later line
@@ -45,6 +62,35 @@ class Item(NamedTuple):
 
     kind: str
     data: Record
+
+
+class _MetricKeys(Dict[str, Optional[str]]):
+    """Names met -> their keys (an input repeats its few names in every record): a hit costs one dict look-up."""
+
+    def __missing__(self, name: str) -> Optional[str]:
+        key = _safe_name(name)
+        if len(self) >= _KEYS_KEPT:
+            self.clear()  # an input inventing names: the cache stays bounded
+        self[name] = key
+        return key
+
+
+#: `metric_key(name)`: the record key a metric name from an input is kept under, or None for no name: empty, only
+#: spaces, or longer than `MAX_NAME_CHARS`. Control characters and line separators are written as `\\n`, `\\x1b`,
+#: `\\u2028` (a name never breaks a line of a terminal, stderr or CSV), a lone surrogate (no UTF-8, JSON or SQLite
+#: takes it) as `\\ud800`; `UNSAFE_NAMES` get `UNSAFE_PREFIX`. A key given is its own key (`metric_key(k) == k`).
+#: Reserved keys are the caller's to refuse or rename (a JSONL record's own, an event file's `tag_` names).
+metric_key: Callable[[str], Optional[str]] = _MetricKeys().__getitem__
+
+
+def _safe_name(name: str) -> Optional[str]:
+    if len(name) > MAX_NAME_CHARS:
+        return None
+    if not name.isprintable():
+        name = name.encode("utf-8", "backslashreplace").decode("utf-8").translate(_NAME_ESCAPES)
+    if len(name) > MAX_NAME_CHARS or not name.strip():
+        return None
+    return UNSAFE_PREFIX + name if name in UNSAFE_NAMES else name
 
 
 _NAMES = {math.inf: "Infinity", -math.inf: "-Infinity"}

@@ -5,6 +5,7 @@
     mstail parse LOG|DIR... --to jsonl|csv   legacy logs, offline
     mstail formats                       list the input kinds and the formats, and where each came from
     mstail demo                          a simulated training, followed and served
+    mstail state list|prune              the kept histories (state files), and removing old ones
 """
 
 from __future__ import annotations
@@ -13,25 +14,38 @@ import argparse
 import contextlib
 import dataclasses
 import logging
+import math
 import os
 import re
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Iterator, List, NoReturn, Optional, Sequence, Tuple
 
 from mstail.parsers import Format, FormatError, format_table, load_formats
 from mstail.parsers.derived import DerivedError, load_derived
 
 from .config import Config
 from .discovery import visible
+from .notices import no_format_hint
 
 if TYPE_CHECKING:
     from .alerts import AlertRules
+    from .statedirs import State
     from .webhooks import Target
 
-COMMANDS = ("serve", "parse", "formats", "demo")
+COMMANDS = ("serve", "parse", "formats", "demo", "state")
+
+#: the log files `mstail state list` shows of each state (then a count of the others)
+STATE_LOGS_SHOWN = 3
+
+#: `mstail demo --ranks` at most (a writer thread each)
+DEMO_RANKS_MAX = 1024
+
+#: `mstail parse`'s exit status when a log with lines in it matched no format (the others are parsed all the same)
+UNRECOGNISED = 3
 
 
 class _VisibleFormatter(logging.Formatter):
@@ -47,11 +61,24 @@ class UsageError(Exception):
     """A mistake on the command line: printed as one line, exit status 2."""
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose mistakes (a bad option value, an unknown option) are one line and exit status 2
+    rather than the whole usage and then the line that matters."""
+
+    #: the command whose --help the error points to (the top parser's own errors are about the command's options)
+    command = ""
+
+    def error(self, message: str) -> "NoReturn":  # type: ignore[override]
+        prog = f"{self.prog} {self.command}" if self.command else self.prog
+        self.exit(2, f"mstail: error: {visible(message)} (see `{prog} --help`)\n")
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     if not args_list or args_list[0] not in COMMANDS + ("-h", "--help", "--version"):
         args_list.insert(0, "serve")  # `mstail --log FILE` means `mstail serve --log FILE`
     parser = _build_parser()
+    parser.command = args_list[0] if args_list[0] in COMMANDS else ""
     args = parser.parse_args(args_list)
     logging.basicConfig(level=logging.WARNING, format="mstail: %(message)s")
     for handler in logging.getLogger().handlers:
@@ -85,6 +112,7 @@ def _serve(args: argparse.Namespace) -> int:
             raise UsageError(f"{given} is a folder: follow the runs below it with `mstail {given}` (before any --log) "
                              f"or --logdir {given}, or give the logs in it, e.g. --log '{given}/*.log'")
     config = _config(args, logs=_flat(args.log), jsonl=_flat(args.jsonl), format=args.format, logdirs=folders)
+    config = dataclasses.replace(config, follow_symlinks=args.follow_symlinks)
     if not config.logs and not config.jsonl and not config.logdirs:
         raise UsageError("nothing to follow: give a folder of runs (mstail DIR), or --log PATH (a file or a quoted "
                          "glob such as 'output/log/rank_*/info.log')")
@@ -97,6 +125,9 @@ def _demo(args: argparse.Namespace) -> int:
 
     from .demo import start_demo
 
+    if not 1 <= args.ranks <= DEMO_RANKS_MAX:
+        raise UsageError(f"--ranks needs a whole number from 1 to {DEMO_RANKS_MAX}")
+    _positive(args.step_time, "--step-time")
     with _sigterm_as_exit():
         folder = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="mstail-demo-"))
         trainings: list = []
@@ -124,7 +155,7 @@ def _parse(args: argparse.Namespace) -> int:
     forced = format_table(formats)[args.format] if args.format else None
     try:
         with _sigterm_as_exit():
-            groups = chains(args.logs)
+            groups = chains(args.logs, formats, forced, args.follow_symlinks)
             # -o is checked against every file read (rotated backups too) before it is opened; it is written to a
             # temporary file renamed over OUT at the end, so an error, Ctrl-C or SIGTERM leaves no partial OUT.
             with output(args.output, inputs=[path for group in groups for path in group.files]) as out:
@@ -146,7 +177,9 @@ def _parse(args: argparse.Namespace) -> int:
         f"{summary.unmatched} unmatched metric-looking lines ({detected})",
         file=sys.stderr,
     )
-    return 0
+    for source, (path, unmatched) in summary.unrecognised.items():
+        print(f"mstail: {visible(source)}: {visible(no_format_hint(path, unmatched))}", file=sys.stderr)
+    return UNRECOGNISED if summary.unrecognised else 0
 
 
 def _list_formats(args: argparse.Namespace) -> int:
@@ -159,6 +192,73 @@ def _list_formats(args: argparse.Namespace) -> int:
     for fmt in _formats(args, None):
         print(f"  {fmt.name:<22} {fmt.origin:<12} {fmt.description}")
     return 0
+
+
+def _state_list(args: argparse.Namespace) -> int:
+    from .statedirs import human_size, log_gone
+
+    folder, states = _states(args)
+    print(f"state folder: {folder} ({len(states)} state{'s' if len(states) != 1 else ''})")
+    for state in states:
+        status = f"set aside ({state.aside})" if state.aside else "in use" if state.in_use else "idle"
+        print(f"{_when(state.last_use)}  {human_size(state.size):>9}  {status:<22}  {visible(state.path.name)}")
+        logs = state.logs or []
+        for log in logs[:STATE_LOGS_SHOWN]:
+            where = "  (gone)" if log_gone(log) else "" if os.path.isabs(log) else "  (relative to where mstail ran)"
+            print(f"    {visible(log)}{where}")
+        if len(logs) > STATE_LOGS_SHOWN:
+            print(f"    ... and {len(logs) - STATE_LOGS_SHOWN} more")
+        if state.logs is None:
+            print("    (its logs cannot be read from it)")
+    return 0
+
+
+def _state_prune(args: argparse.Namespace) -> int:
+    from .statedirs import StateDirError, human_size, parse_age, remove, to_prune
+
+    if args.older_than is None and not args.missing_logs:
+        raise UsageError("say which states to remove: --older-than AGE (e.g. 30d), --missing-logs, or both")
+    try:
+        older_than = parse_age(args.older_than) if args.older_than is not None else None
+    except StateDirError as exc:
+        raise UsageError(str(exc)) from None
+    folder, states = _states(args)
+    chosen = to_prune(states, older_than, args.missing_logs)
+    freed, failed = 0, 0
+    for state in chosen:
+        why = "its logs are gone" if args.missing_logs and state.logs_gone else f"last used {_when(state.last_use)}"
+        if args.dry_run:
+            print(f"would remove {visible(state.path.name)} ({human_size(state.size)}; {why})")
+            continue
+        removed, problem = remove(state)
+        if removed:
+            freed += state.size
+            print(f"removed {visible(state.path.name)} ({human_size(state.size)}; {why})")
+        else:
+            failed += 1
+            print(f"mstail: kept {visible(state.path.name)}: {problem}", file=sys.stderr)
+    held = sum(1 for state in states if state.in_use)
+    done = f"{len(chosen)} state(s) would be removed" if args.dry_run else \
+        f"{len(chosen) - failed} state(s) removed, {human_size(freed)} freed"
+    print(f"mstail: {done} from {folder}" + (f"; {held} in use by a running mstail kept" if held else ""),
+          file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _states(args: argparse.Namespace) -> Tuple[Path, List["State"]]:
+    """The state folder (--state-dir, else the default) and the states in it."""
+    from .db import default_state_dir
+    from .statedirs import StateDirError, find_states
+
+    folder = (Path(args.state_dir).expanduser() if args.state_dir else default_state_dir()).absolute()
+    try:
+        return folder, find_states(folder)
+    except StateDirError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _when(seconds: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(seconds))
 
 
 # -- helpers ----------------------------------------------------------------------------------------------
@@ -199,8 +299,8 @@ def _config(args: argparse.Namespace, logs: Tuple[str, ...], jsonl: Tuple[str, .
     alert rules loaded and webhook targets parsed here, once, so a mistake is one line before anything starts."""
     from mstail.web.access import is_loopback_host
 
-    if args.poll is not None and args.poll <= 0:
-        raise UsageError("--poll needs a positive number of seconds")
+    if args.poll is not None:
+        _positive(args.poll, "--poll")
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port {args.port} is out of range: give 1 to 65535, or 0 for any free port")
     token = _token(args.token)
@@ -226,6 +326,10 @@ def _config(args: argparse.Namespace, logs: Tuple[str, ...], jsonl: Tuple[str, .
         persist=not args.no_state,
         alert_rules=None if args.no_alerts else _alert_rules(args.alerts),
         webhooks=_webhook_targets(args.webhook or (), args.webhook_file or (), args.webhook_env or ()),
+        remote_write=_url("--remote-write", args.remote_write, args.remote_write_file, "MSTAIL_REMOTE_WRITE"),
+        alertmanager=_alertmanagers(args.alertmanager or (), args.alertmanager_file),
+        alertmanager_repost_s=_positive(args.alertmanager_interval, "--alertmanager-interval"),
+        node=args.node,
         max_connections=args.max_connections,
         max_streams=args.max_streams,
         header_timeout_s=_positive(args.header_timeout, "--header-timeout"),
@@ -266,8 +370,25 @@ def _webhook_targets(values: Sequence[str], files: Sequence[str] = (), env_names
         raise UsageError(str(exc)) from None
 
 
+def _url(option: str, value: Optional[str], path: Optional[str] = None, env: Optional[str] = None) -> Optional[str]:
+    from .remotewrite import UrlError, read_url
+
+    try:
+        return read_url(option, value, path, env)
+    except UrlError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _alertmanagers(values: Sequence[str], path: Optional[str]) -> Tuple[str, ...]:
+    """The `--alertmanager` URLs, else the one of `--alertmanager-file` or $MSTAIL_ALERTMANAGER."""
+    if values:
+        return tuple(_url("--alertmanager", value) or "" for value in values)
+    url = _url("--alertmanager", None, path, "MSTAIL_ALERTMANAGER")
+    return (url,) if url else ()
+
+
 def _positive(value: float, option: str) -> float:
-    if not value > 0:
+    if not (value > 0 and math.isfinite(value)):  # (nan and inf parse as floats too)
         raise UsageError(f"{option} needs a positive number of seconds")
     return value
 
@@ -302,6 +423,7 @@ def _run_server(config: Config, formats: Sequence[Format]) -> int:
     except StateError as exc:
         raise UsageError(str(exc)) from None
     from .discovery import expand
+    from .pageurl import other_urls
     from .serve import ServeError, bind, serve, url_of
 
     try:
@@ -318,19 +440,21 @@ def _run_server(config: Config, formats: Sequence[Format]) -> int:
         following = f"following {files}" + ("" if found else ", waiting for the files to appear")
 
     address = url_of(sock)
+    elsewhere = other_urls(*sock.getsockname()[:2])  # bound to all addresses: the machine's name and addresses
     announced = []  # once, by the first server that starts: one that starts over (below) serves the same address
 
     def announce() -> None:
         if announced:
             return
         announced.append(True)
+        query = f"/?token={config.token}" if generated else ""
         if generated:
-            url = f"{address}/?token={config.token}"
             following_ = f"{following}; every request needs this token, or 'Authorization: Bearer TOKEN'"
         else:
-            url = address
             following_ = following + ("; token required" if config.token else "")
-        print(f"mstail: serving {url}  ({following_})", flush=True)
+        print(f"mstail: serving {address}{query}  ({following_})", flush=True)
+        if elsewhere:
+            print(f"mstail: from other machines: {', '.join(url + query for url in elsewhere)}", flush=True)
         if state.path is not None:
             print(f"mstail: history kept in {state.path} (--no-state: keep none)", file=sys.stderr, flush=True)
 
@@ -362,14 +486,14 @@ class _Version(argparse.Action):
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="mstail",
         description="Live curves from MindSpore/MindFormers training logs. "
         "`mstail --log output/log/rank_0/info.log` follows the log and serves a dashboard.",
         epilog="Without a command, `serve` is meant: see `mstail serve --help` for --log, --port, --poll and the rest.",
     )
     parser.add_argument("--version", action=_Version)
-    commands = parser.add_subparsers(dest="command", metavar="{serve,parse,formats,demo}")
+    commands = parser.add_subparsers(dest="command", metavar="{serve,parse,formats,demo,state}")
 
     def format_options(p: argparse.ArgumentParser) -> None:
         p.add_argument("--formats", action="append", metavar="FILE.toml", help="load a format file (repeatable); "
@@ -403,6 +527,19 @@ def _build_parser() -> argparse.ArgumentParser:
                        "a line, # comments (repeatable): their secret tokens stay off the command line `ps` shows")
         p.add_argument("--webhook-env", action="append", metavar="NAME", help="webhooks from this environment variable, "
                        "whitespace-separated [FORMAT=]URL values (repeatable; default: $MSTAIL_WEBHOOKS when set)")
+        p.add_argument("--remote-write", metavar="URL", help="send every record's metrics to this Prometheus remote "
+                       "write endpoint (e.g. http://prometheus:9090/api/v1/write); see README, Many nodes")
+        p.add_argument("--remote-write-file", metavar="PATH", help="the --remote-write URL from a file (its first "
+                       "line; default: $MSTAIL_REMOTE_WRITE when set): a secret in it stays off the command line")
+        p.add_argument("--alertmanager", action="append", metavar="URL", help="post alerts to this Alertmanager "
+                       "(e.g. http://alertmanager:9093; repeatable for every member of a cluster)")
+        p.add_argument("--alertmanager-file", metavar="PATH", help="the --alertmanager URL from a file (its first "
+                       "line; default: $MSTAIL_ALERTMANAGER when set)")
+        p.add_argument("--alertmanager-interval", type=float, default=Config.alertmanager_repost_s, metavar="SECONDS",
+                       help="post firing alerts to Alertmanager again this often (default: "
+                       f"{Config.alertmanager_repost_s:g}; keep it below Alertmanager's resolve_timeout)")
+        p.add_argument("--node", metavar="NAME", help="this node's name in remote write samples and Alertmanager "
+                       "labels (default: the host's name)")
 
         def count(text: str) -> int:
             if not text.isdigit() or int(text) < 1:
@@ -437,15 +574,23 @@ def _build_parser() -> argparse.ArgumentParser:
     serve_p.add_argument("--jsonl", action="append", nargs="+", metavar="PATH", help="JSONL files written by "
                          "mstail.callback (repeatable)")
     serve_p.add_argument("--format", metavar="NAME", help="use this format for every --log file instead of detecting it")
+    serve_p.add_argument("--follow-symlinks", action="store_true", help="below a folder of runs, also open links "
+                         "whose real path leaves the folder (default: said once, not opened)")
     server_options(serve_p)
     serve_p.set_defaults(run=_serve)
 
     parse_p = commands.add_parser("parse", help="parse finished logs to JSONL or CSV",
                                   description="Parse logs offline. Rotated chains (info.log.5 ... info.log) are read "
                                   "oldest first as one source; a folder gives the runs below it, each file named by "
-                                  "its run and rank. A summary goes to stderr.")
+                                  "its run and rank. A summary goes to stderr.",
+                                  epilog=f"Exit status: 0 when every log was parsed; {UNRECOGNISED} when a log with "
+                                  "lines in it matched no format (the others are parsed all the same, and a line on "
+                                  "stderr names it with what to try); 1 when a log could not be read; 2 for a mistake "
+                                  "on the command line.")
     parse_p.add_argument("logs", nargs="+", metavar="LOG", help="log files, globs or folders of runs")
     parse_p.add_argument("--format", metavar="NAME", help="format name (default: detect per file)")
+    parse_p.add_argument("--follow-symlinks", action="store_true", help="below a folder of runs, also read links "
+                         "whose real path leaves the folder (default: said once, not read)")
     parse_p.add_argument("--to", choices=("jsonl", "csv"), default="jsonl", help="output format (default: jsonl)")
     parse_p.add_argument("-o", "--output", metavar="OUT", help="output file, replaced only once the parse has "
                          "succeeded; never one of the LOGs (default: stdout)")
@@ -468,4 +613,32 @@ def _build_parser() -> argparse.ArgumentParser:
     demo_p.add_argument("--step-time", type=float, default=0.2, metavar="SECONDS", help="seconds per step (default: 0.2)")
     server_options(demo_p)
     demo_p.set_defaults(run=_demo)
+    _state_parser(commands)
     return parser
+
+
+def _state_parser(commands: "argparse._SubParsersAction") -> None:
+    state_p = commands.add_parser("state", help="list the kept histories (state files), or remove old ones",
+                                  description="The history and read positions mstail keeps per set of followed logs "
+                                  "(see --state-dir). A state a running mstail holds is never removed.")
+    actions = state_p.add_subparsers(dest="action", metavar="{list,prune}")
+    actions.required = True
+
+    def folder_option(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--state-dir", metavar="DIR", help="the state folder (default: $MSTAIL_STATE_DIR or "
+                       "~/.local/state/mstail)")
+
+    list_p = actions.add_parser("list", help="each state: last use, size, in use or not, the logs it is of",
+                                description="Each state, least recently used first: when it was last written, its "
+                                "size, whether a running mstail holds it, and the log files it holds the history of.")
+    folder_option(list_p)
+    list_p.set_defaults(run=_state_list)
+    prune_p = actions.add_parser("prune", help="remove states unused for a while, or whose logs are gone",
+                                 description="Remove the states matching --older-than or --missing-logs (either "
+                                 "suffices), except those a running mstail holds.")
+    prune_p.add_argument("--older-than", metavar="AGE", help="states last written longer ago than AGE: 30d, 12h, "
+                         "90m, 2w (a number alone: days)")
+    prune_p.add_argument("--missing-logs", action="store_true", help="states whose log files all no longer exist")
+    prune_p.add_argument("--dry-run", action="store_true", help="only say what would be removed")
+    folder_option(prune_p)
+    prune_p.set_defaults(run=_state_prune)

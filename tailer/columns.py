@@ -104,13 +104,16 @@ Cut = Tuple[ColumnKey, int, int, Optional[array], Optional[array], Optional[arra
 
 @dataclass
 class Flush:
-    """One flush of the columns, written by `StateDB.commit` in the items' transaction, in the same turn of
-    the event loop as it is made (its cuts refer to the live arrays)."""
+    """One flush of the columns, written by `StateDB.commit` in the items' transaction, maybe in the state's writer
+    thread while the loop goes on: its cuts refer to the live arrays, which only grow (a series that gets steps of
+    its own gets new arrays), so the points below a cut's end stay as they were when it was made."""
 
     cuts: List[Cut]
     deletes: List[Tuple[str, int, Optional[str], int]]  # (source, segment, metric or None, start)
     blocks: List[Tuple[str, int, str, bytes, bytes]]  # (source, segment, metric, mins, maxs): summaries that grew
     manifest: Dict[str, Any]
+    #: what the columns owed before it (saved_seq, pending, dirty_below, manifest_saved), owed again if not written
+    owed: Tuple[int, int, bool, bool] = (0, 0, False, False)
 
     def pieces(self, frames: bool) -> Iterator[Piece]:
         """The pieces of the frames (or of the series) to write, each made when it is asked for."""
@@ -131,7 +134,7 @@ class Columns:
         self.series: Dict[SeriesKey, Series] = {}  # in creation order
         self._saved: Dict[ColumnKey, _Saved] = {}
         self._saved_blocks: Dict[SeriesKey, int] = {}  # blocks of each series' summary in the state file
-        self.saved_seq = 0  # every record up to this seq is in the state file's columns
+        self.saved_seq = 0  # every record up to this seq is in the state file's columns (or a flush being written)
         self.pending = 0  # records indexed since the last flush
         self.dirty_below = False  # a record at or below `saved_seq` changed (an amend): flush at the next commit
         self.manifest_saved = False  # a state with items but no manifest is an earlier mstail's (see `Store.load`)
@@ -149,7 +152,8 @@ class Columns:
 
     def flush(self, seq: int, sources: Dict[str, Dict[str, Any]]) -> Flush:
         """What to write so that the state file holds every column as it is now, for records up to `seq`;
-        `sources`: each source's facts for the manifest. Call `flushed` once it is written."""
+        `sources`: each source's facts for the manifest. It is taken as written from now on (it may be written in
+        the state's writer thread while the loop goes on); call `flushed` with whether it was."""
         cuts: List[Cut] = []
         deletes: List[Tuple[str, int, Optional[str], int]] = []
         for (source, segment), frame in self.frames.items():
@@ -170,10 +174,19 @@ class Columns:
             "frames": [[source, segment, len(frame.steps)] for (source, segment), frame in self.frames.items()],
             "series": layout,
         }
-        return Flush(cuts, deletes, blocks, manifest)
+        owed = (self.saved_seq, self.pending, self.dirty_below, self.manifest_saved)
+        # taken as written from now on: an amend of a record it holds, made while it is written, flushes again
+        self.saved_seq, self.pending, self.dirty_below, self.manifest_saved = seq, 0, False, True
+        return Flush(cuts, deletes, blocks, manifest, owed)
 
-    def flushed(self, flush: Flush) -> None:
-        """`flush` is on disk: remember its pieces."""
+    def flushed(self, flush: Flush, written: bool = True) -> None:
+        """`flush` is on disk (`written`): remember its pieces; or it is not: what it took is owed again (the pieces
+        it would have written are cut again by the next flush)."""
+        if not written:
+            saved_seq, pending, dirty_below, manifest_saved = flush.owed
+            self.saved_seq, self.pending = saved_seq, self.pending + pending
+            self.dirty_below, self.manifest_saved = self.dirty_below or dirty_below, manifest_saved
+            return
         for source, segment, metric, start in flush.deletes:
             saved = self._saved[(source, segment, metric)]
             saved.pieces = [p for p in saved.pieces if p[0] != start]
@@ -183,10 +196,6 @@ class Columns:
             saved.own_steps = steps is not None
         for source, segment, metric, mins, _maxs in flush.blocks:
             self._saved_blocks[(source, metric, segment)] = len(mins) // 8
-        self.saved_seq = flush.manifest["seq"]
-        self.pending = 0
-        self.dirty_below = False
-        self.manifest_saved = True
 
     def _cut(self, key: ColumnKey, steps: Optional[array], times: Optional[array], values: Optional[array],
              bad: Optional[List[int]], cuts: List[Cut], deletes: List[Tuple[str, int, Optional[str], int]]) -> None:

@@ -29,6 +29,8 @@ class Config:
         jsonl: paths or globs of JSONL files written by `mstail.callback` (read with the `jsonl` format).
         logdirs: folders of runs (`mstail DIR`, `--logdir DIR`): the run files below each, found again as runs
             appear (`mstail.tailer.runs`); each must exist when mstail starts. Default none.
+        follow_symlinks: below `logdirs`, open links whose real path leaves the folder (`--follow-symlinks`); False
+            (default): such a link is said once and not opened. `logs` files named explicitly are opened anyway.
         format: a format name to use for every `logs` file (and text log in `logdirs`) instead of auto-detection;
             None = detect per file.
         format_files: extra format TOML files (`--formats`), tried before the built-ins. The formats they
@@ -64,6 +66,13 @@ class Config:
         webhooks: alert webhook targets, parsed once (`--webhook [FORMAT=]URL`, `--webhook-file PATH`,
             `--webhook-env NAME` or $MSTAIL_WEBHOOKS: `webhooks.read_targets`); empty = none.
         webhook_timeout_s: the most one webhook attempt may take, connect to the end of the answer; 5 s.
+        remote_write: Prometheus remote write endpoint every record is sent to (`--remote-write URL`,
+            `--remote-write-file PATH` or $MSTAIL_REMOTE_WRITE; `mstail.tailer.remotewrite`); None = none.
+        alertmanager: Alertmanager base URLs the alerts are posted to (`--alertmanager URL`, repeatable for a
+            cluster of them, `--alertmanager-file PATH` or $MSTAIL_ALERTMANAGER; `mstail.tailer.alertmanager`).
+        node: this node's name in remote write samples and Alertmanager labels (`--node`); None = the host's name.
+        alertmanager_repost_s: how often firing alerts are posted to Alertmanager again (`--alertmanager-interval`);
+            less than Alertmanager's `resolve_timeout`; 60 s.
         max_connections: open HTTP connections at most (`--max-connections`); one more closes the one idle
             longest (mstail.tailer.connections). Lowered at start to fit the open-file limit; 1000.
         max_streams: open `/api/stream` clients at most (`--max-streams`); one more gets a 503; 100.
@@ -78,6 +87,7 @@ class Config:
     logs: Tuple[str, ...] = ()
     jsonl: Tuple[str, ...] = ()
     logdirs: Tuple[str, ...] = ()
+    follow_symlinks: bool = False
     format: Optional[str] = None
     format_files: Tuple[str, ...] = ()
     patterns: Tuple[str, ...] = ()
@@ -101,6 +111,10 @@ class Config:
     alert_rules: Optional[AlertRules] = field(default_factory=_default_rules)
     webhooks: Tuple[Target, ...] = ()
     webhook_timeout_s: float = 5.0
+    remote_write: Optional[str] = None
+    alertmanager: Tuple[str, ...] = ()
+    alertmanager_repost_s: float = 60.0
+    node: Optional[str] = None
     max_connections: int = 1000
     max_streams: int = 100
     header_timeout_s: float = 10.0

@@ -14,6 +14,7 @@ memory index needs one host), so the rollback journal is used there.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
 import functools
@@ -26,6 +27,8 @@ import re
 import sqlite3
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
@@ -60,6 +63,24 @@ CREATE TABLE IF NOT EXISTS blocks (source TEXT NOT NULL, segment INTEGER NOT NUL
 """
 # The chart columns (`mstail.tailer.columns`) were added to schema 1 without changing it: a state written before
 # them has empty `frames`/`columns`/`blocks` tables and no `columns` row in `meta`, and its columns are rebuilt once.
+
+
+#: how long a commit waits for another program's lock on the state file (a `sqlite3` shell's transaction, a backup)
+#: before it gives up and its batch waits in memory; also how long a read on the event loop may wait for one
+BUSY_TIMEOUT_S = 0.1
+#: how soon a commit that found the file locked tries again (every other failure backs off from 1 s to 30 s):
+#: a retry costs the writer thread one BUSY_TIMEOUT_S and the loop nothing, and the history is written again
+#: within a moment of the lock's release
+BUSY_RETRY_S = 0.5
+_SEQ_MAX = (1 << 63) - 1  # above every seq: "no item in memory" as a bound of the file's part of an answer
+
+#: an item not yet on disk: (seq, source, kind, JSON)
+Row = Tuple[int, str, Optional[str], str]
+
+
+def _first(memory: List[Row]) -> int:
+    """The seq below which every item is in the file (`StateDB._in_memory`)."""
+    return memory[0][0] if memory else _SEQ_MAX
 
 
 class StateError(Exception):
@@ -390,9 +411,32 @@ class _OwnerMark:
         return mark == cls._text(path, running=mark.startswith("open "))
 
 
+def _busy(error: str) -> bool:
+    """Whether a failed commit's reason is another connection's lock (SQLITE_BUSY or SQLITE_LOCKED), which goes away
+    by itself, not a disk that cannot take the write."""
+    return "is locked" in error
+
+
+@dataclass
+class _Batch:
+    """One commit: everything queued when it was taken (on the loop, at once), written in one transaction."""
+
+    rows: List[Row]
+    rewrites: Dict[int, str]  # seq -> JSON of items already on disk
+    checkpoints: Dict[str, Tuple[str, str]]  # source -> (path, JSON)
+    columns: Optional[Flush]  # its pieces are cut from the live columns as they are written (`Flush`)
+    manifest: Optional[str]  # the columns' manifest's JSON, made when the batch was taken
+    alerts: Optional[str]  # the alert rules' state's JSON
+    done: Optional[Callable[[bool], None]]  # told on the loop whether it was written
+    error: Optional[str] = None  # why it was not written
+
+
 class StateDB:
-    """The SQLite history of one mstail instance, used from the event loop (ARCHITECTURE.md, Threads). Its one
-    connection sits behind a lock all the same, so a slow query may be moved to a worker thread safely.
+    """The SQLite history of one mstail instance, used from the event loop (ARCHITECTURE.md, Threads), and written
+    by a thread of its own once `write_behind` says so: commits then never wait for the disk or another program's
+    lock on the loop. Readers use one connection, behind a lock (a slow query may be moved to a worker thread
+    safely); commits another (for a file: in WAL mode readers never wait for it), and readers see what is queued or
+    being written from memory.
 
     Args:
         path: the database file; None = a private temporary database (no persistence, memory still bounded).
@@ -404,11 +448,18 @@ class StateDB:
     def __init__(self, path: Optional[Path], expected: str = "", network: bool = False) -> None:
         self.path = path
         self.expected = expected
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the readers' connection (`conn`); the commits' too without WAL (`_writer`)
+        self._write_lock = threading.Lock()  # the commits' own connection (`_wconn`)
+        self._mark_lock = threading.Lock()  # the owner's mark: written after a commit (writer), erased by a failure
+        self._wconn: Optional[sqlite3.Connection] = None  # the commits' own connection, opened at the first commit
+        #: with `write_behind`: the loop told of each commit's end, and the thread that writes them, one at a time
+        self._behind: Optional[Tuple[asyncio.AbstractEventLoop, ThreadPoolExecutor]] = None
+        self._writing: Optional[_Batch] = None  # the batch being written: its items are still read from memory
+        self._written: Optional[Future] = None  # ... and the writer's future for it
         #: the open lock file that keeps a second mstail out, and holds its owner's mark (`_OwnerMark`); a file
         #: object, so that a StateDB dropped unclosed releases the lock
         self._owner: Optional[IO[bytes]] = None
-        self._unsaved: List[Tuple[int, str, Optional[str], str]] = []  # (seq, source, kind, JSON) not yet on disk
+        self._unsaved: List[Row] = []  # items queued for the next commit
         self._unsaved_checkpoints: Dict[str, Tuple[str, str]] = {}  # source -> (path, JSON), written with them
         self._rewrites: Dict[int, str] = {}  # seq -> JSON: amended records already on disk, rewritten with them
         #: why the last commit failed (disk full, read-only, I/O error, ...), or None when everything is written
@@ -515,6 +566,7 @@ class StateDB:
         if reason is not None:
             with self._lock:
                 self.conn.close()
+                self._close_writer()  # (nothing was written: not into a file not known sound)
                 self.conn = self._set_aside(reason, self._network)
         self._sound = True
         self._mark_running()
@@ -523,15 +575,17 @@ class StateDB:
     def _mark_running(self) -> None:
         """The open mark for the file as it is now (known sound, nothing failed since): a process that ends without
         closing from here leaves a file the next opening in this boot may trust (`_OwnerMark`)."""
-        if self._owner is not None and self._sound and not self._failed:
-            _OwnerMark.mark(self._owner.fileno(), self.path, running=True)  # type: ignore[arg-type]
+        with self._mark_lock:  # (after a commit, in the writer thread; not after a failure said meanwhile)
+            if self._owner is not None and self._sound and not self._failed:
+                _OwnerMark.mark(self._owner.fileno(), self.path, running=True)  # type: ignore[arg-type]
 
     def _fail(self) -> None:
         """A read or a commit failed (maybe a damaged page, which SQLite finds when it reads it; a full disk): nothing
         proves the file sound any more, so its mark goes now, and the next opening checks it even after a crash."""
-        if not self._failed and self._owner is not None and not self._owner.closed:
-            _OwnerMark.erase(self._owner.fileno())
-        self._failed = True
+        with self._mark_lock:
+            if not self._failed and self._owner is not None and not self._owner.closed:
+                _OwnerMark.erase(self._owner.fileno())
+            self._failed = True
 
     def _close_reader(self) -> None:
         """Close the check's reader (`_reader`): only once no SQLite connection to the file is open."""
@@ -561,6 +615,9 @@ class StateDB:
                 "INSERT INTO meta VALUES (?, ?)",
                 [("schema", str(SCHEMA_VERSION)), ("fingerprint", self.expected), ("created", str(time.time()))],
             )
+        # from now on (the opening may wait SQLite's 5 s): a read on the event loop waits for another program's lock
+        # no longer than a commit does (in WAL mode reads never wait for one)
+        conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
         return conn
 
     def _unusable(self, conn: sqlite3.Connection) -> Optional[str]:
@@ -599,75 +656,175 @@ class StateDB:
         for source, (path, checkpoint) in checkpoints.items():
             self._unsaved_checkpoints[source] = (path, checkpoint.dumps())
 
+    def write_behind(self, loop: asyncio.AbstractEventLoop) -> None:
+        """From now on `commit` hands what is queued to a writer thread of its own and returns at once; `loop` (the
+        event loop that commits, and reads) is told when each batch is written or failed. A later commit meanwhile
+        leaves its items queued for the next batch (`ready`). Without it (`mstail parse`, tests) a commit writes
+        before it returns."""
+        if self._behind is None:
+            self._behind = (loop, ThreadPoolExecutor(1, thread_name_prefix="mstail-state-writer"))
+
+    @property
+    def ready(self) -> bool:
+        """Whether a commit now would write: no batch being written, no integrity check to wait for (nothing is
+        written into a file its check may still set aside), no failed write waiting for its retry."""
+        return self._writing is None and not self.checking and not (
+            self.write_error is not None and time.monotonic() < self._retry_at)
+
     def commit(self, checkpoints: Dict[str, Tuple[str, SourceCheckpoint]], columns: Optional[Flush] = None,
-               alerts: Optional[Dict[str, Any]] = None) -> bool:
+               alerts: Optional[Dict[str, Any]] = None, done: Optional[Callable[[bool], None]] = None) -> bool:
         """Write the queued items together with these checkpoints (id -> (path, checkpoint)), `columns` (a
         flush of the chart columns) and `alerts` (the alert rules' state after these items, `saved_alerts`), one
-        transaction; True when everything is written.
+        transaction, in the writer thread after `write_behind`, else before returning. Returns whether they were
+        taken (written, or handed to the writer); `done(written)` is called (on the loop) once the outcome is known.
 
         When the disk cannot take them (full, read-only, an I/O error, locked, damaged), nothing is lost: items and
         the newest checkpoints stay queued (readers still see them), `write_error` says why, and later commits try
-        again, backing off from 1 s to 30 s, until everything queued is written."""
+        again until everything queued is written: after another program's lock every BUSY_RETRY_S, else backing off
+        from 1 s to 30 s (with `write_behind` a retry is due then even without a commit)."""
         self.queue(checkpoints)
         if not self._unsaved and not self._unsaved_checkpoints and not self._rewrites and columns is None and alerts is None:
+            if done is not None:
+                done(True)
             return True
-        now = time.monotonic()
-        if self.checking or (self.write_error is not None and now < self._retry_at):
-            return False  # not into a file its check may still set aside; a failed write: not before its retry
-        with self._lock:
-            try:
-                self.conn.execute("BEGIN")
-                self.conn.executemany(_SAVE_ITEM, self._unsaved)
-                self.conn.executemany("UPDATE items SET data = ? WHERE seq = ?",
-                                      [(data, seq) for seq, data in self._rewrites.items()])
-                self.conn.executemany(_SAVE_SOURCE,
-                                      [(source, path, data) for source, (path, data) in self._unsaved_checkpoints.items()])
-                if columns is not None:
-                    self._write_columns(columns)
-                if alerts is not None:
-                    self.conn.execute("INSERT OR REPLACE INTO meta VALUES ('alerts', ?)", (_item_json(alerts),))
-                self.conn.execute("COMMIT")
-            except sqlite3.Error as exc:
-                with contextlib.suppress(sqlite3.Error):
-                    if self.conn.in_transaction:
-                        self.conn.execute("ROLLBACK")
-                self._fail()
-                self.write_error = str(exc) or type(exc).__name__
-                self._backoff = min(max(self._backoff * 2, 1.0), 30.0)
-                self._retry_at = now + self._backoff
-                return False
-        self._unsaved.clear()
-        self._unsaved_checkpoints.clear()
-        self._rewrites.clear()
-        self.write_error, self._backoff = None, 0.0
-        self._mark_running()  # the files as this commit left them: what a crash from here leaves
+        if not self.ready:
+            return False
+        batch = _Batch(self._unsaved, self._rewrites, self._unsaved_checkpoints, columns,
+                       None if columns is None else _dumps(columns.manifest),  # (its facts change on the loop)
+                       None if alerts is None else _item_json(alerts), done)
+        self._unsaved, self._rewrites, self._unsaved_checkpoints = [], {}, {}
+        self._writing = batch  # read from memory until it is written (`_in_memory`)
+        if self._behind is None:
+            self._write(batch)
+            self._settle(batch)
+            return batch.error is None
+        self._written = self._behind[1].submit(self._write_and_tell, batch, self._behind[0])
         return True
 
-    def _write_columns(self, flush: Flush) -> None:
+    def _write_and_tell(self, batch: _Batch, loop: asyncio.AbstractEventLoop) -> None:
+        """The writer thread's part: write `batch`, then let the loop take its outcome (`_settle`)."""
+        self._write(batch)
+        with contextlib.suppress(RuntimeError):  # the loop is closed: `close` settles it
+            loop.call_soon_threadsafe(self._settle, batch)
+
+    def _write(self, batch: _Batch) -> None:
+        """`batch` in one transaction, or its `error`; where it does not wait for another program's lock longer
+        than BUSY_TIMEOUT_S. Touches nothing the loop reads but the owner's mark."""
+        try:
+            conn, lock = self._writer()
+        except sqlite3.Error as exc:
+            self._fail()
+            batch.error = str(exc) or type(exc).__name__
+            return
+        with lock:
+            try:
+                conn.execute("BEGIN IMMEDIATE")  # the write lock first: waits (for a while) for it, else fails at once
+                conn.executemany(_SAVE_ITEM, batch.rows)
+                conn.executemany("UPDATE items SET data = ? WHERE seq = ?",
+                                 [(data, seq) for seq, data in batch.rewrites.items()])
+                conn.executemany(_SAVE_SOURCE,
+                                 [(source, path, data) for source, (path, data) in batch.checkpoints.items()])
+                if batch.columns is not None:
+                    self._write_columns(conn, batch.columns, batch.manifest)  # type: ignore[arg-type]
+                if batch.alerts is not None:
+                    conn.execute("INSERT OR REPLACE INTO meta VALUES ('alerts', ?)", (batch.alerts,))
+                conn.execute("COMMIT")
+            except Exception as exc:  # noqa: BLE001 - not only SQLite's: a batch not written must never be lost
+                with contextlib.suppress(sqlite3.Error):
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                self._fail()
+                batch.error = str(exc) or type(exc).__name__
+                return
+        self._mark_running()  # the files as this commit left them: what a crash from here leaves
+
+    def _writer(self) -> Tuple[sqlite3.Connection, threading.Lock]:
+        """The commits' connection and its lock: for a file in WAL mode, one of their own (opened at the first
+        commit, with the short busy timeout), which readers never wait for; else the readers' (a private temporary
+        database is one connection's; in a rollback journal's mode, on a network filesystem, a commit's lock would
+        fail the reads of another connection after the busy timeout, where this one's readers wait for the commit)."""
+        if self.path is None or self._network:
+            return self.conn, self._lock
+        if self._wconn is None:
+            conn = sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_S, isolation_level=None,
+                                   check_same_thread=False)
+            try:
+                conn.execute("PRAGMA synchronous=NORMAL")  # (a connection's own setting)
+            except sqlite3.Error:
+                conn.close()
+                raise
+            self._wconn = conn
+        return self._wconn, self._write_lock
+
+    def _settle(self, batch: _Batch) -> None:
+        """On the loop: take a batch's outcome. Written: the failure said before is over. Not written: its items,
+        rewrites and checkpoints go back in front of those queued since (the newer checkpoints and rewrites win),
+        and the retry is set."""
+        if self._writing is not batch:
+            return  # settled already (`close`)
+        self._writing = self._written = None
+        if batch.error is None:
+            self.write_error, self._backoff = None, 0.0
+        else:
+            self._unsaved[:0] = batch.rows
+            self._rewrites = {**batch.rewrites, **self._rewrites}
+            self._unsaved_checkpoints = {**batch.checkpoints, **self._unsaved_checkpoints}
+            self.write_error = batch.error
+            self._backoff = BUSY_RETRY_S if _busy(batch.error) else min(max(self._backoff * 2, 1.0), 30.0)
+            self._retry_at = time.monotonic() + self._backoff
+            if self._behind is not None:
+                with contextlib.suppress(RuntimeError):  # the loop is closed (at `close`): no retry then
+                    self._behind[0].call_later(self._backoff, self._retry)
+        if batch.done is not None:
+            batch.done(batch.error is None)
+
+    def _retry(self) -> None:
+        """A failed batch's retry, due now (with `write_behind`): what is queued, if no commit took it meanwhile."""
+        if self._behind is not None and self.write_error is not None and self._writing is None:
+            self._retry_at = 0.0
+            self.commit({})
+
+    def finish_writes(self) -> None:
+        """Wait for the batch being written, if any (blocking: for `close`), and take its outcome; the next commit
+        is then tried whatever the backoff (the last one, at close)."""
+        batch, written = self._writing, self._written
+        if batch is not None and written is not None:
+            with contextlib.suppress(Exception):
+                written.result()
+            self._settle(batch)
+        self._retry_at = 0.0
+
+    def _write_columns(self, conn: sqlite3.Connection, flush: Flush, manifest: str) -> None:
         """A flush of the chart columns, inside the caller's transaction."""
         frames = [d for d in flush.deletes if d[2] is None]
-        self.conn.executemany("DELETE FROM frames WHERE source = ? AND segment = ? AND start = ?",
-                              [(source, segment, start) for source, segment, _, start in frames])
-        self.conn.executemany("DELETE FROM columns WHERE source = ? AND segment = ? AND metric = ? AND start = ?",
-                              [d for d in flush.deletes if d[2] is not None])
-        self.conn.executemany("INSERT OR REPLACE INTO frames VALUES (?, ?, ?, ?, ?)",
-                              ((p[0], p[1], p[3], p[4], p[5]) for p in flush.pieces(frames=True)))
-        self.conn.executemany("INSERT OR REPLACE INTO columns VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                              flush.pieces(frames=False))
-        self.conn.executemany("INSERT OR REPLACE INTO blocks VALUES (?, ?, ?, ?, ?)", flush.blocks)
-        self.conn.execute("INSERT OR REPLACE INTO meta VALUES ('columns', ?)", (_dumps(flush.manifest),))
+        conn.executemany("DELETE FROM frames WHERE source = ? AND segment = ? AND start = ?",
+                         [(source, segment, start) for source, segment, _, start in frames])
+        conn.executemany("DELETE FROM columns WHERE source = ? AND segment = ? AND metric = ? AND start = ?",
+                         [d for d in flush.deletes if d[2] is not None])
+        conn.executemany("INSERT OR REPLACE INTO frames VALUES (?, ?, ?, ?, ?)",
+                         ((p[0], p[1], p[3], p[4], p[5]) for p in flush.pieces(frames=True)))
+        conn.executemany("INSERT OR REPLACE INTO columns VALUES (?, ?, ?, ?, ?, ?, ?, ?)", flush.pieces(frames=False))
+        conn.executemany("INSERT OR REPLACE INTO blocks VALUES (?, ?, ?, ?, ?)", flush.blocks)
+        conn.execute("INSERT OR REPLACE INTO meta VALUES ('columns', ?)", (manifest,))
 
     @property
     def unsaved(self) -> int:
         """Items stored in memory but not yet written to disk (more than one pass's worth: see `write_error`)."""
-        return len(self._unsaved)
+        writing = self._writing
+        return len(self._unsaved) + (len(writing.rows) if writing is not None else 0)
 
     def close(self) -> None:
-        """Close the file; a clean close (its pages known sound, everything written, nothing failed) is marked so
-        that the next opening needs no integrity check while the file stays as this close left it."""
+        """Close the file (after the batch being written, if any); a clean close (its pages known sound, everything
+        written, nothing failed) is marked so that the next opening needs no integrity check while the file stays
+        as this close left it."""
         if self._check is not None:
             self._check.cancel()
+        self.finish_writes()
+        if self._behind is not None:
+            self._behind[1].shutdown()
+            self._behind = None
         with self._lock:
+            self._close_writer()
             self.conn.close()  # the last connection: SQLite moves the WAL into the file, syncs it and deletes the WAL
             self._close_reader()
             if self._owner is None:
@@ -679,6 +836,13 @@ class StateDB:
             else:
                 _OwnerMark.erase(self._owner.fileno())  # no open mark left behind either
             self._owner.close()  # releases the lock
+
+    def _close_writer(self) -> None:
+        """Close the commits' own connection (nothing is being written)."""
+        with self._write_lock:
+            if self._wconn is not None:
+                self._wconn.close()
+                self._wconn = None
 
     # -- reading ----------------------------------------------------------------------------------------------
     def _rows(self, sql: str, *params: Any) -> List[Tuple[Any, ...]]:
@@ -708,9 +872,9 @@ class StateDB:
     def last_record(self, source: str) -> Optional[Dict[str, Any]]:
         """The newest record of `source` (what an amend read after a restart is for), or None. Cheap for a recent
         record: the scan runs back from the newest seq."""
-        for seq, item_source, kind, data in reversed(self._unsaved):
+        for seq, item_source, kind, data in reversed(self._in_memory()):
             if item_source == source and kind is None:
-                return _loads(data)
+                return _loads(self._current(seq, data))
         rows = self._rows("SELECT seq, data FROM items WHERE source = ? AND kind IS NULL ORDER BY seq DESC LIMIT 1", source)
         return next(self._decoded(rows), None)
 
@@ -735,6 +899,22 @@ class StateDB:
         except ValueError:
             return {}
 
+    def meta_value(self, key: str) -> Optional[str]:
+        """A value another part keeps in the state's `meta` table (`remotewrite`'s checkpoint), or None."""
+        rows = self._rows("SELECT value FROM meta WHERE key = ?", key)
+        return rows[0][0] if rows else None
+
+    def set_meta_value(self, key: str, value: str) -> bool:
+        """Write `meta_value(key)` at once, in a transaction of its own (from any thread); False when the disk did
+        not take it (the history's own commits say why)."""
+        with self._lock:
+            try:
+                self.conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+            except sqlite3.Error:
+                return False
+            self._mark_running()  # the file as this write left it (as after a commit)
+            return True
+
     def column_blocks(self) -> List[Tuple[str, int, str, bytes, bytes]]:
         """The saved block summaries: (source, segment, metric, mins, maxs)."""
         return self._rows("SELECT source, segment, metric, mins, maxs FROM blocks")  # type: ignore[return-value]
@@ -755,12 +935,16 @@ class StateDB:
 
     def items_after(self, seq: int, limit: int) -> List[Dict[str, Any]]:
         """Records, events and amends with seq > `seq` (a stream's replay)."""
-        rows = self._rows("SELECT seq, data FROM items WHERE seq > ? ORDER BY seq LIMIT ?", seq, limit)
-        return self._with_unsaved(rows, seq, limit, lambda kind: True)
+        memory = self._in_memory()
+        rows = self._rows("SELECT seq, data FROM items WHERE seq > ? AND seq < ? ORDER BY seq LIMIT ?",
+                          seq, _first(memory), limit)
+        return self._with_unsaved(rows, memory, seq, limit, lambda kind: True)
 
     def records_after(self, seq: int, limit: int) -> List[Dict[str, Any]]:
-        rows = self._rows("SELECT seq, data FROM items WHERE seq > ? AND kind IS NULL ORDER BY seq LIMIT ?", seq, limit)
-        return self._with_unsaved(rows, seq, limit, lambda kind: kind is None)
+        memory = self._in_memory()
+        rows = self._rows("SELECT seq, data FROM items WHERE seq > ? AND seq < ? AND kind IS NULL ORDER BY seq LIMIT ?",
+                          seq, _first(memory), limit)
+        return self._with_unsaved(rows, memory, seq, limit, lambda kind: kind is None)
 
     def events(self, kind: Optional[str] = None, after: int = 0, limit: int = 1000, newest: bool = False) -> List[Dict[str, Any]]:
         """Events (of one `kind`, or all but amends) in seq order: the first `limit` after seq `after`, or with
@@ -771,25 +955,44 @@ class StateDB:
             "kind IS NOT NULL AND (kind < 'amend' OR kind > 'amend')", ())
         wanted: Callable[[Optional[str]], bool] = (
             (lambda k: k == kind) if kind is not None else (lambda k: k is not None and k != "amend"))
+        memory = self._in_memory()
         if not newest:
-            rows = self._rows(f"SELECT seq, data FROM items INDEXED BY items_by_kind WHERE seq > ? AND {where} "
-                              "ORDER BY seq LIMIT ?",
-                              after, *params, limit)
-            return self._with_unsaved(rows, after, limit, wanted)
-        queued = [data for seq, _, k, data in self._unsaved if seq > after and wanted(k)][-limit:]
-        rows = self._rows(f"SELECT seq, data FROM items INDEXED BY items_by_kind WHERE seq > ? AND {where} "
-                          "ORDER BY seq DESC LIMIT ?", after, *params, limit - len(queued))
-        return list(self._decoded(reversed(rows))) + [_loads(data) for data in queued]
+            rows = self._rows(f"SELECT seq, data FROM items INDEXED BY items_by_kind WHERE seq > ? AND seq < ? AND "
+                              f"{where} ORDER BY seq LIMIT ?", after, _first(memory), *params, limit)
+            return self._with_unsaved(rows, memory, after, limit, wanted)
+        queued = [(seq, data) for seq, _, k, data in memory if seq > after and wanted(k)][-limit:]
+        rows = self._rows(f"SELECT seq, data FROM items INDEXED BY items_by_kind WHERE seq > ? AND seq < ? AND {where} "
+                          "ORDER BY seq DESC LIMIT ?", after, _first(memory), *params, limit - len(queued))
+        return list(self._decoded(reversed(rows))) + list(self._decoded(queued))
+
+    def _in_memory(self) -> List[Row]:
+        """The items not on disk yet, in seq order: the batch being written (`write_behind`), then those queued.
+        Every item with a lower seq is in the file; what an answer reads from the file stops below the first of
+        these (`_first`), so a batch written meanwhile is read once, from memory."""
+        writing = self._writing
+        return writing.rows + self._unsaved if writing is not None and writing.rows else self._unsaved
+
+    def _current(self, seq: int, data: str) -> str:
+        """An item's JSON as rewritten since (an amended record) where a rewrite is queued or being written."""
+        text = self._rewrites.get(seq)
+        writing = self._writing
+        if text is None and writing is not None:
+            text = writing.rewrites.get(seq)
+        return data if text is None else text
 
     def _decoded(self, rows: Iterable[Tuple[int, str]]) -> Iterator[Dict[str, Any]]:
-        """Items of (seq, JSON) rows read from the file, as rewritten since when a rewrite is still queued."""
-        rewrites = self._rewrites
-        return (_loads(rewrites.get(seq, data) if rewrites else data) for seq, data in rows)
+        """Items of (seq, JSON) rows, as rewritten since where a rewrite is still queued or being written."""
+        writing = self._writing
+        if not self._rewrites and (writing is None or not writing.rewrites):
+            return (_loads(data) for _, data in rows)
+        return (_loads(self._current(seq, data)) for seq, data in rows)
 
-    def _with_unsaved(self, rows: List[Tuple[Any, ...]], after: int, limit: int,
+    def _with_unsaved(self, rows: List[Tuple[Any, ...]], memory: List[Row], after: int, limit: int,
                       wanted: Callable[[Optional[str]], bool]) -> List[Dict[str, Any]]:
-        """Rows read from the file, then the queued items after them (their seqs are all higher), up to `limit`."""
+        """Rows read from the file, then the items in `memory` after them (their seqs are all higher), up to
+        `limit`."""
         out = list(self._decoded(rows))
-        if len(out) < limit and self._unsaved:
-            out += [_loads(data) for seq, _, kind, data in self._unsaved if seq > after and wanted(kind)][:limit - len(out)]
+        if len(out) < limit and memory:
+            queued = [(seq, data) for seq, _, kind, data in memory if seq > after and wanted(kind)][:limit - len(out)]
+            out += self._decoded(queued)
         return out

@@ -6,13 +6,16 @@ nearest existing ancestor directory is watched until they appear.
 
 from __future__ import annotations
 
+import contextlib
+import difflib
 import fnmatch
 import glob
+import itertools
 import os
 import re
 import stat
 from pathlib import Path
-from typing import Container, Dict, Iterable, List, Sequence, Set, Tuple
+from typing import Container, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 _GLOB_CHARS = re.compile(r"[*?\[]")
 #: A rotated backup's name (`info.log.3`): RotatingFileHandler's numbering.
@@ -34,6 +37,11 @@ def visible(text: str) -> str:
     if text.isprintable():
         return text
     return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace").translate(_ESCAPES)
+
+
+def within(path: str, folder: str) -> bool:
+    """Whether `path` is `folder` or below it (both real paths: links resolved)."""
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
 def has_glob(pattern: str) -> bool:
@@ -133,6 +141,26 @@ class PatternFilter:
         parts = Path(path).parts
         return any("**" in form or (len(parts) <= len(form) and all(map(fnmatch.fnmatchcase, parts, form)))
                    for form in self._forms)
+
+
+#: folder entries `nearest_file` compares at most (a typo'd name in a folder of a million files costs milliseconds)
+NEAREST_MAX_ENTRIES = 2000
+
+
+def nearest_file(path: Path) -> Optional[str]:
+    """The name of the file in `path`'s folder closest to its name (difflib's similarity: a typo, a wrong rank or
+    extension), among the first NEAREST_MAX_ENTRIES entries; None when the folder holds no file."""
+    names = []
+    try:
+        with os.scandir(path.parent) as listing:
+            for entry in itertools.islice(listing, NEAREST_MAX_ENTRIES):
+                with contextlib.suppress(OSError):
+                    if entry.is_file():
+                        names.append(entry.name)
+    except OSError:
+        return None
+    best = difflib.get_close_matches(path.name, names, n=1, cutoff=0.0)
+    return visible(best[0]) if best else None
 
 
 def rotated_backups(path: Path) -> List[Path]:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple, Union
 
 from .checkpoint import FilePosition, FollowerCheckpoint, Signature
-from .discovery import rotated_backups
+from .discovery import rotated_backups, within
 from .lines import Block, Line, LineSplitter
 
 log = logging.getLogger("mstail.follower")
@@ -46,6 +46,11 @@ class NotARegularFile(OSError):
     /dev/urandom never ends)."""
 
 
+class OutsideFolder(NotARegularFile):
+    """A file found below a folder of runs whose real path, once opened, leaves that folder (a link put there, or
+    swapped in after the file was found): never read without --follow-symlinks."""
+
+
 _KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
           (stat.S_ISDIR, "a folder"), (stat.S_ISSOCK, "a socket"))
 
@@ -58,7 +63,8 @@ def kind_of(mode: int) -> str:
 class _OpenFile:
     """One open file (inode) and how far it has been read."""
 
-    def __init__(self, path: Path, max_line_bytes: int, splitter: type = LineSplitter) -> None:
+    def __init__(self, path: Path, max_line_bytes: int, splitter: type = LineSplitter,
+                 confine: Optional[str] = None) -> None:
         self.path = path
         # O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused just below, as is any other
         # non-regular file. On a regular file the flag changes nothing.
@@ -67,6 +73,10 @@ class _OpenFile:
         if not stat.S_ISREG(st.st_mode):
             os.close(self.fd)
             raise NotARegularFile(errno.EINVAL, f"{kind_of(st.st_mode)}, not a regular file", str(path))
+        if confine is not None and not within(_real_path(self.fd, path), confine):
+            os.close(self.fd)
+            raise OutsideFolder(errno.EACCES, f"a link out of {confine}, not opened (--follow-symlinks opens it)",
+                                str(path))
         self.identity = (st.st_dev, st.st_ino)
         self.splitter = splitter(0, max_line_bytes)  # a LineSplitter, or an event file's FrameSplitter (same shape)
         self.pos = 0  # bytes handed to the splitter
@@ -140,6 +150,15 @@ class _OpenFile:
         os.close(self.fd)
 
 
+def _real_path(fd: int, path: Path) -> str:
+    """The real path of the file open as `fd` (as the kernel has it: no link swapped in after the open can change it),
+    or of `path` where /proc is not there."""
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return os.path.realpath(path)
+
+
 class FileFollower:
     """Everything behind one followed path.
 
@@ -159,6 +178,9 @@ class FileFollower:
         self.max_line_bytes = max_line_bytes
         self.with_backups = with_backups
         self.rotate_wait_s = rotate_wait_s
+        #: a real folder path the files read must stay in (a file found below a folder of runs; `OutsideFolder`),
+        #: or None: any (a `--log` file, `--follow-symlinks`)
+        self.confine: Optional[str] = None
         self.state = "waiting"
         #: why the path cannot be read ("permission denied", "a FIFO, not a regular file"), or None; the state
         #: is then "unreadable" until it can be opened
@@ -267,7 +289,7 @@ class FileFollower:
         opened: List[Tuple[Path, _OpenFile, bool]] = []  # (path, handle, resumed where the checkpoint says)
         for path in candidates:
             try:
-                handle = _OpenFile(path, self.max_line_bytes, self.splitter_class)
+                handle = _OpenFile(path, self.max_line_bytes, self.splitter_class, self.confine)
             except OSError:
                 continue
             entry = pending.pop(handle.identity, None)
@@ -311,7 +333,7 @@ class FileFollower:
 
     def _open(self, now: float) -> bool:
         try:
-            current = _OpenFile(self.path, self.max_line_bytes, self.splitter_class)
+            current = _OpenFile(self.path, self.max_line_bytes, self.splitter_class, self.confine)
         except OSError as exc:
             if isinstance(exc, NotARegularFile) or exc.errno in (errno.EACCES, errno.EPERM):
                 self.problem = exc.strerror if isinstance(exc, NotARegularFile) else "permission denied"
@@ -370,7 +392,7 @@ class FileFollower:
             for name, identity in zip(names, identities):
                 if identity is not None and identity not in held:
                     try:
-                        handle = _OpenFile(name, self.max_line_bytes, self.splitter_class)
+                        handle = _OpenFile(name, self.max_line_bytes, self.splitter_class, self.confine)
                     except OSError:
                         continue  # gone meanwhile (the check below sees it), or not readable
                     held[handle.identity] = handle
@@ -479,7 +501,7 @@ class FileFollower:
         """The newest backup that is a copy of `handle` (same first bytes, another inode), opened at `start`."""
         for backup in reversed(self._backups()):
             try:
-                copy = _OpenFile(backup, self.max_line_bytes, self.splitter_class)
+                copy = _OpenFile(backup, self.max_line_bytes, self.splitter_class, self.confine)
                 size = os.fstat(copy.fd).st_size
                 same = copy.identity != handle.identity and os.pread(copy.fd, len(handle.head), 0) == handle.head
             except OSError:

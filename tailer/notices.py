@@ -8,7 +8,9 @@ once per `every` seconds, with how often it happened in between.
 from __future__ import annotations
 
 import logging
+import shlex
 import time
+from pathlib import Path
 from typing import Callable, Dict, Hashable, Tuple
 
 
@@ -42,3 +44,11 @@ class Notices:
     def forget(self, key: Hashable) -> None:
         """The problem is over: the next time it comes up is said at once."""
         self._said.pop(key, None)
+
+
+def no_format_hint(path: Path, unmatched: int) -> str:
+    """What to try for a log no format matches (`serve` and `mstail parse` say the same)."""
+    looks = ("no format matches and no line looks like a metric" if not unmatched else
+             f"{unmatched} lines look like metrics but no format matches" if unmatched > 1 else
+             "1 line looks like a metric but no format matches")
+    return f"{looks}; try `mstail parse {shlex.quote(str(path))} --explain`, or --pattern 'REGEX' with named groups"

@@ -8,6 +8,12 @@ hidden folders skipped) keeps the files of the input kinds mstail reads, each na
     exp3/output/metrics/rank_0.jsonl         -> exp3/rank_0   (mstail.callback's JSON lines)
     exp4/tensorboard/rank_0/events.out.tfevents.*  -> exp4/rank_0 (TensorBoard, MindSpore summary files: one source
                                                                per folder of them, its first file stands for it)
+    exp5/train.log, exp6/nohup.out, megatron.log   -> exp5/train ... (any other text log a format recognises in its
+                                                               first 64 KiB: `_HeadJudge`; the others said once)
+
+In a walk, a link whose real path leaves the folder given (a file, or a run folder linked from elsewhere) is not
+opened, and said once, unless `follow_symlinks` (`--follow-symlinks`): a shared job folder must not make mstail read
+and serve another file of the machine.
 
 The run is the folder that holds a run's files: the file's folder without its rank folder and without the
 layout folders MindFormers and msrun put between (`output`, `log`, `msrun_log`, `metrics`, `summary`,
@@ -18,14 +24,21 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import re
+import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import Iterator, List, Optional, Sequence, Set, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
-from .discovery import visible
+from mstail.parsers import Format, SourceParser
+from mstail.parsers.interleave import InterleavedParser
+
+from .discovery import ROTATED, visible, within
 from .frames import event_file_kind
+from .lines import LineSplitter
 
 log = logging.getLogger("mstail.runs")
 
@@ -37,8 +50,19 @@ MAX_DEPTH = 8
 MAX_ENTRIES = 100_000
 #: files kept per walk at most (each becomes a source).
 MAX_FILES = 4096
-#: bytes of a `.jsonl` file read to tell mstail.callback's records from other JSON lines (a data set).
-JSONL_HEAD_BYTES = 64 << 10
+#: bytes of a `.jsonl` file read to tell mstail.callback's records from other JSON lines (a data set), and of a
+#: text log named by no convention to tell whether a format recognises it.
+JSONL_HEAD_BYTES = HEAD_BYTES = 64 << 10
+#: how long a walk of the sidecar may spend judging text logs' heads (64 KiB of prose no format recognises: 0.1 s on
+#: a loaded machine); those left are judged by the next walks. A head is read again only when it changed while too
+#: short to judge.
+HEADS_TIME_S = 0.5
+#: a text log too short to judge yet is looked at again when a file event names it at most this often
+RECHECK_S = 1.0
+#: unrecognised logs named in one notice at most (the rest counted)
+MAX_NAMED = 10
+#: a verdict not given yet (`_HeadJudge`: the walk spent its HEADS_TIME_S)
+LATER = "later"
 
 #: one line per input kind, for `mstail formats` (the README lists the same).
 INPUT_KINDS: Tuple[Tuple[str, str], ...] = (
@@ -46,27 +70,40 @@ INPUT_KINDS: Tuple[Tuple[str, str], ...] = (
     ("jsonl", "JSON lines written by mstail.callback: --jsonl PATH, or *.jsonl below a folder"),
     ("tensorboard", "TensorBoard event files (events.out.tfevents.*), as tensorboardX writes them for MindFormers"),
     ("summary", "MindSpore summary files (events.out.events.summary.*) of SummaryRecord / SummaryCollector"),
-    ("folder", "a folder of runs: mstail DIR, --logdir DIR, mstail parse DIR find the kinds above below it"),
+    ("folder", "a folder of runs: mstail DIR, --logdir DIR, mstail parse DIR find the kinds above below it (text logs "
+               "by their names, or by a format recognising their first 64 KiB)"),
 )
 
 #: what a folder is looked through for, said while none is found yet
-NOTHING_YET = "output/log/rank_N/info.log, worker_N.log, mstail.callback's *.jsonl or event files"
+NOTHING_YET = ("output/log/rank_N/info.log, worker_N.log, mstail.callback's *.jsonl, event files, or a *.log, *.out, "
+               "*.txt a format recognises")
 
 _RANK_DIR = re.compile(r"^(?:rank|device|worker)[_.-]?\d+$")
 _LAYOUT_DIR = re.compile(
     r"^(?:output|logs?|log_.+|msrun_log(?:_.+)?|metrics|summary|summaries|tensorboard(?:_.+)?|tb)$")
 _WORKER_LOG = re.compile(r"^worker_.+\.log$")
+#: a text log by its name, whose head is looked at for a format: `train.log`, `nohup.out`, `slurm-42.err`, `log.txt`,
+#: `stdout` (not a rotated backup, `train.log.1`: part of its live file's chain)
+_TEXT_LOG = re.compile(r"(?:\.(?:log|out|err|txt)|^(?:stdout|stderr|output))$", re.IGNORECASE)
+#: logs a run keeps beside its step log that hold no steps: MindFormers' `rank_N/error.log`, msrun's `scheduler.log`
+_NO_STEPS = frozenset({"error.log", "scheduler.log"})
+#: the first line of what mstail writes itself: `mstail parse` JSON lines and CSV, its stderr (`2> runs/mstail.log`)
+_MSTAIL_OUTPUT = re.compile(rb'^(?:\{"source":|source,step,|mstail: )')
 
 
 @dataclass(frozen=True)
 class RunFile:
     """A file found below a folder: its kind (`text`, `jsonl`, `events`), its run's name, and the names it may
-    take as a source, best first (`exp1/rank_3`, then with its layout folders, then its whole path in the run)."""
+    take as a source, best first (`exp1/rank_3`, then with its layout folders, then its whole path in the run), and
+    the folder its files must stay in."""
 
     path: Path
     kind: str
     run: str
     names: Tuple[str, ...]
+    #: the real path of the folder given, which the files read for it must stay in (`FileFollower.confine`); None
+    #: with `follow_symlinks`
+    confine: Optional[str] = None
 
 
 class FolderError(Exception):
@@ -96,6 +133,67 @@ def _kind(path: str) -> Optional[str]:
     return None
 
 
+def _text_log(name: str) -> bool:
+    """Whether a file not named by a convention is a text log by its name (its head is looked at then)."""
+    return bool(_TEXT_LOG.search(name)) and name not in _NO_STEPS and not name.startswith(".") \
+        and not ROTATED.match(name)
+
+
+def recognised(head: bytes, formats: Sequence[Format], forced: Optional[Format] = None) -> Optional[bool]:
+    """Whether the first bytes of a text log make a record with `formats` (`forced`: that one only), read as the
+    sidecar reads them (`LineSplitter`, `InterleavedParser`); binary data (a NUL in the first 8 KiB) never does;
+    None for mstail's own output (no run's log, and no log to say is unrecognised either)."""
+    if _MSTAIL_OUTPUT.match(head.lstrip()):
+        return None
+    if b"\x00" in head[:8192]:
+        return False
+    parser = InterleavedParser(partial(SourceParser, formats, forced=forced))
+    for line in LineSplitter().feed(head):
+        if any(item.kind == "record" for item in parser.feed(line.text, line.number, 0.0)):  # type: ignore[union-attr]
+            return True
+    return any(item.kind == "record" for item in parser.flush(0.0, force=True))
+
+
+class _HeadJudge:
+    """Which text logs named by no convention are a run's: those whose first HEAD_BYTES a format recognises. A verdict
+    is kept per file: a recognised file is never read for it again; an unrecognised one only when it was too short to
+    judge (a run's stdout before its first step) and has grown, or when it was replaced (another inode)."""
+
+    def __init__(self, formats: Sequence[Format], forced: Optional[Format], time_s: Optional[float]) -> None:
+        self.formats, self.forced, self.time_s = formats, forced, time_s
+        #: path -> (inode, size judged, verdict (`recognised`), monotonic time judged)
+        self._seen: Dict[str, Tuple[int, int, Optional[bool], float]] = {}
+        self._until = math.inf  # judging ends at this monotonic time in the walk in progress
+
+    def start_walk(self) -> None:
+        self._until = math.inf if self.time_s is None else time.monotonic() + self.time_s
+
+    def __call__(self, path: str, info: os.stat_result) -> Union[bool, None, str]:
+        """The verdict on a file (`info`: its stat; `recognised`), or LATER when this walk's time for it is over."""
+        known = self._seen.get(path)
+        judged = min(info.st_size, HEAD_BYTES)
+        if known is not None and known[0] == info.st_ino and (known[2] is not False or known[1] == judged):
+            return known[2]
+        if time.monotonic() >= self._until:
+            return LATER
+        try:
+            with open(path, "rb") as handle:
+                head = handle.read(HEAD_BYTES)
+        except OSError:
+            return False
+        verdict = recognised(head, self.formats, self.forced)
+        if len(self._seen) < 100_000 or known is not None:
+            self._seen[path] = (info.st_ino, min(len(head), HEAD_BYTES), verdict, time.monotonic())
+        return verdict
+
+    def settled(self, path: str) -> bool:
+        """Whether a file event naming `path` cannot change its verdict: judged whole, or judged less than
+        RECHECK_S ago (a growing stdout is looked at again at most that often, and at every periodic walk)."""
+        known = self._seen.get(path)
+        return known is not None and (known[2] is not False or known[1] >= HEAD_BYTES
+                                      or time.monotonic() - known[3] < RECHECK_S)
+
+
 def _callback_jsonl(path: Path) -> Optional[bool]:
     """Whether a `.jsonl` file holds mstail.callback records: its first line is a JSON object with a `step` or a
     `kind`. None while it has no whole first line yet (a run just started: asked again at the next walk)."""
@@ -111,14 +209,16 @@ def _callback_jsonl(path: Path) -> Optional[bool]:
         first = json.loads(head[:end])
     except ValueError:
         return False
-    return isinstance(first, dict) and ("step" in first or "kind" in first)
+    # (`mstail parse` output holds steps too, but each row names its source)
+    return isinstance(first, dict) and ("step" in first or "kind" in first) and "source" not in first
 
 
 def _entry_name(entry: "os.DirEntry[str]") -> str:
     return entry.name
 
 
-def _run_file(root: Path, label: str, path: Path, parts: Tuple[str, ...], kind: str) -> RunFile:
+def _run_file(root: Path, label: str, path: Path, parts: Tuple[str, ...], kind: str,
+              confine: Optional[str]) -> RunFile:
     """Name a file below `root` (its `parts` there) by its run and rank (see the module's docstring)."""
     folders, name = list(parts[:-1]), parts[-1]
     if _RANK_DIR.match(path.parent.name):
@@ -134,7 +234,8 @@ def _run_file(root: Path, label: str, path: Path, parts: Tuple[str, ...], kind: 
     run = "/".join(folders) or label
     tail = [rank] if rank else []
     names = ["/".join([run, *tail]), "/".join([run, *layout, *tail]), "/".join([run, *parts[len(folders):]])]
-    return RunFile(path=path, kind=kind, run=visible(run), names=tuple(dict.fromkeys(map(visible, names))))
+    return RunFile(path=path, kind=kind, run=visible(run), names=tuple(dict.fromkeys(map(visible, names))),
+                   confine=confine)
 
 
 def _root_labels(roots: Sequence[Path]) -> List[str]:
@@ -155,14 +256,23 @@ class RunFinder:
 
     Args:
         folders: the folders given (`mstail DIR`, `--logdir`); each must exist (`check_folder`) when the CLI starts.
+        formats, forced: what text logs named by no convention are looked at with (`recognised`; `forced`: the
+            `--format` one); none (default) = only the files named by a convention are found.
+        heads_time_s: how long one `find()` may judge such logs (HEADS_TIME_S for the sidecar); None (default) =
+            no limit (`mstail parse DIR`: every one is judged).
+        follow_symlinks: open links whose real path leaves the folder (default False: said once, left out).
         max_depth, max_entries, max_files: the walk's bounds (MAX_DEPTH, MAX_ENTRIES, MAX_FILES); a walk a bound
             cut is said once on stderr.
     """
 
-    def __init__(self, folders: Sequence[str], max_depth: int = MAX_DEPTH, max_entries: int = MAX_ENTRIES,
-                 max_files: int = MAX_FILES) -> None:
+    def __init__(self, folders: Sequence[str], formats: Sequence[Format] = (), forced: Optional[Format] = None,
+                 follow_symlinks: bool = False, heads_time_s: Optional[float] = None, max_depth: int = MAX_DEPTH,
+                 max_entries: int = MAX_ENTRIES, max_files: int = MAX_FILES) -> None:
         self.roots = [Path(os.path.abspath(os.path.expanduser(f))) for f in folders]
         self._resolved = [root.resolve() for root in self.roots]  # file events name paths below either form
+        self._judge = _HeadJudge(formats, forced, heads_time_s) if formats else None
+        self.follow_symlinks = follow_symlinks
+        self._unrecognised: List[str] = []  # text logs no format recognised, found by the walk in progress
         self._labels = _root_labels(self.roots)
         self.max_depth, self.max_entries, self.max_files = max_depth, max_entries, max_files
         self._not_callback: Set[Path] = set()  # .jsonl files seen holding other JSON (a data set): never again
@@ -182,6 +292,8 @@ class RunFinder:
             return False  # written all along, never followed: its events must not make the tailer walk again
         if not any(root == candidate or root in candidate.parents for root in self.roots + self._resolved):
             return False
+        if self._judge is not None and _text_log(candidate.name):
+            return not self._judge.settled(path)
         return _kind(path) is not None or os.path.isdir(path)
 
     def find(self) -> List[RunFile]:
@@ -192,8 +304,11 @@ class RunFinder:
         found: List[RunFile] = []
         budget = [self.max_entries]
         self.empty = []
+        if self._judge is not None:
+            self._judge.start_walk()
         for root, label in zip(self.roots, self._labels):
             before = len(found)
+            confine = None if self.follow_symlinks else os.path.realpath(root)
             event_folders: Set[Tuple[str, ...]] = set()
             for parts, kind in self._walk(root, budget):
                 if len(found) >= self.max_files:
@@ -205,9 +320,10 @@ class RunFinder:
                     continue  # (a folder of event files is one source: each writer's new file continues it)
                 if kind == "events":
                     event_folders.add(parts[:-1])
-                found.append(_run_file(root, label, path, parts, kind))
+                found.append(_run_file(root, label, path, parts, kind, confine))
             if len(found) == before:
                 self.empty.append(root)
+        self._say_unrecognised()
         with_workers = {f.run for f in found if _WORKER_LOG.match(f.path.name)}
         kept = [f for f in found if not (f.run in with_workers and f.path.name == "info.log")]
         if len(self._left_out) < 100_000:
@@ -225,10 +341,52 @@ class RunFinder:
             self._not_callback.add(path)
         return bool(verdict)
 
+    def _say_unrecognised(self) -> None:
+        """The text logs the walk found no format for, each said once, in one notice per walk."""
+        new = [path for path in self._unrecognised if ("unrecognised", path) not in self._said]
+        self._unrecognised = []
+        if not new or len(self._said) >= 100_000:  # (bounded: past that many, no more are named)
+            return
+        for path in new:
+            self._said.add(("unrecognised", path))
+        more = f" and {len(new) - MAX_NAMED} more" if len(new) > MAX_NAMED else ""
+        log.warning("not followed, no format recognises a step in the first 64 KiB of %s%s (a shorter one is looked "
+                    "at again as it grows; see why: `mstail parse FILE --explain`, or give --pattern 'REGEX' with "
+                    "named groups)", ", ".join(map(visible, new[:MAX_NAMED])), more)
+
+    def _kind_of(self, entry: "os.DirEntry[str]") -> Optional[str]:
+        """`_kind`, or `text` for a text log named by no convention whose head a format recognises."""
+        kind = _kind(entry.path)
+        if kind is not None or self._judge is None or not _text_log(entry.name):
+            return kind
+        try:
+            verdict = self._judge(entry.path, entry.stat())
+        except OSError:
+            return None
+        if verdict is LATER:
+            self._say("heads", "", "many text logs to look at for a format: some are looked at in the next walks "
+                      "(every 10 s)", logging.INFO)
+        elif verdict is False and len(self._unrecognised) < 100_000:
+            self._unrecognised.append(entry.path)
+        return "text" if verdict is True else None
+
+    def _leaves(self, entry: "os.DirEntry[str]", real_root: str) -> bool:
+        """Whether an entry is a link whose real path leaves the folder given (said once; False with
+        `follow_symlinks`)."""
+        if self.follow_symlinks or not entry.is_symlink():
+            return False
+        target = os.path.realpath(entry.path)
+        if within(target, real_root):
+            return False
+        self._say("outside", entry.path, f"{visible(entry.path)} is a link to {visible(target)}, outside "
+                  f"{visible(real_root)}: not opened (--follow-symlinks opens such links)")
+        return True
+
     def _walk(self, root: Path, budget: List[int]) -> Iterator[Tuple[Tuple[str, ...], str]]:
         """(path below `root` as parts, kind) of the run files, depth first in name order; symlinked folders once (by
-        device and inode)."""
+        device and inode), links out of `root` only with `follow_symlinks`."""
         seen: Set[Tuple[int, int]] = set()
+        real_root = os.path.realpath(root)
         stack: List[Tuple[str, Tuple[str, ...]]] = [(str(root), ())]
         while stack:
             folder, below = stack.pop()
@@ -252,6 +410,8 @@ class RunFinder:
             folders = []
             for entry in entries:
                 try:
+                    if self._leaves(entry, real_root):
+                        continue
                     is_folder = entry.is_dir()  # through a symlink: a linked run folder is walked (once)
                     is_file = not is_folder and entry.is_file()
                 except OSError:
@@ -265,7 +425,7 @@ class RunFinder:
                         continue
                     folders.append((entry.path, below + (entry.name,)))
                 elif is_file:
-                    kind = _kind(entry.path)
+                    kind = self._kind_of(entry)
                     if kind is not None:
                         yield below + (entry.name,), kind
             stack.extend(reversed(folders))

@@ -15,17 +15,19 @@ import signal
 import socket
 import threading
 import time
-import webbrowser
 from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence
 
 from mstail.parsers import Format
 
+from .alertmanager import Alertmanager
 from .alerts import AlertEngine
 from .config import Config
 from .connections import BACKLOG, Limits, connection_cap, guarded_protocol, install_quiet_logs, raise_fd_limit
 from .hub import Hub
+from .pageurl import open_page, page_url
 from .tailer import Tailer
 from .db import StateDB, open_state
+from .remotewrite import RemoteWrite
 from .store import Store
 from .webhooks import Webhooks
 
@@ -60,9 +62,8 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 def url_of(sock: socket.socket) -> str:
-    host, port = sock.getsockname()[:2]
-    shown = f"[{host}]" if ":" in host else host
-    return f"http://{shown}:{port}"
+    """The URL a browser here opens (loopback when bound to all addresses: `pageurl.page_url`)."""
+    return page_url(*sock.getsockname()[:2])
 
 
 async def serve(
@@ -78,6 +79,7 @@ async def serve(
     (`_restore_then_tail`: everything read from it is dropped; the pages' streams, cut, reconnect, and reload where
     they were beyond the new history)."""
     store, hub = Store(state if state is not None else open_state(config, formats)), Hub()
+    store.db.write_behind(asyncio.get_running_loop())  # commits in a thread of their own: never the loop's wait
     imports = WebImports() if store.db.reopened else None  # a restart: the web's imports beside the history's load
     tailer = Tailer(config, formats, store, hub)
     if store.db.checking:  # (a file that exists: a new one is sound)
@@ -99,6 +101,8 @@ async def serve(
         store,
         hub,
         health=lambda: {**tailer.health(), **_alert_health(tailer, webhooks), "restoring_alerts": restoring or None,
+                        "remote_write": remote.stats() if remote is not None else None,
+                        "alertmanager": alertmanager.stats() if alertmanager is not None else None,
                         "state_check": STATE_CHECKING if store.db.checking else None,
                         "connections": limits.stats(len(server.server_state.connections)), "streams": streams.stats()},
         token=config.token,
@@ -110,6 +114,8 @@ async def serve(
     streams = limit_streams(app, config.max_streams)
     webhooks = Webhooks(config.webhooks, timeout_s=config.webhook_timeout_s)
     tailer.alert_listeners.append(webhooks.submit)
+    remote = RemoteWrite(config.remote_write, store, config.node) if config.remote_write else None
+    alertmanager = _alertmanager(config, tailer, store, sock)
     quiet_dropped_clients()
     server = uvicorn.Server(
         uvicorn.Config(
@@ -133,6 +139,10 @@ async def serve(
         server.should_exit = True
 
     webhooks.start()
+    if remote is not None:
+        remote.start()
+    if alertmanager is not None:
+        alertmanager.start()
     tailing = asyncio.create_task(_restore_then_tail(store, tailer, stop, restoring, start_over))
     warming = asyncio.create_task(store.keep_folds_warm(stop))  # the page's first folds ready before it asks
     freezing = asyncio.create_task(_freeze_when_grown(HeapFreezer(lambda: (len(store.sources), store.series_count)),
@@ -147,6 +157,10 @@ async def serve(
         await warming
         await freezing
         await webhooks.stop()
+        if remote is not None:
+            await remote.stop()
+        if alertmanager is not None:
+            await alertmanager.stop()
         gc.unfreeze()  # exit finalizes what is left as it would have unfrozen
         if again:
             store.db.close()  # the fresh state, empty: nothing of the history read from the damaged one goes into it
@@ -329,6 +343,21 @@ def _connection_cap(wanted: int) -> int:
     return cap
 
 
+def _alertmanager(config: Config, tailer: Tailer, store: Store, sock: socket.socket) -> Optional[Alertmanager]:
+    """The Alertmanager poster, listening to the alert changes (None without `--alertmanager` or alerts)."""
+    engine = tailer.alerts
+    if not config.alertmanager or engine is None:
+        return None
+    page = url_of(sock)
+    if sock.getsockname()[0] in ("0.0.0.0", "::"):  # every address: the one others reach it by is the host's name
+        page = f"http://{socket.gethostname()}:{sock.getsockname()[1]}"
+    poster = Alertmanager(config.alertmanager, lambda: engine.table()["active"],
+                          lambda source: getattr(store.sources.get(source), "run", None), page + "/",
+                          node=config.node, repost_s=config.alertmanager_repost_s)
+    tailer.alert_listeners.append(poster.submit)
+    return poster
+
+
 def _alert_health(tailer: Tailer, webhooks: Webhooks) -> dict:
     active = tailer.alerts.table()["count"] if tailer.alerts is not None else None
     return {"alerts_active": active, "webhooks": webhooks.stats()}
@@ -340,4 +369,4 @@ async def _when_started(server: uvicorn.Server, sock: socket.socket, config: Con
     if on_started is not None:
         on_started()
     if config.open_browser:
-        await asyncio.to_thread(webbrowser.open, url_of(sock) + (f"/?token={config.token}" if config.token else ""))
+        await asyncio.to_thread(open_page, url_of(sock) + (f"/?token={config.token}" if config.token else ""))

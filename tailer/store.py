@@ -264,23 +264,30 @@ class Store:
                columns: bool = False, alerts: bool = False) -> None:
         """Make the items added so far durable, together with the sources' checkpoints (id -> (path, checkpoint)),
         the chart columns when `columns` is set or enough records came since they were last saved, and the alert
-        rules' state (`save_alerts`) when `alerts` is set or every ALERT_SAVE_ITEMS items (at most 1 % of the time)."""
+        rules' state (`save_alerts`) when `alerts` is set or every ALERT_SAVE_ITEMS items (at most 1 % of the time).
+        After `StateDB.write_behind` this hands them to the state's writer thread and returns at once; while a
+        commit is still being written, they are kept for the next (`StateDB.ready`)."""
+        if not self.db.ready:
+            self.db.queue(checkpoints or {})
+            return
         flush = None
         if self.db.path is not None and (columns or self._columns.due()):
             flush = self._columns.flush(self._last_seq, {i: _facts(info) for i, info in self.sources.items()})
         state = None
+        began = time.monotonic()
         if self._alert_state is not None and self.db.path is not None and (alerts or (
-                self._last_seq - self._alerts_saved >= ALERT_SAVE_ITEMS
-                and time.monotonic() >= self._alerts_next_save)):
-            began = time.monotonic()
+                self._last_seq - self._alerts_saved >= ALERT_SAVE_ITEMS and began >= self._alerts_next_save)):
             state = {**self._alert_state(), "seq": self._last_seq}
-        if self.db.commit(checkpoints or {}, flush, state):
+
+        def done(written: bool) -> None:
             if flush is not None:
-                self._columns.flushed(flush)
-            if state is not None:
+                self._columns.flushed(flush, written)
+            if state is not None and written:
                 self._alerts_saved = state["seq"]
-                now = time.monotonic()
+                now = time.monotonic()  # the cost: the snapshot, its JSON and the write
                 self._alerts_next_save = now + ALERT_SAVE_COST_SHARE * (now - began)
+
+        self.db.commit(checkpoints or {}, flush, state, done)
 
     def save_alerts(self, snapshot: Callable[[], Dict[str, Any]]) -> None:
         """From now on save `snapshot()`, the alert rules' state (`AlertEngine.snapshot`), with the items it has seen,
@@ -356,7 +363,9 @@ class Store:
         return self._columns.saved_seq
 
     def close(self) -> None:
-        """Save the chart columns with what is left to commit, and close the state file."""
+        """Save the chart columns with what is left to commit (after the commit being written, if any), and close
+        the state file."""
+        self.db.finish_writes()
         self.commit(columns=self._columns.pending > 0, alerts=True)
         self.db.close()
 

@@ -36,16 +36,17 @@ from .alerts import AlertEngine
 from .catchup import BULK_MIN_BYTES, CatchUp, children_allowed, eligible, left_to_read
 from .checkpoint import SourceCheckpoint
 from .config import Config
-from .discovery import PatternFilter, SourceNamer, WatchRoots, expand, glob_free_prefix, visible
+from .discovery import (PatternFilter, SourceNamer, WatchRoots, expand, glob_free_prefix, has_glob, nearest_file,
+                        visible)
 from .eventfollow import EventFilesFollower
 from .frames import event_source
 from .follower import FileFollower
 from .hub import Hub, ItemsMessage, SourceMessage
 from .lines import Block
 from .netfs import MOUNTINFO, existing_ancestor, network_fs, parse_mountinfo
-from .notices import Notices
+from .notices import Notices, no_format_hint
 from .planner import QUIET_S, Pacer, Plan, Planner
-from .runs import NOTHING_YET, RunFinder
+from .runs import HEADS_TIME_S, NOTHING_YET, RunFinder
 from .store import Store
 from .watch import Changes, watch_directories
 from .writers import writers_of
@@ -124,6 +125,7 @@ class _Source:
     prepared: bool = False  # this pass's items come from a catch-up child, as the store keeps them (`store.prepare`)
     no_child: bool = False  # a catch-up child of this source ended early: the passes read the rest (no fork loop)
     history_turn: int = 0  # the pass that last read its history: the longest ago go first (`_read_pass`)
+    missing: Optional[str] = None  # a `--log` file still absent MISSING_AFTER_S after the start: said on its card
 
 
 class Tailer:
@@ -162,8 +164,10 @@ class Tailer:
         self._event_files: Set[Path] = set()  # event files whose file events wake their folder's source
         self._saved: Dict[Path, SourceCheckpoint] = {}  # checkpoints from the state, by path, until rediscovered
         self._followed: Set[str] = set()  # the paths (as `expand` names them) of the files followed, but event files
-        self._runs = RunFinder(config.logdirs)  # the run files below `mstail DIR` folders
+        self._runs = RunFinder(config.logdirs, self.formats, self._forced, config.follow_symlinks,  # below `mstail DIR`
+                               heads_time_s=HEADS_TIME_S)
         self._said_empty: Set[Path] = set()  # folders said to have no run below them yet
+        self._confine: Dict[Path, str] = {}  # key -> the real folder a new run file's reads must stay in, until made
         wanted = PatternFilter(p for p, _ in self._patterns)
         self._watch_roots = WatchRoots(p for p, _ in self._patterns)
         self._planner: Planner[_Source] = Planner(lambda path: wanted(path) or self._runs.may_name(path))
@@ -230,6 +234,7 @@ class Tailer:
             )
             source.said_format = forced.name if forced is not None else None
             source.run = run
+            source.follower.confine = self._confine.pop(key, None)
             saved = self._saved.pop(Path(visible(str(key))), None)  # kept by its visible path
             if saved is not None:
                 self._restore(source, saved)
@@ -263,6 +268,8 @@ class Tailer:
             if key in self._sources or key in taken:
                 continue
             taken.add(key)
+            if run_file.confine is not None:
+                self._confine[key] = run_file.confine
             forced = self._jsonl if run_file.kind == "jsonl" else self._forced if run_file.kind == "text" else None
             # claimed by `path` (a folder of event files: the folder, as the history keeps it), so a restart adopts it
             new.append((key, path, forced, self._namer.claim(path, run_file.names), run_file.run))
@@ -631,6 +638,7 @@ class Tailer:
                 counts = counts or {**source.follower.counters, **parser.counts}
                 info.counters = {**counts, "failures": source.failures}
                 info.problem = source.follower.problem or (
+                    source.missing if source.follower.state == "waiting" else None) or (
                     _hint(source.follower.path, parser.counts)
                     if parser.format is None and parser.counts["unmatched_metric_lines"] else None) or (
                     GUESSED_STEPS if parser.meta.get("steps_per_epoch") == "guessed" else None) or (
@@ -765,27 +773,38 @@ class Tailer:
                                  "lines of the others are parsed as the file's own source")
             if not fmt and parser.counts["unmatched_metric_lines"]:
                 self.notices.say((source.id, "no format"), f"{source.id}: {_hint(path, parser.counts)}", logging.INFO)
-        self._report_missing_folders()
+        self._report_missing()
         error = self.store.db.write_error
         if error != self._write_error:
             if error is not None:
-                log.error("cannot write the history (%s): %d items kept in memory, retrying every 1-30 s",
+                log.error("cannot write the history (%s): %d items kept in memory, retrying until it can be written",
                           error, self.store.db.unsaved)
             else:
                 log.warning("the history is written again; nothing was lost")
             self._write_error = error
 
-    def _report_missing_folders(self) -> None:
-        """Once per pattern, MISSING_AFTER_S after the start: a pattern that names no file, because its folder
-        does not exist, is most often a typo; name the nearest folder that does exist."""
+    def _report_missing(self) -> None:
+        """Once per pattern, MISSING_AFTER_S after the start: a pattern that names no file is most often a typo. Its
+        folder does not exist: name the nearest folder that does. A file named alone is absent from a folder that
+        exists: name the nearest file there, on stderr and on its source's card (`_Source.missing`)."""
         if self._missing_checked or time.monotonic() - self.started < MISSING_AFTER_S:
             return
         self._missing_checked = True
         for pattern, _ in self._patterns:
-            folder = glob_free_prefix(Path(pattern).expanduser().parent)
-            if not folder.is_dir() and not expand(pattern):
+            path = Path(pattern).expanduser()
+            folder = glob_free_prefix(path.parent)
+            if not folder.is_dir():
                 log.warning("nothing at %s yet: %s does not exist (the nearest existing folder is %s); waiting",
                             pattern, folder, existing_ancestor(pattern))
+                continue
+            source = self._sources.get(path.absolute())
+            if has_glob(str(path)) or source is None or source.follower.state != "waiting" or path.exists():
+                continue
+            nearest = nearest_file(path)
+            source.missing = f"no file {path.name} in {folder} after {MISSING_AFTER_S:g} s" + (
+                f"; the nearest there is {nearest}" if nearest else f"; {folder} holds no file")
+            log.warning("nothing at %s yet: %s; waiting", visible(pattern), visible(source.missing))
+            self._planner.pending.add(source)  # its card says so with the next pass
 
     @staticmethod
     def _history(source: _Source, item: Item) -> bool:
@@ -895,9 +914,7 @@ EPOCH_STEPS = "the x axis counts epochs: the log prints one summary line per epo
 
 
 def _hint(path: Path, counts: Dict[str, int]) -> str:
-    lines = counts["unmatched_metric_lines"]
-    return (f"{lines} line{'s' if lines != 1 else ''} look like metrics but no format matches; try "
-            f"`mstail parse {path} --explain`, or --pattern 'REGEX' with named groups")
+    return no_format_hint(path, counts["unmatched_metric_lines"])
 
 
 def _ids(source: _Source) -> List[str]:

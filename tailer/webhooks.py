@@ -24,7 +24,7 @@ import os
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Deque, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Deque, Dict, List, Mapping, Optional, Sequence, Tuple
 from urllib.parse import urlsplit
 
 from mstail.parsers.record import jsonable
@@ -139,11 +139,14 @@ class Webhooks:
         retries: extra attempts after the first; default 3.
         backoff_s: first wait before a retry, doubled each time; default 0.5 s.
         max_queue: alerts waiting per target; the oldest is dropped beyond it; default 100.
+        body: the JSON body of a target's format for a queued item; default `payload` (the alert's change).
+            `mstail.tailer.alertmanager` queues its own bodies through these senders.
     """
 
     def __init__(self, targets: Sequence[Target], timeout_s: float = 5.0, retries: int = 3, backoff_s: float = 0.5,
-                 max_queue: int = 100) -> None:
+                 max_queue: int = 100, body: Callable[[str, Dict[str, Any]], Any] = payload) -> None:
         self.queues = [_Queue(target) for target in targets]
+        self.body = body
         self.timeout_s, self.retries, self.backoff_s, self.max_queue = timeout_s, retries, backoff_s, max_queue
         self._tasks: List[asyncio.Task] = []
         self._client: Any = None
@@ -197,7 +200,7 @@ class Webhooks:
                 queue.stats["sent" if ok else "failed"] += 1
 
     async def _send(self, queue: _Queue, alert: Dict[str, Any]) -> bool:
-        body = payload(queue.target.format, alert)
+        body = self.body(queue.target.format, alert)
         delay = self.backoff_s
         for attempt in range(self.retries + 1):
             if attempt:
@@ -218,7 +221,7 @@ class Webhooks:
                 return False
         return False
 
-    async def _post(self, url: str, body: Dict[str, Any]) -> int:
+    async def _post(self, url: str, body: Any) -> int:
         """One attempt: POST, read at most MAX_ANSWER_BYTES of the answer as it came (raw: no decompression),
         close; returns the status. The caller's deadline cancels it wherever it is."""
         async with self._client.stream("POST", url, json=body) as response:

@@ -6,6 +6,8 @@ from typing import Any, Dict, List, Optional
 
 from fastapi import APIRouter, HTTPException, Query, Request
 
+from mstail.parsers.record import MAX_NAME_CHARS
+
 from .responses import RecordJSONResponse
 
 # Every route is `async def`: the Store and the alert engine are touched from the event loop only (ARCHITECTURE.md,
@@ -18,6 +20,7 @@ router = APIRouter(prefix="/api", default_response_class=RecordJSONResponse)
 MAX_POINTS = 20_000
 MAX_LIMIT = 10_000
 MAX_SEQ = 2**63 - 1  # seqs and steps are 64-bit: bigger numbers are malformed, not work
+MIN_STEP = -(2**63)  # the least step an input can give (an event file's int64; a log's step is checked to fit)
 MAX_SOURCES = 1024  # repeated ?source= values per request
 
 
@@ -57,10 +60,10 @@ def _compact(entries: List[Dict[str, Any]]) -> Dict[str, Any]:
 @router.get("/series", response_model=None)
 async def series(
     request: Request,
-    metric: str = Query(..., max_length=200, description="metric name, e.g. loss"),
+    metric: str = Query(..., max_length=MAX_NAME_CHARS, description="metric name, e.g. loss"),
     source: Optional[List[str]] = Query(None, description="restrict to these source ids (repeatable)"),
-    start: Optional[int] = Query(None, ge=-MAX_SEQ, le=MAX_SEQ, description="first step (inclusive)"),
-    end: Optional[int] = Query(None, ge=-MAX_SEQ, le=MAX_SEQ, description="last step (inclusive)"),
+    start: Optional[int] = Query(None, ge=MIN_STEP, le=MAX_SEQ, description="first step (inclusive)"),
+    end: Optional[int] = Query(None, ge=MIN_STEP, le=MAX_SEQ, description="last step (inclusive)"),
     points: int = Query(2000, ge=1, le=MAX_POINTS, description="exact points up to this many, else buckets"),
     smooth: float = Query(0.0, ge=0.0, le=0.999, description="EMA weight: adds `smooth` (0 = none)"),
     axis: str = Query("step", pattern="^(step|samples)$", description="samples: adds `samples` where known"),
@@ -88,10 +91,10 @@ async def series(
 @router.get("/heatmap", response_model=None)
 async def heatmap(
     request: Request,
-    metric: str = Query("step_time_ms", max_length=200, description="metric name"),
+    metric: str = Query("step_time_ms", max_length=MAX_NAME_CHARS, description="metric name"),
     exclude: Optional[List[str]] = Query(None, description="leave these source ids out (repeatable)"),
-    start: Optional[int] = Query(None, ge=-MAX_SEQ, le=MAX_SEQ, description="first step (inclusive)"),
-    end: Optional[int] = Query(None, ge=-MAX_SEQ, le=MAX_SEQ, description="last step (inclusive)"),
+    start: Optional[int] = Query(None, ge=MIN_STEP, le=MAX_SEQ, description="first step (inclusive)"),
+    end: Optional[int] = Query(None, ge=MIN_STEP, le=MAX_SEQ, description="last step (inclusive)"),
     columns: int = Query(120, ge=1, le=2000, description="columns at most (runs of consecutive logged steps)"),
     rows: int = Query(32, ge=1, le=MAX_SOURCES, description="rows at most (beyond: neighbouring sources share one)"),
 ) -> RecordJSONResponse:

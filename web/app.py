@@ -17,6 +17,7 @@ from mstail.tailer.hub import Hub
 from mstail.tailer.store import Store
 
 from . import api, metrics, sse
+from .limits import ClientBound
 from .responses import RecordJSONResponse
 from .security import SecurityMiddleware
 
@@ -61,7 +62,9 @@ def create_app(
         store, hub, alerts=alerts, facts=lambda: health() if health else {}, version=__version__)
     # Every asset is served from the package (offline clusters have no CDN).
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
-    app.add_middleware(SecurityMiddleware, token=token, check_host=check_host)
+    # Middleware added last runs first: the security checks refuse a request before the bound counts it.
+    app.add_middleware(ClientBound)
+    app.add_middleware(SecurityMiddleware, token=token, check_host=check_host, allowed_origins=cors_origins)
     if cors_origins:  # outside the token check: a CORS preflight carries no credentials
         app.add_middleware(CORSMiddleware, allow_origins=list(cors_origins), allow_methods=["GET"],
                            allow_headers=["Authorization", "Last-Event-ID"])

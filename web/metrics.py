@@ -20,6 +20,9 @@ Families (all prefixed `mstail_`):
   `sse_clients_dropped_total`,
   `hub_batches_published_total`
 - alerts: `alerts_active{severity}`, `alerts_fired_total`
+- remote write (`--remote-write`): `remote_write_samples_sent_total`, `remote_write_samples_dropped_total`,
+  `remote_write_retries_total`, `remote_write_sent_seq` (the last item sent), `remote_write_behind_items`,
+  `remote_write_failing` (1 while a batch is being retried)
 - the process (prometheus_client's process collector): CPU seconds, resident memory, open fds.
 """
 
@@ -86,6 +89,7 @@ class _Snapshot:
     hub: Dict[str, int]
     severities: Dict[str, int]
     fired: Optional[int]
+    remote: Optional[Dict[str, Any]]  # the remote write sender's stats, or None
     version: str
     max_series: int
     max_sources: int
@@ -156,8 +160,26 @@ class _Snapshot:
         yield active
         if self.fired is not None:
             yield CounterMetricFamily("mstail_alerts_fired", "Alerts that started firing.", value=self.fired)
+        if self.remote is not None:
+            yield from _remote_write_families(self.remote)
 
 
+
+def _remote_write_families(stats: Dict[str, Any]) -> Iterator["Metric"]:
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    yield CounterMetricFamily("mstail_remote_write_samples_sent", "Samples the remote write receiver took.",
+                              value=stats["samples_sent"])
+    yield CounterMetricFamily("mstail_remote_write_samples_dropped", "Samples of batches the receiver refused for "
+                              "good (a 4xx answer other than 429).", value=stats["samples_dropped"])
+    yield CounterMetricFamily("mstail_remote_write_retries", "Remote write attempts retried (connection errors, "
+                              "timeouts, 5xx, 429).", value=stats["retries"])
+    yield GaugeMetricFamily("mstail_remote_write_sent_seq", "The last item (seq) sent by remote write.",
+                            value=stats["sent_seq"])
+    yield GaugeMetricFamily("mstail_remote_write_behind_items", "Items stored but not sent by remote write yet.",
+                            value=stats["behind"])
+    yield GaugeMetricFamily("mstail_remote_write_failing", "1 while a remote write batch is being retried.",
+                            value=1 if stats["failing_since"] is not None else 0)
 
 
 class MstailCollector:
@@ -190,7 +212,8 @@ class MstailCollector:
                 severity = str(alert.get("severity", "warning"))
                 severities[severity] = severities.get(severity, 0) + 1
             fired = self.alerts.fired
-        passes = self.facts().get("passes")
+        facts = self.facts()
+        passes, remote = facts.get("passes"), facts.get("remote_write")
         return _Snapshot(
             time=time.time(),
             latest=[(key, value) for key, (_step, value) in latest[: self.max_series]],
@@ -206,6 +229,7 @@ class MstailCollector:
                  "catch_ups": hub.catch_ups, "dropped": hub.dropped_clients, "published": hub.published},
             severities=severities,
             fired=fired,
+            remote=remote if isinstance(remote, dict) else None,
             version=self.version,
             max_series=self.max_series,
             max_sources=self.max_sources,

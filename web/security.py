@@ -6,6 +6,11 @@
   `/metrics`, plain text otherwise. Every path is checked: page, assets, API, stream, metrics, health.
 - Host check (when there is no token, i.e. loopback only): the `Host` header must name this machine, so a web
   page elsewhere cannot reach the sidecar through DNS rebinding.
+- Other sites (when there is no token): a request a browser marks as coming from another site (`Sec-Fetch-Site`
+  `cross-site` or `same-site`: another port of localhost is the same site, not the same origin) or whose `Origin`
+  is not this server's own is refused (403) before any work, on every path but the page and its assets (a link to
+  the page from elsewhere still opens it). CORS alone only hides the answer: the work would be done. An origin
+  `--cors-origin` names is let through.
 - Size: a query string over 16 KiB is refused (414) before anything parses it.
 - Headers on every answer, 401s included: a strict Content-Security-Policy (scripts, styles, images and
   connections from this origin only, no inline script, no framing), `X-Content-Type-Options: nosniff`,
@@ -19,7 +24,7 @@ from __future__ import annotations
 import hmac
 import json
 from typing import Awaitable, Callable, Iterable, List, Optional, Tuple
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, urlsplit
 
 from starlette.datastructures import Headers
 from starlette.requests import cookie_parser
@@ -47,6 +52,8 @@ SECURITY_HEADERS: List[Tuple[bytes, bytes]] = [
 QUERY_PARAM = "token"
 MAX_QUERY_BYTES = 16 * 1024  # a longer query string is malformed, not work: 414 before any parsing
 MAX_TOKEN_CHARS = 512
+#: What a browser's `Sec-Fetch-Site` says of a request this server's own page made, or the user typed.
+OWN_FETCH_SITES = frozenset({"same-origin", "none"})
 
 
 def cookie_name(port: Optional[int]) -> str:
@@ -55,13 +62,16 @@ def cookie_name(port: Optional[int]) -> str:
 
 
 class SecurityMiddleware:
-    """Wraps the app. `token`: required on every request when set. `check_host`: refuse a `Host` header
-    that is not a loopback name (for a loopback-only sidecar without a token)."""
+    """Wraps the app. `token`: required on every request when set; without one, requests from other sites are
+    refused but from `allowed_origins` (`--cors-origin`). `check_host`: refuse a `Host` header that is not a
+    loopback name (for a loopback-only sidecar without a token)."""
 
-    def __init__(self, app: ASGIApp, token: Optional[str] = None, check_host: bool = False) -> None:
+    def __init__(self, app: ASGIApp, token: Optional[str] = None, check_host: bool = False,
+                 allowed_origins: Iterable[str] = ()) -> None:
         self.app = app
         self.token = token.encode("utf-8") if token else None
         self.check_host = check_host
+        self.allowed_origins = frozenset(allowed_origins)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
@@ -78,6 +88,11 @@ class SecurityMiddleware:
         if self.check_host and not _loopback_host_header(headers.get("host")):
             await _refuse(scope, send, 403, "this mstail listens on loopback only and answers requests for "
                           "localhost / 127.0.0.1 only (bind another address with --host and a --token)")
+            return
+        if self.token is None and not _is_page(scope) and self._from_another_site(scope, headers):
+            await _refuse(scope, send, 403, "a request from another web site is refused: this mstail has no "
+                          "token, so only its own page may call it (give --token, or --cors-origin ORIGIN for a "
+                          "site you trust)")
             return
         set_cookie: Optional[bytes] = None
         if self.token is not None:
@@ -102,6 +117,39 @@ class SecurityMiddleware:
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
+
+    def _from_another_site(self, scope: Scope, headers: Headers) -> bool:
+        """A browser's request another site made: by its `Origin` (not this server's own nor an allowed one), or,
+        when it sends none (a no-cors GET: an image, a script tag), by its `Sec-Fetch-Site`."""
+        origin = headers.get("origin")
+        if origin is not None:
+            if origin in self.allowed_origins:
+                return False
+            if not _same_origin(origin, headers.get("host"), scope.get("scheme", "http")):
+                return True
+        site = headers.get("sec-fetch-site")
+        return site is not None and site not in OWN_FETCH_SITES
+
+
+def _is_page(scope: Scope) -> bool:
+    """The page and its assets: opened from a link on any site; they do no work."""
+    path = scope.get("path", "")
+    return path == "/" or path.startswith("/static/")
+
+
+def _same_origin(origin: str, host: Optional[str], scheme: str) -> bool:
+    """Does `origin` (`http://localhost:6150`; `null` from a sandbox or a file) name this server as `host` does?"""
+    if not host:
+        return False
+    scheme = {"ws": "http", "wss": "https"}.get(scheme, scheme)  # a WebSocket's Origin is its page's
+    default = 443 if scheme == "https" else 80
+    try:
+        theirs = urlsplit(origin)
+        ours = urlsplit(f"//{host.strip()}")
+        return (theirs.scheme == scheme and theirs.hostname is not None and theirs.hostname == ours.hostname
+                and (theirs.port or default) == (ours.port or default))
+    except ValueError:  # a port that is no number, or out of range
+        return False
 
 
 def _with_security_headers(headers: Iterable[Tuple[bytes, bytes]], set_cookie: Optional[bytes]) -> List[Tuple[bytes, bytes]]:

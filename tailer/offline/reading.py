@@ -22,7 +22,7 @@ from mstail.parsers.eventfile import EventFileParser
 from mstail.parsers.interleave import InterleavedParser
 from mstail.parsers.record import PART_KEY, dumps_owned, ordered
 
-from ..discovery import ROTATED, SourceNamer, expand, has_glob, rotated_backups
+from ..discovery import ROTATED, SourceNamer, expand, has_glob, rotated_backups, within
 from ..frames import FrameSplitter, event_files_in, event_source
 from ..runs import NOTHING_YET, RunFinder
 from ..lines import Block, Line, LineSplitter
@@ -71,8 +71,10 @@ def _log_files(pattern: str) -> List[Path]:
     raise InputError(f"{path} is {kind}, not a log file: mstail parse reads regular files and folders of runs only")
 
 
-def chains(inputs: Sequence[str]) -> List[Chain]:
-    """Group the given paths/globs into rotated chains, and the run files below given folders (`runs`) into chains
+def chains(inputs: Sequence[str], formats: Sequence[Format] = (), forced: Optional[Format] = None,
+           follow_symlinks: bool = False) -> List[Chain]:
+    """Group the given paths/globs into rotated chains, and the run files below given folders (`runs`; text logs
+    named by no convention when `formats` recognise them, links out of a folder with `follow_symlinks`) into chains
     named by run and rank; missing inputs raise FileNotFoundError, a path that is neither a regular file nor a
     folder (FIFO, device) InputError, a folder with no run file in it InputError."""
     paths: List[Path] = []
@@ -107,7 +109,8 @@ def chains(inputs: Sequence[str]) -> List[Chain]:
         files = rotated_backups(path) + [path] if not rotated else [path]
         out.append(Chain(source=namer.name(path, paths), files=files))
     for folder in folders:
-        found_below = [f for f in RunFinder([folder]).find() if f.path.absolute() not in seen]
+        finder = RunFinder([folder], formats, forced, follow_symlinks)
+        found_below = [f for f in finder.find() if f.path.absolute() not in seen]
         if not found_below:
             raise InputError(f"no run files below {folder} (looked for {NOTHING_YET})")
         for run_file in found_below:
@@ -118,8 +121,9 @@ def chains(inputs: Sequence[str]) -> List[Chain]:
                 files = event_files_in(stands_for) if kind else [run_file.path]
                 out.append(Chain(source=name, files=files, text=False, events=kind))
                 continue
-            out.append(Chain(source=name, files=rotated_backups(run_file.path) + [run_file.path],
-                             text=run_file.kind == "text"))
+            backups = [backup for backup in rotated_backups(run_file.path)  # (none linked out of the folder)
+                       if run_file.confine is None or within(os.path.realpath(backup), run_file.confine)]
+            out.append(Chain(source=name, files=backups + [run_file.path], text=run_file.kind == "text"))
     return out
 
 
@@ -173,6 +177,9 @@ class Summary:
     events: int = 0
     unmatched: int = 0
     formats: Dict[str, str] = field(default_factory=dict)  # source -> detected format
+    #: text logs with lines but no record, event or format recognised: source -> (its newest file, its unmatched
+    #: metric-looking lines)
+    unrecognised: Dict[str, Tuple[Path, int]] = field(default_factory=dict)
 
 
 class ParseError(Exception):
@@ -196,6 +203,10 @@ def add_part(summary: Summary, group: Chain, part: _Part) -> None:
     summary.events += part.events
     summary.unmatched += part.unmatched
     summary.formats[group.source] = part.format
+    # A log whose format's events were seen (MindFormers' start, before the first step) is one with no records yet.
+    recognised = part.format != "none" or part.records or part.events
+    if not recognised and group.events is None and any(os.path.getsize(f) for f in group.files):
+        summary.unrecognised[group.source] = (group.files[-1], part.unmatched)
 
 
 def new_parser(formats: Sequence[Format], forced: Optional[Format], derived: Optional[Derived] = None,

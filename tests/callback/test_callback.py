@@ -233,6 +233,14 @@ def test_extra_that_raises_leaves_the_records_alone(tmp_path: Path, caplog: pyte
     assert len(warnings_of(caplog)) == 1
 
 
+def test_names_mstail_would_not_read_as_they_are_are_refused_at_setup(tmp_path: Path) -> None:
+    writer = JsonlWriter(tmp_path / "m.jsonl")
+    for name in (" ", "a\nb", "\x1b[31m", "__proto__", "_part", "x" * 257):
+        with pytest.raises(ValueError, match="cannot be a metric name"):
+            writer.add_metric(name, 1.0)
+    writer.add_metric("损失 λ", 1.0)
+
+
 def test_reserved_names_are_refused_at_setup_and_left_out_during_training(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -2,10 +2,12 @@
 escape sequences and newlines (each run followed whole, under an id the API can serve and a terminal can show; the
 sidecar stays healthy, stderr carries no escape sequence and no forged line), a restart of `mstail DIR` over folders
 of event files (the same sources, not a second one each), and a file whose name is no UTF-8 appearing in a followed
-log's folder (the watcher must not take the sidecar down, and file events come back)."""
+log's folder (the watcher must not take the sidecar down, and file events come back); links in a followed folder to
+files and folders outside it (not opened, their secrets not served, unless --follow-symlinks)."""
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -90,3 +92,55 @@ def test_a_file_named_in_no_utf8_beside_a_followed_log_stops_nothing(mstail_serv
         return "file events are back" in server.stderr
 
     wait_until(events_back, 15, interval=0.5, message="file events back")
+
+
+REAL_INFO_LOG = Path(__file__).resolve().parents[1] / "real_logs" / "mindformers-2.0.0_graph_output_log_rank_0_info.log"
+SECRET = "DB_PASSWORD=hunter2-5f3a9c"
+
+
+def _served(server: Any) -> str:
+    """Everything the API tells of the runs: the sources and the events, as text."""
+    return json.dumps([server.get_json("/api/sources"), server.get_json("/api/events?limit=1000")])
+
+
+def test_links_out_of_a_followed_folder_are_not_opened(mstail_server: Any, tmp_path: Path, wait_until: Any) -> None:
+    """A shared job folder holding links to files elsewhere on the machine (a rank's log, a run folder, a text log
+    found by what it holds, a followed log swapped for one): `mstail DIR` names each once and opens none, unless
+    --follow-symlinks."""
+    outside, runs = tmp_path / "outside", tmp_path / "runs"
+    error = f"[ERROR] 2026-12-02 14:40:00,000 [train.py:12] main: {SECRET} api_key=sk-42\n"
+    private = REAL_INFO_LOG.read_text() + error
+    (outside / "run/output/log/rank_0").mkdir(parents=True)
+    (outside / "private.log").write_text(private)
+    (outside / "run/output/log/rank_0/info.log").write_text(private)
+    logs = runs / "exp1/output/msrun_log"
+    logs.mkdir(parents=True)
+    (logs / "worker_5.log").symlink_to(outside / "private.log")
+    (runs / "exp2").symlink_to(outside / "run")
+    (runs / "exp3").mkdir()
+    (runs / "exp3/train.log").symlink_to(outside / "private.log")
+    server = mstail_server(args=[str(runs)])
+    writer = spawn_writer(logs / "worker_0.log", steps=STEPS, interval_s=0.02)
+    assert writer.wait(timeout=30) == 0
+    server.wait_records(STEPS)
+    assert [source["id"] for source in server.get_json("/api/sources")] == ["exp1/worker_0"]
+    served = _served(server)
+    assert SECRET not in served and "sk-42" not in served and str(outside) not in served
+    for link, target in ((logs / "worker_5.log", outside / "private.log"), (runs / "exp2", outside / "run"),
+                         (runs / "exp3/train.log", outside / "private.log")):
+        assert server.stderr.count(f"{link} is a link to {target}, outside {runs}: not opened") == 1, server.stderr
+    # a followed log swapped for such a link (renamed away as a rotation would, a link put in its place)
+    (logs / "worker_0.log").rename(logs / "worker_0.log.1")
+    (logs / "worker_0.log").symlink_to(outside / "private.log")
+    wait_until(lambda: "a link out of" in (server.get_json("/api/sources")[0]["problem"] or ""), 20,
+               message="the swapped-in link refused")
+    served = _served(server)
+    assert SECRET not in served and "sk-42" not in served and SECRET not in server.stderr
+    assert server.stop() == 0
+    (logs / "worker_0.log").unlink()
+    (logs / "worker_0.log.1").rename(logs / "worker_0.log")
+
+    # the same folder with --follow-symlinks: the links are read (what the test above would see if they were)
+    opened = mstail_server(args=[str(runs), "--follow-symlinks", "--no-state"])
+    wait_until(lambda: SECRET in _served(opened), 20, message="the linked files read with --follow-symlinks")
+    assert len(opened.get_json("/api/sources")) == 4

@@ -3,7 +3,7 @@ that is no port, a FIFO or a device as a log, an unquoted glob, a wildcard CORS 
 the middle of a parse or a demo. Each case: one line on stderr starting `mstail: `, exit 2 (130/143 for a signal),
 no traceback, no log destroyed, no partial output, nothing left behind. Also: CSV cells are no formulas (the
 offline writer and the page's export, the latter run under node), `--explain` copies no terminal escapes, the
-state folder and files are the user's alone."""
+state folder and files are the user's alone, a mistyped --log file or folder is named with the nearest that exists."""
 
 from __future__ import annotations
 
@@ -274,8 +274,8 @@ FORMULAS = ["=HYPERLINK(\"http://x\")", "+1+1", "-1+cmd|' /C calc'!A0", "@SUM(A1
 
 
 def test_csv_text_cells_are_no_formulas_and_numbers_stay_numbers() -> None:
-    for text in FORMULAS:
-        assert csv_cell(text) == "'" + text
+    for text in FORMULAS:  # (a tab or CR written as JSON writes it, as every control character)
+        assert csv_cell(text) == "'" + text.replace("\t", "\\t").replace("\r", "\\r")
     for text in ("plain", "1.5", "'quoted", "Infinity", "NaN", "-Infinity"):
         assert csv_cell(text) == text
     for number, shown in ((-1.5, -1.5), (-3, -3), (float("-inf"), "-Infinity"), (float("nan"), "NaN"), (None, "")):
@@ -298,13 +298,32 @@ def test_parse_to_csv_escapes_a_formula_source_and_keeps_negative_numbers(tmp_pa
     assert row["source"] == "'=cmd" and row["loss"] == "-1.5"
 
 
+CONTROLS = ["boom \x1b]0;pwned\x07\x1b[2J\nline 2\r\tend\x00", "c1 \x9b31m del \x7f", "=\x1b[31m"]
+
+
+def test_parse_to_csv_escapes_control_characters_as_jsonl_does(tmp_path: Path) -> None:
+    log = tmp_path / "metrics.jsonl"
+    log.write_text("".join(json.dumps(row) + "\n" for row in (
+        {"step": 1, "loss": 2.5}, *({"kind": "error", "message": message} for message in CONTROLS))), encoding="utf-8")
+    result = mstail("parse", str(log), "--events", "--to", "csv")
+    assert result.returncode == 0, result.stderr
+    assert not re.search(r"[\x00-\x1f\x7f-\x9f]", result.stdout.replace("\n", "")), repr(result.stdout)
+    rows = list(csv.DictReader(io.StringIO(result.stdout)))
+    assert len(result.stdout.splitlines()) == len(rows) + 1 == 5  # a row is one line
+    jsonl = [json.loads(line) for line in mstail("parse", str(log), "--events").stdout.splitlines()]
+    assert [row["message"] for row in jsonl[1:]] == CONTROLS
+    as_json = json.dumps(CONTROLS[0], ensure_ascii=False)[1:-1]  # how a JSONL file shows it
+    assert rows[1]["message"] == as_json == "boom \\u001b]0;pwned\\u0007\\u001b[2J\\nline 2\\r\\tend\\u0000"
+    assert rows[2]["message"] == "c1 \\u009b31m del \\u007f" and rows[3]["message"] == "'=\\u001b[31m"
+
+
 def test_page_csv_cell_follows_the_same_rule(tmp_path: Path) -> None:
     node = shutil.which("node")
     if node is None:
         pytest.skip("node is not installed: the page's csvCell is not checked here")
     module = tmp_path / "util.mjs"  # util.js is an ES module; a .mjs copy imports without a package.json
     shutil.copyfile(ROOT / "web" / "static" / "util.js", module)
-    values: List[Any] = [*FORMULAS, -1.5, -3, "-Infinity", "plain", "a,b", 'say "hi"', 0, None]
+    values: List[Any] = [*FORMULAS, -1.5, -3, "-Infinity", "plain", "a,b", 'say "hi"', 0, None, *CONTROLS]
     script = (f"import {{ csvCell }} from {json.dumps(module.as_uri())};\n"
               f"console.log(JSON.stringify({json.dumps(values)}.map(csvCell).concat([csvCell(-Infinity)])));\n")
     done = subprocess.run([node, "--input-type=module", "-e", script], capture_output=True, text=True, timeout=30)
@@ -314,6 +333,30 @@ def test_page_csv_cell_follows_the_same_rule(tmp_path: Path) -> None:
     cells = [next(csv.reader([cell])) or [""] for cell in page]  # unquoted as a spreadsheet reads them
     assert cells[:-1] == [[str(csv_cell(value))] for value in values], page
     assert cells[-1] == [csv_cell(float("-inf"))] == ["-Infinity"]
+
+
+def test_page_csv_time_is_the_offline_csv_time(tmp_path: Path) -> None:
+    """The page's CSV and `mstail parse`'s write a time alike: ISO 8601 in the local zone with its offset (a zone
+    half an hour off, behind and ahead of UTC)."""
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed: the page's isoTime is not checked here")
+    module = tmp_path / "util.mjs"
+    shutil.copyfile(ROOT / "web" / "static" / "util.js", module)
+    times = [0, 1723438095.163, 1764672000.5, 1798761599.999, None]
+    for zone, offset in (("Asia/Kolkata", "+05:30"), ("America/St_Johns", "-0"), ("UTC", "+00:00")):
+        env = {**os.environ, "TZ": zone}
+        page = subprocess.run([node, "--input-type=module", "-e", f"import {{ isoTime }} from {json.dumps(module.as_uri())};\n"
+                               f"console.log(JSON.stringify({json.dumps(times)}.map(isoTime)));\n"],
+                              capture_output=True, text=True, timeout=30, env=env)
+        offline = subprocess.run([sys.executable, "-c", "import json, sys; from mstail.tailer.offline.output import "
+                                  f"csv_time; print(json.dumps([csv_time(t) for t in {times!r}]))"],
+                                 capture_output=True, text=True, timeout=30, env=env, cwd=str(ROOT))
+        assert page.returncode == 0 and offline.returncode == 0, (page.stderr, offline.stderr)
+        assert json.loads(page.stdout) == json.loads(offline.stdout), zone
+        assert all(shown.endswith(offset) or offset == "-0" and shown[-6:-3] in ("-02", "-03")
+                   for shown in json.loads(page.stdout)[:-1]), page.stdout
+        assert json.loads(page.stdout)[-1] == ""
 
 
 # -- 7. --explain copies no terminal escapes ------------------------------------------------------------------------
@@ -387,3 +430,27 @@ def test_two_paths_after_one_log_option(tmp_path: Path, mstail_server) -> None: 
     b.write_text(loss_lines(1, 3))
     server = mstail_server(args=["--log", str(a), str(b)])
     assert "(following 2 files)" in server.stdout_path.read_text()
+
+
+# -- 11. a mistyped --log file or folder: named after 10 s, with what exists nearest ---------------------------------
+@pytest.mark.timeout(90)
+def test_a_mistyped_log_is_named_with_the_nearest_file_or_folder(tmp_path: Path, mstail_server) -> None:  # type: ignore[no-untyped-def]
+    folder = tmp_path / "output" / "log" / "rank_0"
+    folder.mkdir(parents=True)
+    (folder / "info.log").write_text(loss_lines(1, 5))
+    (folder / "error.log").write_text("")
+    typo, lost = folder / "inf.log", tmp_path / "outptu" / "log" / "rank_0" / "info.log"
+    server = mstail_server(typo, lost)
+    missing = f"no file inf.log in {folder} after 10 s; the nearest there is info.log"
+
+    def problem() -> Any:
+        return next(s["problem"] for s in server.get_json("/api/sources") if s["path"] == str(typo))
+
+    wait_until(lambda: problem() == missing, 30, interval=0.2, message="the card naming the nearest file")
+    time.sleep(1.5)  # more passes: said once
+    assert server.stderr.count(f"nothing at {typo} yet: {missing}; waiting") == 1, server.stderr
+    assert server.stderr.count(f"nothing at {lost} yet: {lost.parent} does not exist (the nearest existing "
+                               f"folder is {tmp_path})") == 1, server.stderr
+    typo.write_text(loss_lines(1, 3))  # the file comes after all: followed, and the card's problem goes
+    server.wait_records(3)
+    wait_until(lambda: problem() is None, 10, message="the problem gone once the file is there")

@@ -150,7 +150,7 @@ def test_parse_to_csv_writes_nan_as_text() -> None:
     result = run_cli("sample_logs/mindformers_v1.3_sink_info.log", "--to", "csv")
     rows = list(csv.DictReader(io.StringIO(result.stdout.decode("utf-8"))))
     assert len(rows) == 20
-    assert list(rows[0])[:6] == ["source", "step", "epoch", "time", "segment", "line"]
+    assert list(rows[0])[:7] == ["source", "step", "epoch", "time", "time_s", "segment", "line"]
     assert {"loss", "lr", "grad_norm", "samples_per_s", "loss_scale", "overflow", "step_time_ms"} <= set(rows[0])
     assert [row["step"] for row in rows] == [str(s) for s in range(2, 41, 2)]
     nan_row = rows[5]
@@ -182,5 +182,7 @@ def test_parse_real_mindformers_log_to_csv() -> None:
     rows = list(csv.DictReader(io.StringIO(result.stdout.decode("utf-8"))))
     assert len(rows) == 50
     assert (rows[0]["step"], rows[0]["loss"], rows[-1]["step"], rows[-1]["loss"]) == ("1", "4.894795", "50", "4.726091")
-    assert float(rows[0]["time"]) == pytest.approx(local("2026-12-02 14:35:53,381"), abs=1e-3)
+    assert float(rows[0]["time_s"]) == pytest.approx(local("2026-12-02 14:35:53,381"), abs=1e-3)
+    shown = datetime.datetime.fromisoformat(rows[0]["time"])  # ISO 8601 with the zone's offset, as the page's CSV writes it
+    assert shown.utcoffset() is not None and shown.timestamp() == pytest.approx(float(rows[0]["time_s"]), abs=1e-3)
 

@@ -117,3 +117,60 @@ def test_parse_explain_shows_rules_values_and_metric_looking_misses(tmp_path: Pa
     assert ": format mindspore\n" in result.stdout
     assert "        2  mindspore/loss_monitor (record)" in result.stdout
     assert "        1  lines that look like metrics but matched no rule" in result.stdout
+
+
+@pytest.mark.parametrize("argv, option", [
+    (("--log", "x.log", "--port", "abc"), "--port"),
+    (("serve", "--log", "x.log", "--send-timeout", "soon"), "--send-timeout"),
+    (("demo", "--ranks", "two"), "--ranks"),
+    (("parse", "x.log", "--to", "xml"), "--to"),
+    (("parse",), "LOG"),
+    (("formats", "--bogus"), "--bogus"),
+    (("--log", "x.log", "--bogus"), "--bogus"),
+])
+def test_a_bad_option_is_one_line_naming_the_commands_help(argv: tuple, option: str) -> None:
+    result = mstail(*argv)
+    assert_clean_error(result, "mstail: error: ", option)
+    command = argv[0] if argv[0] in ("serve", "demo", "parse", "formats") else "serve"
+    assert f"`mstail {command} --help`" in result.stderr and "usage:" not in result.stderr
+
+
+@pytest.mark.parametrize("argv, option", [
+    (("demo", "--ranks", "0", "--port", "0"), "--ranks"),
+    (("demo", "--ranks", "100000", "--port", "0"), "--ranks"),
+    (("demo", "--step-time", "nan", "--port", "0"), "--step-time"),
+    (("--log", "x.log", "--poll", "nan", "--port", "0"), "--poll"),
+    (("--log", "x.log", "--header-timeout", "inf", "--port", "0"), "--header-timeout"),
+])
+def test_a_value_out_of_range_is_one_line(argv: tuple, option: str) -> None:
+    assert_clean_error(mstail(*argv), option, "needs")
+
+
+def test_parse_of_a_log_no_format_matches_exits_3_with_the_hint(tmp_path: Path) -> None:
+    log = tmp_path / "custom run.log"
+    log.write_text("hello\nval: loss=2.5 acc=0.1\n")
+    result = mstail("parse", str(log))
+    assert result.returncode == 3 and result.stdout == "", result
+    hint = result.stderr.splitlines()[-1]
+    assert hint == (f"mstail: custom run: 1 line looks like a metric but no format matches; try "
+                    f"`mstail parse '{log}' --explain`, or --pattern 'REGEX' with named groups")
+    assert "3 when a log with lines in it matched no format" in " ".join(mstail("parse", "--help").stdout.split())
+
+
+def test_parse_of_a_folder_parses_what_it_recognises_and_names_the_rest(tmp_path: Path) -> None:
+    """rank_1 matches no format: named with the hint, exit 3. rank_2 holds only a MindFormers log's lines before its
+    first step (its start event is recognised) and rank_3 is empty: logs with no records yet, not unrecognised."""
+    logs = [tmp_path / "run" / f"rank_{rank}" / "info.log" for rank in range(4)]
+    for log in logs:
+        log.parent.mkdir(parents=True)
+    logs[0].write_text("epoch: 1 step: 1, loss is 2.5\nepoch: 1 step: 2, loss is 2.4\n")
+    logs[1].write_text("warming up\nnothing here\n")
+    with open(REAL_LOGS / "mindformers-2.0.0_graph_output_log_rank_0_info.log") as real:
+        logs[2].write_text("".join(line for line in real if "loss:" not in line and "step:" not in line))
+    logs[3].write_text("")
+    result = mstail("parse", str(tmp_path))
+    assert result.returncode == 3, result
+    assert [json.loads(line)["step"] for line in result.stdout.splitlines()] == [1, 2]
+    (hint,) = [line for line in result.stderr.splitlines() if "no format matches" in line]
+    assert hint.startswith("mstail: run/rank_1: no format matches and no line looks like a metric; try "
+                           f"`mstail parse {logs[1]} --explain`")

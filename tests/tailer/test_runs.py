@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,14 +16,19 @@ from typing import Dict, List
 
 import pytest
 
+from mstail.parsers import load_formats
 from mstail.tailer.discovery import SourceNamer
-from mstail.tailer.runs import RunFinder
+from mstail.tailer.offline.reading import chains
+from mstail.tailer.runs import HEAD_BYTES, RunFinder
 
 from ..conftest import ROOT, finish_writer, spawn_writer, wait_until
 
 REAL_LOGS = Path("/work/shared/real-logs")
 INFO_LOG = REAL_LOGS / "mindformers-2.0.0_graph_output_log_rank_0_info.log"
 STDOUT_LOG = REAL_LOGS / "mindformers-2.0.0_graph_stdout.log"
+LOSS_MONITOR_LOG = REAL_LOGS / "mindspore-2.10_lossmonitor_timemonitor_stdout.log"
+SAMPLE_LOGS = ROOT / "sample_logs"
+FORMATS = load_formats()
 CALLBACK_LINE = '{"step": 1, "epoch": 1, "time": 1764672000.0, "loss": 2.5, "lr": 0.0002}\n'
 
 
@@ -139,6 +145,122 @@ def test_an_empty_jsonl_file_is_looked_at_again(tmp_path: Path) -> None:
     assert [f.run for f in finder.find()] == ["exp1"] and finder.empty == []
 
 
+# -- text logs found by what they hold ---------------------------------------------------------------------------
+def folders_as_users_keep_them(root: Path) -> Dict[str, str]:
+    """A folder of runs named by no convention: relative path -> the source id each run's log gets; the files that
+    are no run's log are made too (prose, pip output, binary data, a log whose steps start after its first 64 KiB,
+    mstail's own output and stderr, MindFormers' error.log)."""
+    touch(root / "exp1/train.log", STDOUT_LOG.read_text())
+    touch(root / "exp1/train.log.1", LOSS_MONITOR_LOG.read_text())  # a rotated backup: part of train.log's chain
+    touch(root / "exp2/nohup.out", LOSS_MONITOR_LOG.read_text())
+    touch(root / "mindspeed/megatron.log", (SAMPLE_LOGS / "megatron_mindspeed_llm.log").read_text())
+    touch(root / "sft/trainer_log.txt", (SAMPLE_LOGS / "hf_trainer_stdout.log").read_text())
+    touch(root / "exp3/notes.txt", "tried a lower learning rate; see the wiki for the plan\n")
+    touch(root / "exp3/pip.log", "Collecting mindformers==1.3.0\nSuccessfully installed mindformers-1.3.0\n")
+    (root / "exp3/data.log").write_bytes(b"\x00\x01\x02MRD" * 100 + LOSS_MONITOR_LOG.read_bytes())
+    filler = "INFO - warming up the compiler cache, nothing to report yet\n"
+    touch(root / "exp4/late.log", filler * (HEAD_BYTES // len(filler) + 1) + LOSS_MONITOR_LOG.read_text())
+    touch(root / "exp5/output/log/rank_0/info.log", INFO_LOG.read_text())
+    touch(root / "exp5/output/log/rank_0/error.log", "2026-12-01 10:00:00,000 - mindformers - ERROR - oops\n")
+    parsed = subprocess.run([sys.executable, "-m", "mstail", "parse", str(LOSS_MONITOR_LOG)], capture_output=True,
+                            check=True, env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout
+    (root / "parsed.out").write_bytes(parsed)  # `mstail parse LOG > parsed.out`: mstail's own output
+    (root / "parsed.jsonl").write_bytes(parsed)  # (JSON lines with a step, but each naming its source)
+    own_stderr = "mstail: exp2/nohup.out -> exp2/nohup, format mindspore\n"  # `mstail runs/ 2> runs/mstail.log`
+    touch(root / "mstail.log", own_stderr + LOSS_MONITOR_LOG.read_text())
+    return {"exp1/train.log": "exp1/train", "exp2/nohup.out": "exp2/nohup", "exp5/output/log/rank_0/info.log":
+            "exp5/rank_0", "mindspeed/megatron.log": "mindspeed/megatron", "sft/trainer_log.txt": "sft/trainer_log"}
+
+
+UNRECOGNISED = ["exp3/data.log", "exp3/notes.txt", "exp3/pip.log", "exp4/late.log"]
+
+
+def test_text_logs_a_format_recognises_are_runs_and_the_others_are_said_once(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    expected = folders_as_users_keep_them(tmp_path)
+    namer = SourceNamer()
+    finder = RunFinder([str(tmp_path)], FORMATS)
+    with caplog.at_level(logging.INFO, logger="mstail.runs"):
+        found = finder.find()
+        assert {str(f.path.relative_to(tmp_path)): namer.claim(f.path, f.names) for f in found} == expected
+        assert {f.kind for f in found} == {"text"}
+        assert finder.find() == found  # judged once: the same files, and nothing said again
+    said = [r.getMessage() for r in caplog.records]
+    assert said == ["not followed, no format recognises a step in the first 64 KiB of "
+                    f"{', '.join(str(tmp_path / path) for path in UNRECOGNISED)} (a shorter one is looked at again as "
+                    "it grows; see why: `mstail parse FILE --explain`, or give --pattern 'REGEX' with named groups)"]
+    # without formats, a walk keeps to the names it knows (`--jsonl`-like callers)
+    assert [str(f.path.relative_to(tmp_path)) for f in RunFinder([str(tmp_path)]).find()] == [
+        "exp5/output/log/rank_0/info.log"]
+
+
+def test_a_stdout_without_steps_yet_is_followed_once_its_first_step_comes(tmp_path: Path) -> None:
+    stdout = touch(tmp_path / "exp1/stdout", "Loading the dataset\n")
+    finder = RunFinder([str(tmp_path)], FORMATS)
+    assert finder.find() == [] and finder.empty == [tmp_path]
+    assert not finder.may_name(str(stdout))  # looked at just now: its own writes do not make the tailer walk again
+    with open(stdout, "a") as out:
+        out.write(LOSS_MONITOR_LOG.read_text())
+    assert [f.path for f in finder.find()] == [stdout]
+    assert not finder.may_name(str(stdout))
+
+
+def test_a_walk_judges_heads_only_within_its_time(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    touch(tmp_path / "exp1/train.log", LOSS_MONITOR_LOG.read_text())
+    with caplog.at_level(logging.INFO, logger="mstail.runs"):
+        out_of_time = RunFinder([str(tmp_path)], FORMATS, heads_time_s=0.0)
+        assert out_of_time.find() == [] and out_of_time.find() == []
+    assert [r.getMessage() for r in caplog.records] == [
+        "many text logs to look at for a format: some are looked at in the next walks (every 10 s)"]
+    assert [f.run for f in RunFinder([str(tmp_path)], FORMATS, heads_time_s=60.0).find()] == ["exp1"]
+
+
+def test_a_run_with_worker_logs_is_still_read_through_them_beside_its_other_logs(tmp_path: Path) -> None:
+    touch(tmp_path / "exp1/output/log/rank_0/info.log", INFO_LOG.read_text())
+    touch(tmp_path / "exp1/output/log/info.log", INFO_LOG.read_text())  # no rank folder: found by what it holds
+    touch(tmp_path / "exp1/output/msrun_log/worker_0.log", STDOUT_LOG.read_text())
+    found = RunFinder([str(tmp_path)], FORMATS).find()
+    assert [str(f.path.relative_to(tmp_path)) for f in found] == ["exp1/output/msrun_log/worker_0.log"]
+
+
+# -- links out of the folder ------------------------------------------------------------------------------------
+def test_links_out_of_the_folder_are_not_opened_unless_asked(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    runs, outside = tmp_path / "runs", tmp_path / "outside"
+    touch(runs / "exp1/output/msrun_log/worker_0.log", STDOUT_LOG.read_text())
+    private = touch(outside / "private.log", STDOUT_LOG.read_text())
+    (runs / "exp1/output/msrun_log/worker_5.log").symlink_to(private)
+    (runs / "exp1/train.log").symlink_to(private)  # a text log found by what it holds
+    touch(outside / "other_run/output/log/rank_0/info.log", INFO_LOG.read_text())
+    (runs / "exp2").symlink_to(outside / "other_run")
+    (runs / "latest").symlink_to(runs / "exp1")  # a link that stays inside: exp1, found once
+    (tmp_path / "runs_link").symlink_to(runs)  # the folder given may be a link itself
+    inside = ["exp1/output/msrun_log/worker_0.log"]
+    with caplog.at_level(logging.WARNING, logger="mstail.runs"):
+        for given in (runs, tmp_path / "runs_link"):
+            finder = RunFinder([str(given)], FORMATS)
+            assert [str(f.path.relative_to(given)) for f in finder.find()] == inside
+            assert [str(f.path.relative_to(given)) for f in finder.find()] == inside
+    said = [r.getMessage() for r in caplog.records if "outside" in r.getMessage()]
+    links = {"exp1/output/msrun_log/worker_5.log": private, "exp1/train.log": private, "exp2": outside / "other_run"}
+    assert sorted(said) == sorted(f"{given / link} is a link to {target}, outside {runs}: not opened "
+                                  "(--follow-symlinks opens such links)" for given in (runs, tmp_path / "runs_link")
+                                  for link, target in links.items())
+    followed = RunFinder([str(runs)], FORMATS, follow_symlinks=True).find()
+    assert sorted(str(f.path.relative_to(runs)) for f in followed) == [
+        "exp1/output/msrun_log/worker_0.log", "exp1/output/msrun_log/worker_5.log", "exp1/train.log",
+        "exp2/output/log/rank_0/info.log"]
+
+
+def test_parse_of_a_folder_reads_no_rotated_backup_linked_out_of_it(tmp_path: Path) -> None:
+    log = touch(tmp_path / "runs/exp1/train.log", LOSS_MONITOR_LOG.read_text())
+    touch(tmp_path / "runs/exp1/train.log.2", LOSS_MONITOR_LOG.read_text())
+    (tmp_path / "runs/exp1/train.log.1").symlink_to(touch(tmp_path / "outside/private.log", INFO_LOG.read_text()))
+    (chain,) = chains([str(tmp_path / "runs")], FORMATS)
+    assert chain.files == [tmp_path / "runs/exp1/train.log.2", log]
+    (chain,) = chains([str(tmp_path / "runs")], FORMATS, follow_symlinks=True)
+    assert chain.files == [tmp_path / "runs/exp1/train.log.2", tmp_path / "runs/exp1/train.log.1", log]
+
+
 # -- the walk's bounds ----------------------------------------------------------------------------------------
 def test_symlink_loops_end_and_a_linked_run_is_found_once(tmp_path: Path) -> None:
     touch(tmp_path / "real/exp1/output/log/rank_0/info.log")
@@ -209,7 +331,8 @@ def test_a_missing_folder_a_file_or_an_empty_folder_is_one_line(tmp_path: Path, 
                               f"in it, e.g. --log '{given}/*.log'"),
         "parse missing": (["parse", given], f"no such log file: {given}"),
         "parse empty": (["parse", given], f"no run files below {given} (looked for output/log/rank_N/info.log, "
-                        "worker_N.log, mstail.callback's *.jsonl or event files)"),
+                        "worker_N.log, mstail.callback's *.jsonl, event files, or a *.log, *.out, *.txt a format "
+                        "recognises)"),
     }[case]
     result = mstail(*args)
     assert result.returncode == 2 and result.stderr == f"mstail: {expected}\n", result
@@ -257,7 +380,44 @@ def test_a_folder_of_runs_is_followed_and_a_run_added_later_is_found(mstail_serv
         (s["id"], s["run"], s["records"]) for s in sources}
 
 
+def records_by_source(*args: str) -> Dict[str, int]:
+    result = mstail("parse", *args)
+    assert result.returncode == 0, result.stderr
+    sources = [json.loads(line)["source"] for line in result.stdout.splitlines()]
+    return {source: sources.count(source) for source in sources}
+
+
+@pytest.mark.timeout(90)
+def test_mstail_dir_follows_every_sample_log_and_a_text_log_that_appears_later(mstail_server, log_writer,
+                                                                                 tmp_path: Path) -> None:
+    runs = tmp_path / "sample_logs"
+    shutil.copytree(SAMPLE_LOGS, runs)
+    parsed = records_by_source(str(runs))
+    assert len(parsed) == len(list(runs.glob("*.log"))) + len(list(runs.glob("*.jsonl"))) == 10
+    server = mstail_server(args=[str(runs)])
+    sources = server.wait_records(sum(parsed.values()), timeout=30)
+    assert {s["id"]: s["records"] for s in sources} == parsed
+    writer = log_writer([runs / "later/train.log"], steps=30, interval_s=0.05)
+    finish_writer(writer)
+    sources = server.wait_records(sum(parsed.values()) + 30, timeout=30)
+    assert {s["id"]: s["records"] for s in sources} == {**parsed, "later/train": 30}
+    assert "not followed" not in server.stderr and "README" not in server.stderr
+
+
 # -- mstail parse DIR --------------------------------------------------------------------------------------------
+@pytest.mark.slow  # starts processes
+def test_parse_of_a_folder_finds_its_text_logs_by_what_they_hold(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    expected = folders_as_users_keep_them(runs)
+    result = mstail("parse", str(runs))
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.count("not followed, no format recognises a step in the first 64 KiB of " + ", ".join(
+        str(runs / path) for path in UNRECOGNISED)) == 1
+    each = {expected[path]: count for path in expected
+            for count in records_by_source(str(runs / path)).values()}  # each file alone (with its rotated backups)
+    assert records_by_source(str(runs)) == each and all(each.values())
+
+
 def parse(*args: str) -> List[dict]:
     result = mstail("parse", "--events", *args)
     assert result.returncode == 0, result.stderr

@@ -16,11 +16,14 @@ import csv
 import io
 import json
 import math
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Dict, Iterator, List
 from urllib.parse import parse_qsl
 
 import pytest
+
+from mstail.tailer.offline.output import csv_time
 
 from ..conftest import finish_writer, spawn_writer, start_mstail, wait_until
 from .browser import XSS_IMG, Watched, dashboard, show_chart, wait_js
@@ -351,6 +354,12 @@ def test_export_csv_and_png(dash: Dash, tmp_path: Path) -> None:
     assert all(r["smoothed"] for r in rank1)
     nan_row = [r for r in rows if r["source"] == "rank_0" and r["step"] == str(NAN_STEP)]
     assert nan_row and nan_row[0]["value"] == "NaN"
+    # the times as `mstail parse --to csv` writes them: ISO 8601 with the zone's offset, and epoch seconds beside
+    assert list(rows[0])[3:5] == ["time", "time_s"]
+    for row in rank1[:3]:
+        shown = datetime.fromisoformat(row["time"])
+        assert shown.utcoffset() is not None and shown.timestamp() == pytest.approx(float(row["time_s"]), abs=1e-3)
+        assert row["time"] == csv_time(float(row["time_s"]))
 
     with page.expect_download() as info:
         page.click("section.chart[data-metric='loss_scale'] .tool-png")

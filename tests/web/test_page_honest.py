@@ -5,7 +5,8 @@ twelve ranks (natural order: rank_2 before rank_10), a run that ended a year ago
 run appended while the page is open. Checked: schedules and flags drawn unsmoothed by default (lr, overflow,
 loss_scale) and smoothed on request; a series of one point drawn as a point; markers at one step all visible and
 all in the legend; the file counters live (behind "file details"); an ended or old run never shown as hung.
-A second mstail follows a log in no known format: the page names the file and says what to try.
+A second mstail follows a log in no known format: the page names the file and says what to try; a third a --log
+file that is not there: the page says it is missing and names the nearest file.
 """
 
 from __future__ import annotations
@@ -270,3 +271,18 @@ def test_alert_labels_never_overlap(honest: Honest) -> None:
     page.evaluate("() => { const s = window.mstail.state; ['t1', 't2', 't3'].forEach(id => s.alerts.delete(id));"
                   " s.charts.get('loss').render(); }")
     honest.watched.assert_clean()
+
+
+@pytest.mark.timeout(60)
+def test_a_mistyped_log_is_shown_missing_with_the_nearest_file(watched: Watched, mstail_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "train_rank0.log").write_text("")
+    typo = tmp_path / "train_rank_0.log"
+    server = mstail_server(typo)
+    page = watched.page
+    page.goto(server.url + "/", wait_until="load")
+    watched.wait_live()
+    missing = f"no file train_rank_0.log in {tmp_path} after 10 s; the nearest there is train_rank0.log"
+    wait_js(page, "p => document.getElementById('empty').textContent.includes(p)", arg=missing, timeout=30_000)
+    assert page.get_attribute("#sources .source", "data-state") == "missing"
+    assert f"{typo} (missing) — {missing}" in page.text_content("#empty")  # not blamed on the format
+    watched.assert_clean()

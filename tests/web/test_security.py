@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from mstail.parsers.record import MAX_NAME_CHARS
 from mstail.web.access import is_loopback_host, new_token
 from mstail.tailer.cli import with_token
 from mstail.tailer.config import Config
@@ -244,7 +245,7 @@ BAD_QUERIES = [
     ("points", "/api/series?metric=loss&points=" + "9" * 40),
     ("points", "/api/series?metric=loss&points=1e9"),
     ("metric", "/api/series"),
-    ("metric", "/api/series?metric=" + "m" * 201),
+    ("metric", "/api/series?metric=" + "m" * (MAX_NAME_CHARS + 1)),
     ("start", "/api/series?metric=loss&start=" + "9" * 30),
     ("start", "/api/series?metric=loss&start=x"),
     ("end", "/api/series?metric=loss&end=-" + "9" * 30),
@@ -280,6 +281,8 @@ def test_malformed_last_event_id_gets_400(open_server: MstailServer, value: str)
 
 
 def test_the_largest_valid_values_still_answer(open_server: MstailServer) -> None:
-    for path in ("/api/series?metric=loss&points=20000&start=-9223372036854775807&end=9223372036854775807",
+    for path in ("/api/series?metric=loss&points=20000&start=-9223372036854775808&end=9223372036854775807",
+                 "/api/series?metric=loss&aggregate=mean&start=-9223372036854775808&end=-9223372036854775808",
+                 "/api/heatmap?metric=loss&start=-9223372036854775808&end=9223372036854775807",
                  "/api/records?after=9223372036854775807&limit=10000", "/api/records?after=0&limit=10000"):
         assert request(open_server, path)[0] == 200, path

@@ -19,6 +19,7 @@ const RENDER_MIN_INTERVAL_MS = 200;
 // and of a CPU mstail needs, instead of all of it.
 const RENDER_BUSY_FACTOR = 4;
 const HEALTH_CHECK_MS = 5000;  // how often the page asks /healthz whether mstail itself is in trouble
+const HEALTH_RECHECK_MS = 1000;  // ... and while it shows a problem: the banner goes within a second of its end
 const SOURCES_REFRESH_MS = 1000;  // the sources' facts (step, lag, since last step) are at most this much behind
 
 const page = { sourcesAt: -Infinity, booting: true, applyingZoom: false, zoomTimer: null, lastRender: 0, renderMs: 0, renderQueued: false, detailItem: null };
@@ -390,14 +391,15 @@ function setupToolbar() {
 
 // ---- boot ------------------------------------------------------------------------------------------------
 // A banner while /healthz reports problems (tailing stopped or stalled, the history not written to disk), or that
-// the history's file is being checked (asked again each second then: the check takes about one).
+// the history's file is being checked (the check takes about a second); asked again each second while one shows.
 async function checkHealth() {
   const banner = document.getElementById("health");
+  let next = HEALTH_CHECK_MS;
   try {
     const response = await fetch("/healthz", { cache: "no-store" });
     const facts = await response.json();
     const problems = [...(facts.problems || []), ...(facts.state_check ? [facts.state_check] : [])];
-    if (facts.state_check) setTimeout(checkHealth, 1000);
+    if (problems.length) next = HEALTH_RECHECK_MS;
     state.waitingForRuns = facts.waiting_for_runs || [];
     banner.textContent = problems.length ? `mstail: ${problems.join("; ")}` : "";
     banner.hidden = !problems.length;
@@ -405,6 +407,7 @@ async function checkHealth() {
     banner.textContent = "mstail does not answer (stopped, or the network is down)";
     banner.hidden = false;
   }
+  setTimeout(checkHealth, next);
 }
 
 // The markers' legend, drawn from the same glyphs as the charts: every kind, each its own shape and colour.
@@ -489,7 +492,6 @@ async function boot() {
   });
   setInterval(renderSourcesNow, SOURCES_REFRESH_MS);
   checkHealth();
-  setInterval(checkHealth, HEALTH_CHECK_MS);
 }
 
 // For tests and benchmarks (read-only use): the state and a way to zoom without synthesising wheel events.

@@ -1,7 +1,7 @@
 // One chart per metric. Data comes from /api/series (exact points, or min/max buckets of the visible range,
 // re-fetched on zoom) and from the live stream. Drawn on canvas by ECharts: nothing from the log becomes markup.
 
-import { bisectRight, csvCell, download, fmt, fmtAxis, fmtDuration, fmtTick, getJSON, metricGroup, natural, num, safeName,
+import { bisectRight, csvCell, download, fmt, fmtAxis, fmtDuration, fmtTick, getJSON, isoTime, metricGroup, natural, num, safeName,
   smoothByDefault } from "./util.js";
 import { MANY_LINES, colorOf, meanMode, shownSourcesOf, state, themeColors, view } from "./state.js";
 
@@ -886,14 +886,13 @@ export class ChartView {
   // ---- export ----------------------------------------------------------------------------------------
   visibleRows() {
     const range = view.zoom;
-    const rows = [["source", "segment", "step", "time", "samples", "value", "min", "max", "smoothed"]];
+    const rows = [["source", "segment", "step", "time", "time_s", "samples", "value", "min", "max", "smoothed"]];
     for (const line of this.sortedLines()) {
       if (view.hidden.has(line.source)) continue;
       for (let i = 0; i < line.x.length; i++) {
         const x = this.disp(line, i);
         if (range && (x === null || x < range[0] || x > range[1])) continue;
-        const t = line.t[i] === null ? "" : new Date(line.t[i] * 1000).toISOString();
-        rows.push([line.source, line.segment, line.x[i], t, line.s[i], line.last[i], line.min[i], line.max[i],
+        rows.push([line.source, line.segment, line.x[i], isoTime(line.t[i]), line.t[i], line.s[i], line.last[i], line.min[i], line.max[i],
           this.smoothing() ? line.smooth[i] : null]);
       }
     }
@@ -901,8 +900,8 @@ export class ChartView {
     for (let i = 0; a && i < a.x.length; i++) {
       const x = this.disp(a, i);
       if (range && (x === null || x < range[0] || x > range[1])) continue;
-      rows.push([`mean of ${a.sources}`, "", a.x[i], a.t[i] === null ? "" : new Date(a.t[i] * 1000).toISOString(), "",
-        a.last[i], a.min[i], a.max[i], this.smoothing() ? a.smooth[i] : null]);
+      rows.push([`mean of ${a.sources}`, "", a.x[i], isoTime(a.t[i]), a.t[i], "", a.last[i], a.min[i], a.max[i],
+        this.smoothing() ? a.smooth[i] : null]);
     }
     return rows;
   }

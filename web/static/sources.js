@@ -124,6 +124,7 @@ export function sourceStatus(info) {
   }
   // ended: it logged its end, or the server saw it fall silent with nobody writing its file any more
   if (info.state === "ended" || (life && life.kind === "end")) return { key: "ended", text: "ended", level: "done" };
+  if (info.state === "waiting" && info.problem) return { key: "missing", text: "missing", level: "warn" };  // a --log typo
   if (!info.format && info.problem) return { key: "noformat", text: "no format", level: "warn" };
   // following: the file is followed and its last step is recent (an old run read at start is idle, not live)
   const since = typeof info.last_time === "number" ? Date.now() / 1000 - info.last_time : null;
@@ -359,7 +360,7 @@ function renderEmpty(infos) {
   const lines = [];
   if (!infos.length && state.waitingForRuns.length) {
     lines.push(`No run found yet below ${state.waitingForRuns.join(", ")}: mstail follows each run as soon as its `
-      + "output/log/rank_N/info.log, msrun worker_N.log, mstail.callback *.jsonl or event files appear.");
+      + "output/log/rank_N/info.log, msrun worker_N.log, mstail.callback *.jsonl, event files or a text log it recognises appear.");
   } else if (!infos.length) {
     lines.push("No log file found yet. mstail shows curves as soon as a file matching --log (or --jsonl) appears and "
       + "logs step lines.");

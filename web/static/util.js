@@ -134,13 +134,31 @@ export function bisectRight(arr, x) {
 }
 
 // One CSV cell. A text a spreadsheet would run as a formula (starting = + - @, tab or CR: `-1+cmd|...` too) goes
-// behind a single quote (OWASP); numbers never do (-1.5 stays a number), nor "-Infinity", a number's name.
-// `mstail parse --to csv` keeps the same rule (tailer/offline/output.py, csv_cell).
+// behind a single quote (OWASP); numbers never do (-1.5 stays a number), nor "-Infinity", a number's name. Control
+// characters (C0, DEL, C1) are written as JSON escapes them (`\n`, `\u001b`): no terminal escape from a log runs
+// when the file is shown, and a row stays one line. `mstail parse --to csv` keeps the same rule
+// (tailer/offline/output.py, csv_cell).
+const CONTROL_NAMES = { "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r" };
 export function csvCell(value) {
   if (value === null || value === undefined) return "";
   let text = String(value);
   if (typeof value === "string" && /^[=+\-@\t\r]/.test(text) && text !== "-Infinity") text = `'${text}`;
-  return /[",\n\r]/.test(text) ? `"${text.replace(/"/g, '""')}"` : text;
+  text = text.replace(/[\x00-\x1f\x7f-\x9f]/g, (c) => CONTROL_NAMES[c] || `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
+  return /[",]/.test(text) ? `"${text.replace(/"/g, '""')}"` : text;
+}
+
+// A time (epoch seconds) as every CSV of mstail writes it: ISO 8601 in the local time zone with its offset, to the
+// nearest millisecond (`2026-12-02T14:35:44.367+08:00`); "" for none. `mstail parse --to csv` writes the same
+// (tailer/offline/output.py, csv_time), with the seconds in a `time_s` column beside it.
+export function isoTime(seconds) {
+  if (seconds === null || seconds === undefined) return "";
+  const d = new Date(Math.round(seconds * 1000));
+  if (Number.isNaN(d.getTime())) return "";
+  const pad = (n, width = 2) => String(n).padStart(width, "0");
+  const offset = -d.getTimezoneOffset();
+  const zone = `${offset < 0 ? "-" : "+"}${pad(Math.floor(Math.abs(offset) / 60))}:${pad(Math.abs(offset) % 60)}`;
+  return `${pad(d.getFullYear(), 4)}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}T${pad(d.getHours())}:` +
+    `${pad(d.getMinutes())}:${pad(d.getSeconds())}.${pad(d.getMilliseconds(), 3)}${zone}`;
 }
 
 export function download(name, href) {
