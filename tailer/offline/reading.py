@@ -18,6 +18,7 @@ from mstail.parsers import Format, Item, SourceParser
 from mstail.parsers.amends import Settler
 from mstail.parsers.blocks import feed_block
 from mstail.parsers.derived import Derived
+from mstail.parsers.engine import without_read_time
 from mstail.parsers.eventfile import EventFileParser
 from mstail.parsers.interleave import InterleavedParser
 from mstail.parsers.record import PART_KEY, dumps_owned, ordered
@@ -241,7 +242,7 @@ def write_items(
                 continue
         else:
             part.records += 1
-        row = ordered(data, name)
+        row = ordered(without_read_time(data), name)  # no time where the log has none
         part.written += 1
         if jsonl:
             lines.append(dumps_owned(row))  # the row is not used after: written in place

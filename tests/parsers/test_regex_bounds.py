@@ -288,7 +288,7 @@ def test_a_line_through_the_whole_parser_stays_bounded() -> None:
 
 # -- A user's regexes: not proved linear, so bounded by a time limit (parsers/bounded.py) -----------------------------
 BACKTRACKS = "(?P<x>a|aa)+b$"  # exponential on a run of `a`s not followed by `b`, in `re` and in `regex`
-RESERVED_KEYS = {"step", "epoch", "time", "segment", "line"}
+RESERVED_KEYS = {"step", "epoch", "time", "estimated", "segment", "line"}
 USER_FORMAT = """
 [[prefix]]
 regex = '^(?P<message>.*?)(?:x|xx)+y$'
