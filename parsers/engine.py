@@ -198,6 +198,7 @@ class ParserState:
     spe_told: int = 0  # steps per epoch told by an attach rule's `epoch_length` (TimeMonitor)
     spe_before: int = 0  # the epoch length of the run before, in the same file: a guess until this run tells its own
     guessing: bool = False  # this run's steps rest on a guessed epoch length until it is told or learned
+    epochs_from_zero: bool = False  # the log printed an epoch 0: its epochs count from 0 (`_epoch_number`)
     print_every: int = 0  # LossMonitor's print interval in steps, once the log has shown it (0: not yet)
     in_epoch: int = 0  # the epoch-relative step of the last LossMonitor-style record
     counted_step: int = 0
@@ -242,6 +243,8 @@ _PLAIN_FIELDS = tuple(f.name for f in fields(ParserState) if f.name not in ("epo
 #: What a parser counts (`ParserState.counts`); they show on `/api/sources` and in `mstail parse`'s summary.
 #: `slow_lines`: lines on which a user's regex ran out of its time budget (`bounded`) and was skipped.
 #: `amends`: items that added a later line's values to a record already emitted (an "amend" `Item`).
+#: `unmatched_metric_lines`: lines that look like they carry a metric no rule read: a line no rule matched
+#: (`_METRIC_LOOKING`), or a matched line holding `name: number` pairs its rule's pairs did not take.
 COUNTS = ("lines", "records", "events", "amends", "field_errors", "unmatched_metric_lines", "slow_lines")
 
 #: (format origin, format name, where) of the user regexes that ran out of time and were warned about: once each.
@@ -487,7 +490,7 @@ class SourceParser:
             if in_epoch is None or epoch is None or int(epoch) != last.get("epoch"):
                 return False
             if per_epoch is not None:
-                return (int(epoch) - 1) * int(per_epoch) + int(in_epoch) == last["step"]
+                return (self._epoch_number(epoch) - 1) * int(per_epoch) + int(in_epoch) == last["step"]
             return int(in_epoch) == self.state.in_epoch
         except ValueError:
             return False
@@ -516,7 +519,7 @@ class SourceParser:
                 self.state.counted_step += 1
                 return self.state.counted_step
             in_epoch = int(step_in_epoch)
-            epoch = int(get("epoch") or 1)
+            epoch = self._epoch_number(get("epoch") or "1")
             per_epoch = get("steps_per_epoch")
             if per_epoch is not None:
                 spe = int(per_epoch)
@@ -529,6 +532,13 @@ class SourceParser:
         except ValueError:
             self.state.counts["field_errors"] += 1
             return None
+
+    def _epoch_number(self, text: str) -> int:
+        """The printed epoch `text` counted from 1 (a log that printed an epoch 0, "Epoch:[0/19]", counts from 0)."""
+        epoch = int(text)
+        if epoch == 0:
+            self.state.epochs_from_zero = True
+        return epoch + 1 if self.state.epochs_from_zero else epoch
 
     def _loss_monitor_step(self, epoch: int, in_epoch: int) -> int:
         """The global step of a line that prints only the epoch and the step within it (MindSpore's LossMonitor).
@@ -543,6 +553,8 @@ class SourceParser:
         state = self.state
         last = state.last
         prev_epoch = last.get("epoch") if last is not None else None
+        if isinstance(prev_epoch, int) and state.epochs_from_zero:
+            prev_epoch += 1  # as printed: counted from 1 as `epoch` is
         if isinstance(prev_epoch, int) and (epoch, in_epoch) <= (prev_epoch, state.in_epoch):
             self._new_run()
             last = prev_epoch = None
@@ -640,13 +652,15 @@ class SourceParser:
                 self.state.counts["field_errors"] += 1
         for extract in rule.extract:  # multi-valued fields: pydict, pairs
             try:
-                found, errors = extract(groups)
+                found, errors, missed = extract(groups)
             except TimeoutError:  # a user's pairs regex ran out of time: this line gives none of its values
                 if self.last_match is not None:
                     self._slow(self.last_match.fmt, f"rule '{rule.name}' (pairs)")
                 continue
             values.update(found)
             self.state.counts["field_errors"] += errors
+            if missed:  # `name: number` pairs the rule did not read: the line is a metric-looking one, partly unread
+                self.state.counts["unmatched_metric_lines"] += 1
         return values
 
     def _slow(self, fmt: Format, where: str) -> None:
