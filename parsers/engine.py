@@ -40,6 +40,17 @@ _METRIC_LOOKING = re.compile(
     % {"n": METRIC_HINT_CHARS},
     re.IGNORECASE | re.DOTALL,
 )
+#: Words of the metric names (as the generic reader names them) that make a counter line a training step: its loss, learning
+#: rate, a time, a norm, a score: the generic reader makes no record of a line whose numbers are all other things (a
+#: dataset dump's "num samples: 60000", a config's "warmup step = 500"; such a line may still amend the last record).
+_TRAINING_WORDS = ("loss", "lr", "learning", "time", "norm", "acc", "ppl", "perplex", "throughput", "fps", "per_s", "flops",
+                   "scale", "overflow", "grad", "score", "reward", "f1", "map", "iou", "bleu", "rouge", "auc", "err",
+                   "precision", "recall", "speed")
+
+
+def _training_metric(name: str) -> bool:
+    """Whether metric `name` is one a training step prints (`_TRAINING_WORDS`)."""
+    return any(word in name for word in _TRAINING_WORDS)
 #: What a metric-looking line holds in any case (`str.casefold`), tested before `_METRIC_LOOKING` is tried.
 METRIC_HINT = "loss"
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
@@ -476,6 +487,8 @@ class SourceParser:
             if (epoch_only and self.state.meta.get("x_axis") != "epoch") or self._same_counter(groups, last):
                 self._amend(values, out)
                 return
+        if not any(_training_metric(name) for name in values):
+            return  # a counter beside "num rows: 32" only is a dump, not a step
         record = self._start_record(rule, groups, match.when(), now, line_no, values)
         if record is not None:
             self._emit(record, out)

@@ -335,7 +335,9 @@ def _pairs(spec: Any, regex: Regex, origin: str, rule: str) -> Extractor:
 #: ("elapsed time per iteration (ms)" -> "elapsed_time_per_iteration_ms"). A longer name is no metric name: skipped.
 _NOT_WORD = re.compile(r"\W+")
 #: Where a `name: number` or `name=number` pair starts (a word, ":" or "=", a number, "[1.5]" too): a pairs group's
-#: text holding one that its pairs regex did not take has a field mstail does not read (`_Pairs`, `missed`).
+#: text holding one that its pairs regex did not take has a field mstail does not read (`_Pairs`, `missed`). Looked
+#: for in a group's first MISSED_CHARS characters (a step line's numbers fit), which bounds its work on a 1 MiB line.
+MISSED_CHARS = 4096
 _PAIR_LOOKING = re.compile(r"(?<![\w.\-])[A-Za-z_]\w{0,63}\s?[:=]\s{0,8}\[?\s{0,8}[-+]?\.?\d")
 MAX_PAIR_NAME = 256
 
@@ -388,10 +390,10 @@ class _Pairs:
 
 
 def _missed(text: str, taken: List[Tuple[int, int]]) -> int:
-    """How many `name: number` pairs of `text` (`_PAIR_LOOKING`, the first MAX_PAIRS) start outside the `taken` spans
+    """How many `name: number` pairs of `text` (`_PAIR_LOOKING`, in its first MISSED_CHARS) start outside the `taken` spans
     (in order): fields a pairs regex leaves unread, counted rather than dropped without a word."""
     missed, spans, span = 0, iter(taken), (-1, -1)
-    for found in itertools.islice(_PAIR_LOOKING.finditer(text), MAX_PAIRS):
+    for found in itertools.islice(_PAIR_LOOKING.finditer(text, 0, MISSED_CHARS), MAX_PAIRS):
         start = found.start()
         while span[1] <= start:
             span = next(spans, (len(text) + 1, len(text) + 1))
