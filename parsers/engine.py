@@ -256,7 +256,9 @@ _PLAIN_FIELDS = tuple(f.name for f in fields(ParserState) if f.name not in ("epo
 #: `amends`: items that added a later line's values to a record already emitted (an "amend" `Item`).
 #: `unmatched_metric_lines`: lines that look like they carry a metric no rule read: a line no rule matched
 #: (`_METRIC_LOOKING`), or a matched line holding `name: number` pairs its rule's pairs did not take.
-COUNTS = ("lines", "records", "events", "amends", "field_errors", "unmatched_metric_lines", "slow_lines")
+#: `read_times`: records and events whose time is the moment the line was read (it has none: `stamp_time`), which the
+#: page says on its wall-time axes.
+COUNTS = ("lines", "records", "events", "amends", "field_errors", "unmatched_metric_lines", "slow_lines", "read_times")
 
 #: (format origin, format name, where) of the user regexes that ran out of time and were warned about: once each.
 _WARNED: set = set()
@@ -767,6 +769,8 @@ class SourceParser:
         record["segment"] = self.state.segment
         self.state.last = dict(record)  # the parser's own copy: amends add to it, the emitted record is the caller's
         self.state.counts["records"] += 1
+        if ESTIMATED in record and "time" in record[ESTIMATED]:
+            self.state.counts["read_times"] += 1
         out.append(Item("record", record))
 
     def _emit_event(self, event: Record, out: List[Item]) -> None:
@@ -778,6 +782,8 @@ class SourceParser:
         if event["kind"] == "resume":
             self.state.resume_told = True
         self.state.counts["events"] += 1
+        if ESTIMATED in event and "time" in event[ESTIMATED]:
+            self.state.counts["read_times"] += 1
         out.append(Item("event", event))
 
     def _continues_event(self, rule: Optional[Rule]) -> bool:
