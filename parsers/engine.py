@@ -530,7 +530,8 @@ class SourceParser:
                 return int(get("epoch"))  # type: ignore[arg-type]
             if step_in_epoch is None:
                 # A rule without a step group (a --pattern), or whose step group did not take part (a Trainer dict
-                # line): the step counts the matching lines.
+                # line): the step counts the matching lines, an estimate (a line every 10 steps is 10 steps).
+                self._step_guessed = True
                 self.state.counted_step += 1
                 return self.state.counted_step
             in_epoch = int(step_in_epoch)
