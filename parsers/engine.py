@@ -106,7 +106,8 @@ def stamp_time(data: Record, when: Optional[float], now: float) -> None:
     """`data["time"]`: the line's time `when`, else the read time `now`, marked as such (`ESTIMATED` holds "time")."""
     if when is None:
         data["time"] = now
-        mark_estimated(data, "time")
+        marked = data.get(ESTIMATED)
+        data[ESTIMATED] = "time" if marked is None else marked + " time"
     else:
         data["time"] = when
 
@@ -115,7 +116,9 @@ def without_read_time(data: Record) -> Record:
     """`data` without the read time `stamp_time` gave it, if it did: `mstail parse` gives no time where the log has
     none (the read time is the sidecar's, the moment it read the line)."""
     marked = data.get(ESTIMATED)
-    if marked is not None and "time" in marked.split():
+    if marked == "time":  # most such items: the read time alone
+        del data["time"], data[ESTIMATED]
+    elif marked is not None and "time" in marked.split():
         del data["time"]
         rest = " ".join(key for key in marked.split() if key != "time")
         if rest:
@@ -209,7 +212,7 @@ class ParserState:
     spe_told: int = 0  # steps per epoch told by an attach rule's `epoch_length` (TimeMonitor)
     spe_before: int = 0  # the epoch length of the run before, in the same file: a guess until this run tells its own
     guessing: bool = False  # this run's steps rest on a guessed epoch length until it is told or learned
-    epochs_from_zero: bool = False  # the log printed an epoch 0: its epochs count from 0 (`_epoch_number`)
+    epochs_from_zero: bool = False  # the log printed an epoch 0: its epochs count from 0 (`_from_one`)
     print_every: int = 0  # LossMonitor's print interval in steps, once the log has shown it (0: not yet)
     in_epoch: int = 0  # the epoch-relative step of the last LossMonitor-style record
     counted_step: int = 0
@@ -466,7 +469,10 @@ class SourceParser:
             record["epoch"] = int(epoch)
         if self._step_guessed:
             mark_estimated(record, "step")
-        stamp_time(record, when, now)
+        if when is None:
+            stamp_time(record, when, now)
+        else:
+            record["time"] = when
         record["line"] = line_no
         if values is None:
             self.values(rule, groups, record, texts)
@@ -505,7 +511,7 @@ class SourceParser:
             if in_epoch is None or epoch is None or int(epoch) != last.get("epoch"):
                 return False
             if per_epoch is not None:
-                return (self._epoch_number(epoch) - 1) * int(per_epoch) + int(in_epoch) == last["step"]
+                return (self._from_one(int(epoch)) - 1) * int(per_epoch) + int(in_epoch) == last["step"]
             return int(in_epoch) == self.state.in_epoch
         except ValueError:
             return False
@@ -535,7 +541,9 @@ class SourceParser:
                 self.state.counted_step += 1
                 return self.state.counted_step
             in_epoch = int(step_in_epoch)
-            epoch = self._epoch_number(get("epoch") or "1")
+            epoch = int(get("epoch") or 1)
+            if not epoch or self.state.epochs_from_zero:
+                epoch = self._from_one(epoch)
             per_epoch = get("steps_per_epoch")
             if per_epoch is not None:
                 spe = int(per_epoch)
@@ -549,9 +557,8 @@ class SourceParser:
             self.state.counts["field_errors"] += 1
             return None
 
-    def _epoch_number(self, text: str) -> int:
-        """The printed epoch `text` counted from 1 (a log that printed an epoch 0, "Epoch:[0/19]", counts from 0)."""
-        epoch = int(text)
+    def _from_one(self, epoch: int) -> int:
+        """The printed `epoch` counted from 1 (a log that printed an epoch 0, "Epoch:[0/19]", counts from 0)."""
         if epoch == 0:
             self.state.epochs_from_zero = True
         return epoch + 1 if self.state.epochs_from_zero else epoch
@@ -571,7 +578,7 @@ class SourceParser:
         prev_epoch = last.get("epoch") if last is not None else None
         if isinstance(prev_epoch, int) and state.epochs_from_zero:
             prev_epoch += 1  # as printed: counted from 1 as `epoch` is
-        if isinstance(prev_epoch, int) and (epoch, in_epoch) <= (prev_epoch, state.in_epoch):
+        if isinstance(prev_epoch, int) and (epoch < prev_epoch or epoch == prev_epoch and in_epoch <= state.in_epoch):
             self._new_run()
             last = prev_epoch = None
         state.epoch_max[epoch] = max(state.epoch_max.get(epoch, 0), in_epoch)
@@ -595,7 +602,8 @@ class SourceParser:
         else:  # an epoch without a known length, or a step going backwards (a restart: a new segment)
             step = self._guessed_step(epoch, in_epoch)
         state.in_epoch = in_epoch
-        self._step_guessed = state.guessing and not (state.spe_told or state.spe_learned)
+        if state.guessing:
+            self._step_guessed = not (state.spe_told or state.spe_learned)
         return step
 
     def _new_run(self) -> None:
@@ -769,9 +777,11 @@ class SourceParser:
         self.state.resume_told = False
         record["segment"] = self.state.segment
         self.state.last = dict(record)  # the parser's own copy: amends add to it, the emitted record is the caller's
-        self.state.counts["records"] += 1
-        if ESTIMATED in record and "time" in record[ESTIMATED]:
-            self.state.counts["read_times"] += 1
+        counts = self.state.counts
+        counts["records"] += 1
+        marked = record.get(ESTIMATED)
+        if marked is not None and "time" in marked:
+            counts["read_times"] += 1
         out.append(Item("record", record))
 
     def _emit_event(self, event: Record, out: List[Item]) -> None:

@@ -21,7 +21,7 @@ from mstail.parsers.derived import Derived
 from mstail.parsers.engine import without_read_time
 from mstail.parsers.eventfile import EventFileParser
 from mstail.parsers.interleave import InterleavedParser
-from mstail.parsers.record import PART_KEY, dumps_owned, ordered
+from mstail.parsers.record import ESTIMATED, PART_KEY, dumps_owned, ordered
 
 from ..discovery import ROTATED, SourceNamer, expand, has_glob, rotated_backups
 from ..frames import FrameSplitter, event_files_in, event_source
@@ -242,7 +242,9 @@ def write_items(
                 continue
         else:
             part.records += 1
-        row = ordered(without_read_time(data), name)  # no time where the log has none
+        if ESTIMATED in data:
+            without_read_time(data)  # no time where the log has none
+        row = ordered(data, name)
         part.written += 1
         if jsonl:
             lines.append(dumps_owned(row))  # the row is not used after: written in place
