@@ -1,10 +1,12 @@
 """Derived series: metrics computed from a record's own metrics, as if the log had printed them.
 
-Built in: perplexity, `exp(loss)`, for `loss` and every `*_loss` (`eval_loss` -> `eval_perplexity`), clipped to the
-largest float where the exponential overflows (a loss above ~709.78). A user declares more in a TOML file
+Built in: perplexity, `exp(loss)`, of the language-model loss only (`loss`, and `lm_loss` where a log prints it beside
+the total: `LM_LOSSES`), clipped to the largest float where the exponential overflows (a loss above ~709.78); never of
+the other losses a model reports (`load_balancing_loss`, `z_loss`, `mtp_1_loss`: their exponential means nothing). A
+loss named `x_loss` gets `x_perplexity`, another name `name_perplexity`. A user declares more in a TOML file
 (`--derived FILE`):
 
-    perplexity = true            # the built-in one (default true)
+    perplexity = true            # the built-in one (default true); false: none; or the losses: ["loss", "eval_loss"]
 
     [constants]
     seq_length = 4096            # numbers the expressions may use by name
@@ -20,7 +22,9 @@ subscript, no call of anything else. Evaluation follows IEEE arithmetic where Py
 NaN), an overflow is inf, a math domain error (log of a negative) is NaN. A series is
 computed when every name it uses is a number in the record (a NaN loss gives a NaN perplexity, which the charts
 mark); a record that has the name already keeps its own value. Series are computed in the order declared, so
-one may use another.
+one may use another, declared before it: a series reading one declared later (or itself, or in a cycle) is an error
+at load, as is a constant named like a metric (a series, a perplexity, a built-in format's field), which would
+silently replace it in every expression.
 
 Where: `InterleavedParser` applies a `Derived` to what each of its parsers emits (`Deriver`), so the sidecar
 (its API, SSE, alerts, `/metrics`) and `mstail parse` (JSONL, CSV) see the same values. A record gets its
@@ -36,13 +40,16 @@ import math
 import operator
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Tuple, TypeVar
+from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Tuple, TypeVar, Union
 
 from .record import RESERVED, Item
 
 EXPRESSION_MAX = 500  # characters of one expression (Python's parser must never see a pathological input)
 NODES_MAX = 100  # nodes of one expression tree
 PLANS_MAX = 256  # key sets remembered (a format's records have a few)
+#: The language-model losses whose perplexity is derived by default: the formats' names for it (Megatron's "lm loss"
+#: and MindFormers' are read as `loss`; MindFormers' pipeline stages print `lm_loss` beside the total).
+LM_LOSSES = ("loss", "lm_loss")
 _LARGEST = sys.float_info.max
 
 Evaluate = Callable[[Mapping[str, float]], float]
@@ -73,12 +80,13 @@ class Derived:
     """The derived series to add to records.
 
     Attributes:
-        perplexity: add `exp(loss)` for `loss` and each `*_loss`; default True.
+        perplexity: the losses whose `exp` is added (`perplexity_name`), as a tuple of metric names; True (the default)
+            gives `LM_LOSSES`, False none.
         series: user-declared series, in the order they are computed.
         constants: the TOML's `[constants]` the series were compiled with, as (name, value) pairs.
     """
 
-    perplexity: bool = True
+    perplexity: Union[bool, Tuple[str, ...]] = True
     series: Tuple[Series, ...] = ()
     constants: Tuple[Tuple[str, float], ...] = ()
     _computers: Dict[Tuple[str, ...], Compute] = field(
@@ -88,7 +96,10 @@ class Derived:
     _inputs: FrozenSet[str] = field(default=frozenset(), init=False, compare=False, repr=False)  # what series read
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_inputs", frozenset(name for s in self.series for name in s.names))
+        if isinstance(self.perplexity, bool):
+            object.__setattr__(self, "perplexity", LM_LOSSES if self.perplexity else ())
+        object.__setattr__(self, "_inputs", frozenset(
+            [name for s in self.series for name in s.names] + list(self.perplexity)))
 
     def values(self, record: Mapping[str, Any]) -> Dict[str, float]:
         """The derived values computable from `record`'s metrics that it does not have yet, in order."""
@@ -103,13 +114,12 @@ class Derived:
         perplexities of their losses, then the declared series they lack, in order; remembered for the key set."""
         losses: List[Tuple[str, str]] = []  # (perplexity's name, the loss it is of)
         names = set(keys)  # the record's and those computed before: a name computed once only
-        if self.perplexity:
-            for key in keys:
-                if key == "loss" or key.endswith("_loss"):
-                    name = key[: -len("loss")] + "perplexity"
-                    if name not in names:
-                        losses.append((name, key))
-                        names.add(name)
+        for key in keys:
+            if key in self.perplexity:
+                name = perplexity_name(key)
+                if name not in names:
+                    losses.append((name, key))
+                    names.add(name)
         # A declared series is computed when each name it reads is a number: of the record (its keys), or derived
         # before it here. One that reads anything else never is, for this key set: left out.
         steps: List[Step] = []
@@ -130,7 +140,8 @@ class Derived:
     def describe(self) -> List[str]:
         """What decides the values this adds, one line each (the state file's fingerprint: another `--derived`
         file gives another history)."""
-        return ([f"derived perplexity {self.perplexity}"] + [f"derived constant {k} {v!r}" for k, v in self.constants]
+        return ([f"derived perplexity of {' '.join(self.perplexity) or 'nothing'}"]
+                + [f"derived constant {k} {v!r}" for k, v in self.constants]
                 + [f"derived series {s.name} {s.text}" for s in self.series])
 
     def reads_any(self, keys: Iterable[str]) -> bool:
@@ -139,8 +150,7 @@ class Derived:
         keys = tuple(keys)
         known = self._readers.get(keys)
         if known is None:
-            known = _remember(self._readers, keys, any(
-                (self.perplexity and (key == "loss" or key.endswith("_loss"))) or key in self._inputs for key in keys))
+            known = _remember(self._readers, keys, any(key in self._inputs for key in keys))
         return known
 
     @property
@@ -148,8 +158,18 @@ class Derived:
         return not self.perplexity and not self.series
 
 
+def perplexity_name(loss: str) -> str:
+    """The name of `loss`'s perplexity: "eval_loss" -> "eval_perplexity", "loss" -> "perplexity", "nll" ->
+    "nll_perplexity"."""
+    if loss.endswith("loss"):
+        return loss[: -len("loss")] + "perplexity"
+    return loss + "_perplexity"
+
+
 def load_derived(path: Optional[str]) -> Derived:
-    """The built-in perplexity plus the series a TOML file declares (None: the built-in only)."""
+    """The built-in perplexity plus the series a TOML file declares (None: the built-in only). DerivedError, naming
+    the file and the entry, for what cannot be used: a series reading one declared after it (or itself), a constant
+    named like a metric."""
     if path is None:
         return Derived()
     from mstail.platform import tomllib
@@ -165,8 +185,11 @@ def load_derived(path: Optional[str]) -> Derived:
     if unknown:
         raise DerivedError(f"{path}: unknown key(s) {', '.join(sorted(unknown))} (perplexity, constants, series)")
     perplexity = table.get("perplexity", True)
-    if not isinstance(perplexity, bool):
-        raise DerivedError(f"{path}: perplexity must be true or false")
+    if isinstance(perplexity, list) and all(isinstance(name, str) and name and name not in RESERVED
+                                            for name in perplexity):
+        perplexity = tuple(dict.fromkeys(perplexity))
+    elif not isinstance(perplexity, bool):
+        raise DerivedError(f"{path}: perplexity must be true, false or a list of loss names (\"loss\", \"eval_loss\")")
     constants = table.get("constants", {})
     series = table.get("series", {})
     if not isinstance(constants, dict) or not isinstance(series, dict):
@@ -174,7 +197,9 @@ def load_derived(path: Optional[str]) -> Derived:
     for name, value in constants.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not _fits(value):
             raise DerivedError(f"{path}: constant {name}: must be a number")
-    compiled = []
+    losses = LM_LOSSES if perplexity is True else perplexity or ()
+    _check_constants(path, constants, series, losses)
+    compiled: List[Series] = []
     for name, text in series.items():
         if name in RESERVED:
             raise DerivedError(f"{path}: series {name}: a reserved key ({', '.join(sorted(RESERVED))})")
@@ -184,8 +209,46 @@ def load_derived(path: Optional[str]) -> Derived:
             compiled.append(compile_expression(name, text, {k: float(v) for k, v in constants.items()}))
         except ValueError as exc:
             raise DerivedError(f"{path}: series {name}: {exc}") from None
+        _check_order(path, compiled[-1], series)
     return Derived(perplexity=perplexity, series=tuple(compiled),
                    constants=tuple(sorted((k, float(v)) for k, v in constants.items())))
+
+
+def _check_order(path: str, declared: Series, series: Mapping[str, Any]) -> None:
+    """A series reads only metrics and series declared before it: one declared at or after it is never computed (series
+    are computed in order), and in a cycle none is."""
+    later = list(series)[list(series).index(declared.name):]
+    for used in declared.names:
+        if used == declared.name:
+            raise DerivedError(f"{path}: series {used}: it reads itself")
+        if used in later:
+            raise DerivedError(f"{path}: series {declared.name}: reads {used}, declared after it (series are computed "
+                               f"in the order declared: declare {used} first, and no cycle)")
+
+
+def _check_constants(path: str, constants: Mapping[str, Any], series: Mapping[str, Any], losses: Iterable[str]) -> None:
+    """No constant is named like a metric: in every expression it would replace that metric's value."""
+    metrics = {**dict.fromkeys(_format_metrics(), "a metric of the built-in formats"),
+               **{perplexity_name(loss): "a perplexity" for loss in losses}, **dict.fromkeys(losses, "a loss"),
+               **dict.fromkeys(series, "a series of this file"), **dict.fromkeys(RESERVED, "a reserved key")}
+    for name in constants:
+        if name in metrics:
+            raise DerivedError(f"{path}: constant {name}: named like {metrics[name]}, which it would replace in every "
+                               f"expression; give it another name")
+
+
+def _format_metrics() -> FrozenSet[str]:
+    """The metric names the built-in formats' fields and pairs give (`loss`, `lr`, `grad_norm`, `step_time_ms`...)."""
+    from .loader import builtin_formats
+
+    names = set()
+    for fmt in builtin_formats():
+        for rule in fmt.rules:
+            names.update(spec.name for spec in rule.fields)
+            for extract in rule.extract:  # pairs: their renamed fields (`lm_loss` -> `loss`)
+                prefix = getattr(extract, "prefix", "")
+                names.update(prefix + spec.name for spec in getattr(extract, "fields", {}).values())
+    return frozenset(names)
 
 
 _BINARY: Dict[type, Callable[[float, float], float]] = {

@@ -18,7 +18,7 @@ import orjson
 
 from .bounded import BUDGET_S
 from .kinds import fits
-from .record import NON_FINITE, RESERVED, Item, Record, metric_key
+from .record import ESTIMATED, NON_FINITE, RESERVED, Item, Record, metric_key
 from .schema import Format, Rule
 
 log = logging.getLogger("mstail.parser")
@@ -40,6 +40,17 @@ _METRIC_LOOKING = re.compile(
     % {"n": METRIC_HINT_CHARS},
     re.IGNORECASE | re.DOTALL,
 )
+#: Words of the metric names (as the generic reader names them) that make a counter line a training step: its loss, learning
+#: rate, a time, a norm, a score: the generic reader makes no record of a line whose numbers are all other things (a
+#: dataset dump's "num samples: 60000", a config's "warmup step = 500"; such a line may still amend the last record).
+_TRAINING_WORDS = ("loss", "lr", "learning", "time", "norm", "acc", "ppl", "perplex", "throughput", "fps", "per_s", "flops",
+                   "scale", "overflow", "grad", "score", "reward", "f1", "map", "iou", "bleu", "rouge", "auc", "err",
+                   "precision", "recall", "speed")
+
+
+def _training_metric(name: str) -> bool:
+    """Whether metric `name` is one a training step prints (`_TRAINING_WORDS`)."""
+    return any(word in name for word in _TRAINING_WORDS)
 #: What a metric-looking line holds in any case (`str.casefold`), tested before `_METRIC_LOOKING` is tried.
 METRIC_HINT = "loss"
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
@@ -68,21 +79,53 @@ class _Match(NamedTuple):
     stamp: Optional[str] = None  # the prefix's time text
     clock: Optional[Callable[[str], float]] = None  # the prefix's time parser
 
-    def when(self, now: float) -> float:
-        """The line's time in unix seconds, else `now` (`line_time`). Asked only for a line that makes an item: most
-        lines do not, and parsing a time is not free."""
-        return line_time(self.stamp, self.clock, now)
+    def when(self) -> Optional[float]:
+        """The line's time in unix seconds, None when it has none (`line_time`). Asked only for a line that makes an
+        item: most lines do not, and parsing a time is not free."""
+        return line_time(self.stamp, self.clock)
 
 
-def line_time(stamp: Optional[str], clock: Optional[Callable[[str], float]], now: float) -> float:
-    """A line's time: its prefix's time text `stamp` read by the prefix's `clock`, else `now` (no timestamp, or one
-    that does not parse)."""
+def line_time(stamp: Optional[str], clock: Optional[Callable[[str], float]]) -> Optional[float]:
+    """A line's time: its prefix's time text `stamp` read by the prefix's `clock`; None when it has none (no
+    timestamp, or one that does not parse)."""
     if stamp and clock is not None:
         try:
             return clock(stamp)
         except ValueError:
             pass
-    return now
+    return None
+
+
+def mark_estimated(data: Record, key: str) -> None:
+    """Say in `data` (a record or an event) that its reserved `key` was not printed by the log (`ESTIMATED`)."""
+    marked = data.get(ESTIMATED)
+    data[ESTIMATED] = key if marked is None else f"{marked} {key}"
+
+
+def stamp_time(data: Record, when: Optional[float], now: float) -> None:
+    """`data["time"]`: the line's time `when`, else the read time `now`, marked as such (`ESTIMATED` holds "time")."""
+    if when is None:
+        data["time"] = now
+        marked = data.get(ESTIMATED)
+        data[ESTIMATED] = "time" if marked is None else marked + " time"
+    else:
+        data["time"] = when
+
+
+def without_read_time(data: Record) -> Record:
+    """`data` without the read time `stamp_time` gave it, if it did: `mstail parse` gives no time where the log has
+    none (the read time is the sidecar's, the moment it read the line)."""
+    marked = data.get(ESTIMATED)
+    if marked == "time":  # most such items: the read time alone
+        del data["time"], data[ESTIMATED]
+    elif marked is not None and "time" in marked.split():
+        del data["time"]
+        rest = " ".join(key for key in marked.split() if key != "time")
+        if rest:
+            data[ESTIMATED] = rest
+        else:
+            del data[ESTIMATED]
+    return data
 
 
 _new_tuple = tuple.__new__
@@ -167,6 +210,9 @@ class ParserState:
     spe_learned: int = 0  # steps per epoch inferred from step_in_epoch when the log does not print it
     epoch_max: Dict[int, int] = field(default_factory=dict)  # the largest step_in_epoch seen per epoch
     spe_told: int = 0  # steps per epoch told by an attach rule's `epoch_length` (TimeMonitor)
+    spe_before: int = 0  # the epoch length of the run before, in the same file: a guess until this run tells its own
+    guessing: bool = False  # this run's steps rest on a guessed epoch length until it is told or learned
+    epochs_from_zero: bool = False  # the log printed an epoch 0: its epochs count from 0 (`_from_one`)
     print_every: int = 0  # LossMonitor's print interval in steps, once the log has shown it (0: not yet)
     in_epoch: int = 0  # the epoch-relative step of the last LossMonitor-style record
     counted_step: int = 0
@@ -211,7 +257,11 @@ _PLAIN_FIELDS = tuple(f.name for f in fields(ParserState) if f.name not in ("epo
 #: What a parser counts (`ParserState.counts`); they show on `/api/sources` and in `mstail parse`'s summary.
 #: `slow_lines`: lines on which a user's regex ran out of its time budget (`bounded`) and was skipped.
 #: `amends`: items that added a later line's values to a record already emitted (an "amend" `Item`).
-COUNTS = ("lines", "records", "events", "amends", "field_errors", "unmatched_metric_lines", "slow_lines")
+#: `unmatched_metric_lines`: lines that look like they carry a metric no rule read: a line no rule matched
+#: (`_METRIC_LOOKING`), or a matched line holding `name: number` pairs its rule's pairs did not take.
+#: `read_times`: records and events whose time is the moment the line was read (it has none: `stamp_time`), which the
+#: page says on its wall-time axes.
+COUNTS = ("lines", "records", "events", "amends", "field_errors", "unmatched_metric_lines", "slow_lines", "read_times")
 
 #: (format origin, format name, where) of the user regexes that ran out of time and were warned about: once each.
 _WARNED: set = set()
@@ -242,6 +292,7 @@ class SourceParser:
         self.source = source
         self._timeouts: List[Tuple[Format, str]] = []  # filled by `_match_format`, emptied by `feed`
         self._plans: Dict[int, tuple] = {}  # id(rule) -> its `plan` for `values`, when this log needs another one
+        self._step_guessed = False  # the step being worked out rests on a guessed epoch length (`_guessed_step`)
 
     # -- public ---------------------------------------------------------------------------------------------
     def feed(self, text: str, line_no: int, now: float) -> List[Item]:
@@ -279,7 +330,9 @@ class SourceParser:
             if METRIC_HINT in match.message.casefold() and _METRIC_LOOKING.search(match.message):
                 self.state.counts["unmatched_metric_lines"] += 1
             if match.prefixed and match.level in match.fmt.error_levels:
-                error = {"kind": "error", "time": match.when(now), "line": line_no, "level": match.level}
+                error = {"kind": "error"}
+                stamp_time(error, match.when(), now)
+                error.update(line=line_no, level=match.level)
                 self._open_event = (error, [match.message], now)
             out += self.flush(now)
             return out
@@ -288,12 +341,13 @@ class SourceParser:
             if match.fmt.fallback:
                 self._generic(rule, match, now, line_no, out)
             else:
-                self.record_line(rule, match.groups, match.when(now), line_no, out)
+                self.record_line(rule, match.groups, match.when(), now, line_no, out)
         elif kind == "attach":
             self.attach_line(rule, match.groups, out)
         else:
-            when = match.when(now)
-            event = {"kind": rule.event, "time": when, "line": line_no}
+            event = {"kind": rule.event}
+            stamp_time(event, match.when(), now)
+            event["line"] = line_no
             if match.groups.get("step") is not None:  # e.g. "initial step: 500": the event's own step
                 try:
                     event["step"] = int(match.groups["step"])  # type: ignore[arg-type]
@@ -327,17 +381,18 @@ class SourceParser:
             self.last_slow = []
         out: List[Item] = []
         if rule.kind == "record":
-            self.record_line(rule, groups, line_time(stamp, clock, now), line_no, out, texts)
+            self.record_line(rule, groups, line_time(stamp, clock), now, line_no, out, texts)
         else:
             self.attach_line(rule, groups, out, texts)
         return out
 
-    def record_line(self, rule: Rule, groups: Dict[str, Optional[str]], when: float, line_no: int,
-                    out: List[Item], texts: Optional[Texts] = None) -> None:
-        """A record rule's line, matched (its `groups`; `when`: the line's time): its record onto `out`. The record
+    def record_line(self, rule: Rule, groups: Dict[str, Optional[str]], when: Optional[float], now: float,
+                    line_no: int, out: List[Item], texts: Optional[Texts] = None) -> None:
+        """A record rule's line, matched (its `groups`; `when`: the line's time, None: it has none, and the read time
+        `now` is given, marked): its record onto `out`. The record
         path of `feed` and of `parsers.blocks` (which matches a block's step lines itself, `parsers.hotlines`, and
         gives the field `texts`; default None: they are read from `groups`)."""
-        record = self._start_record(rule, groups, when, line_no, texts=texts)
+        record = self._start_record(rule, groups, when, now, line_no, texts=texts)
         if record is not None:
             self._emit(record, out)
 
@@ -396,10 +451,12 @@ class SourceParser:
                 plain = match
         return first if first is not None else plain
 
-    def _start_record(self, rule: Rule, groups: Dict[str, Optional[str]], when: float, line_no: int,
-                      values: Optional[Record] = None, texts: Optional[Texts] = None) -> Optional[Record]:
+    def _start_record(self, rule: Rule, groups: Dict[str, Optional[str]], when: Optional[float], now: float,
+                      line_no: int, values: Optional[Record] = None, texts: Optional[Texts] = None) -> Optional[Record]:
         """The record of a record rule's line (None: no usable step); `values`: the rule's values, if already read;
-        `texts`: its field texts (`Texts`), if read already."""
+        `texts`: its field texts (`Texts`), if read already. A step resting on a guessed epoch length is marked so
+        (`ESTIMATED` holds "step"), as is the read time given to a line without one ("time")."""
+        self._step_guessed = False
         step = self._global_step(groups)
         if step is None:
             return None
@@ -410,7 +467,12 @@ class SourceParser:
         epoch = groups.get("epoch")
         if epoch is not None:
             record["epoch"] = int(epoch)
-        record["time"] = when
+        if self._step_guessed:
+            mark_estimated(record, "step")
+        if when is None:
+            stamp_time(record, when, now)
+        else:
+            record["time"] = when
         record["line"] = line_no
         if values is None:
             self.values(rule, groups, record, texts)
@@ -433,7 +495,9 @@ class SourceParser:
             if (epoch_only and self.state.meta.get("x_axis") != "epoch") or self._same_counter(groups, last):
                 self._amend(values, out)
                 return
-        record = self._start_record(rule, groups, match.when(now), line_no, values)
+        if not any(_training_metric(name) for name in values):
+            return  # a counter beside "num rows: 32" only is a dump, not a step
+        record = self._start_record(rule, groups, match.when(), now, line_no, values)
         if record is not None:
             self._emit(record, out)
 
@@ -447,7 +511,7 @@ class SourceParser:
             if in_epoch is None or epoch is None or int(epoch) != last.get("epoch"):
                 return False
             if per_epoch is not None:
-                return (int(epoch) - 1) * int(per_epoch) + int(in_epoch) == last["step"]
+                return (self._from_one(int(epoch)) - 1) * int(per_epoch) + int(in_epoch) == last["step"]
             return int(in_epoch) == self.state.in_epoch
         except ValueError:
             return False
@@ -472,11 +536,14 @@ class SourceParser:
                 return int(get("epoch"))  # type: ignore[arg-type]
             if step_in_epoch is None:
                 # A rule without a step group (a --pattern), or whose step group did not take part (a Trainer dict
-                # line): the step counts the matching lines.
+                # line): the step counts the matching lines, an estimate (a line every 10 steps is 10 steps).
+                self._step_guessed = True
                 self.state.counted_step += 1
                 return self.state.counted_step
             in_epoch = int(step_in_epoch)
             epoch = int(get("epoch") or 1)
+            if not epoch or self.state.epochs_from_zero:
+                epoch = self._from_one(epoch)
             per_epoch = get("steps_per_epoch")
             if per_epoch is not None:
                 spe = int(per_epoch)
@@ -489,6 +556,12 @@ class SourceParser:
         except ValueError:
             self.state.counts["field_errors"] += 1
             return None
+
+    def _from_one(self, epoch: int) -> int:
+        """The printed `epoch` counted from 1 (a log that printed an epoch 0, "Epoch:[0/19]", counts from 0)."""
+        if epoch == 0:
+            self.state.epochs_from_zero = True
+        return epoch + 1 if self.state.epochs_from_zero else epoch
 
     def _loss_monitor_step(self, epoch: int, in_epoch: int) -> int:
         """The global step of a line that prints only the epoch and the step within it (MindSpore's LossMonitor).
@@ -503,6 +576,11 @@ class SourceParser:
         state = self.state
         last = state.last
         prev_epoch = last.get("epoch") if last is not None else None
+        if isinstance(prev_epoch, int) and state.epochs_from_zero:
+            prev_epoch += 1  # as printed: counted from 1 as `epoch` is
+        if isinstance(prev_epoch, int) and (epoch < prev_epoch or epoch == prev_epoch and in_epoch <= state.in_epoch):
+            self._new_run()
+            last = prev_epoch = None
         state.epoch_max[epoch] = max(state.epoch_max.get(epoch, 0), in_epoch)
         if state.spe_told:
             step = (epoch - 1) * state.spe_told + in_epoch
@@ -524,7 +602,20 @@ class SourceParser:
         else:  # an epoch without a known length, or a step going backwards (a restart: a new segment)
             step = self._guessed_step(epoch, in_epoch)
         state.in_epoch = in_epoch
+        if state.guessing:
+            self._step_guessed = not (state.spe_told or state.spe_learned)
         return step
+
+    def _new_run(self) -> None:
+        """A step within an epoch going backwards: another run (a relaunch appended to the same file, a resume), whose
+        epoch length is learned again (`python train.py >> train.log` with another dataset or batch size); the length
+        before stays a guess (`spe_before`) until it is."""
+        state = self.state
+        state.spe_before = state.spe_told or state.spe_learned or state.spe_before
+        state.spe_told = state.spe_learned = state.print_every = state.in_epoch = 0
+        state.guessing = False
+        state.epoch_max = {}
+        state.meta.pop("steps_per_epoch", None)
 
     def _epoch_length(self, epoch: int, in_epoch: int, last_step: int) -> bool:
         """Learn the epoch length from a new epoch's first line printed `print_every` steps after `last_step`;
@@ -538,12 +629,14 @@ class SourceParser:
         return True
 
     def _guessed_step(self, epoch: int, in_epoch: int) -> int:
-        """(epoch - 1) x the epoch length known (told or learned), else x the largest step within an epoch seen."""
+        """(epoch - 1) x the epoch length known (told or learned), else x a guess (`guessing`): the largest step within
+        an epoch seen, or the run before's length if longer."""
         state = self.state
         spe = state.spe_told or state.spe_learned
-        if not spe:
-            spe = max(state.epoch_max.values(), default=in_epoch)
+        if not spe and epoch > 1:
+            spe = max(state.spe_before, *state.epoch_max.values(), in_epoch)
             state.meta["steps_per_epoch"] = "guessed"
+            state.guessing = True
         return (epoch - 1) * spe + in_epoch
 
     def values(self, rule: Rule, groups: Dict[str, Optional[str]], into: Optional[Record] = None,
@@ -583,13 +676,15 @@ class SourceParser:
                 self.state.counts["field_errors"] += 1
         for extract in rule.extract:  # multi-valued fields: pydict, pairs
             try:
-                found, errors = extract(groups)
+                found, errors, missed = extract(groups)
             except TimeoutError:  # a user's pairs regex ran out of time: this line gives none of its values
                 if self.last_match is not None:
                     self._slow(self.last_match.fmt, f"rule '{rule.name}' (pairs)")
                 continue
             values.update(found)
             self.state.counts["field_errors"] += errors
+            if missed:  # `name: number` pairs the rule did not read: the line is a metric-looking one, partly unread
+                self.state.counts["unmatched_metric_lines"] += 1
         return values
 
     def _slow(self, fmt: Format, where: str) -> None:
@@ -622,10 +717,10 @@ class SourceParser:
             if value.__class__ is int and not fits(value):  # beyond 64 bits: a field error (the step: no record)
                 del values[key]
                 self.state.counts["field_errors"] += 1
-        for key in ("seq", "source", "segment", "line"):
+        for key in ("seq", "source", "segment", "line", ESTIMATED):
             values.pop(key, None)  # ours to assign, whatever the writer put there
         if not isinstance(values.get("time"), (int, float)):
-            values["time"] = now
+            stamp_time(values, None, now)
         values["line"] = line_no
         for key in ("step", "epoch"):  # a writer that keeps numbers as floats: "step": 2.0
             if isinstance(values.get(key), float) and values[key].is_integer():
@@ -673,15 +768,20 @@ class SourceParser:
         if last is not None and record["step"] < last["step"]:
             self.state.segment += 1  # resume from a checkpoint or a relaunch: a new run segment, never a zig-zag
             if not self.state.resume_told:  # the log did not say it: a resume event all the same, for the marker
-                self._emit_event({
-                    "kind": "resume", "time": record["time"], "line": record["line"], "step": record["step"],
-                    "from_step": last["step"],
-                    "message": f"resumed at step {record['step']} (the step before was {last['step']})",
-                }, out)
+                resume = {"kind": "resume", "time": record["time"], "line": record["line"], "step": record["step"]}
+                if "time" in record.get(ESTIMATED, "").split():
+                    mark_estimated(resume, "time")  # the record's read time
+                resume.update(from_step=last["step"],
+                              message=f"resumed at step {record['step']} (the step before was {last['step']})")
+                self._emit_event(resume, out)
         self.state.resume_told = False
         record["segment"] = self.state.segment
         self.state.last = dict(record)  # the parser's own copy: amends add to it, the emitted record is the caller's
-        self.state.counts["records"] += 1
+        counts = self.state.counts
+        counts["records"] += 1
+        marked = record.get(ESTIMATED)
+        if marked is not None and "time" in marked:
+            counts["read_times"] += 1
         out.append(Item("record", record))
 
     def _emit_event(self, event: Record, out: List[Item]) -> None:
@@ -693,6 +793,8 @@ class SourceParser:
         if event["kind"] == "resume":
             self.state.resume_told = True
         self.state.counts["events"] += 1
+        if ESTIMATED in event and "time" in event[ESTIMATED]:
+            self.state.counts["read_times"] += 1
         out.append(Item("event", event))
 
     def _continues_event(self, rule: Optional[Rule]) -> bool:

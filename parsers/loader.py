@@ -291,16 +291,16 @@ def _renames(table: Any, where: str, origin: str, rule: str) -> Dict[str, str]:
 
 
 def _pydict_extractor(group: str, prefix: str, rename: Dict[str, str]) -> Extractor:
-    def extract(groups: Dict[str, Optional[str]]) -> Tuple[Dict[str, Value], int]:
+    def extract(groups: Dict[str, Optional[str]]) -> Tuple[Dict[str, Value], int, int]:
         text = groups.get(group)
         if text is None:
-            return {}, 0
+            return {}, 0, 0
         try:
             numbers = parse_pydict(text)
         except ValueError:
-            return {}, 1
+            return {}, 1, 0
         named = ((prefix + rename.get(k, k), v) for k, v in numbers.items())
-        return {k: v for k, v in named if k not in RESERVED}, 0
+        return {k: v for k, v in named if k not in RESERVED}, 0, 0
 
     return extract
 
@@ -337,6 +337,11 @@ def _pairs(spec: Any, regex: Regex, origin: str, rule: str) -> Extractor:
 #: What a pair's name becomes a metric name by: each run of other characters than letters, digits and `_` is one `_`
 #: ("elapsed time per iteration (ms)" -> "elapsed_time_per_iteration_ms"). A longer name is no metric name: skipped.
 _NOT_WORD = re.compile(r"\W+")
+#: Where a `name: number` or `name=number` pair starts (a word, ":" or "=", a number, "[1.5]" too): a pairs group's
+#: text holding one that its pairs regex did not take has a field mstail does not read (`_Pairs`, `missed`). Looked
+#: for in a group's first MISSED_CHARS characters (a step line's numbers fit), which bounds its work on a 1 MiB line.
+MISSED_CHARS = 4096
+_PAIR_LOOKING = re.compile(r"(?<![\w.\-])[A-Za-z_]\w{0,63}\s?[:=]\s{0,8}\[?\s{0,8}[-+]?\.?\d")
 MAX_PAIR_NAME = 256
 
 
@@ -357,14 +362,16 @@ class _Pairs:
         self.regexes = (("pairs.regex", "finditer", pattern),) + (
             (("pairs.names", "fullmatch", names),) if names is not None else ())
 
-    def __call__(self, groups: Dict[str, Optional[str]]) -> Tuple[Dict[str, Value], int]:
+    def __call__(self, groups: Dict[str, Optional[str]]) -> Tuple[Dict[str, Value], int, int]:
         text = groups.get(self.group)
         values: Dict[str, Value] = {}
         errors = 0
         if not text:
-            return values, errors
+            return values, errors, 0
         names, fields = self.names, self.fields
+        taken: List[Tuple[int, int]] = []  # the spans the pairs regex took (`_missed`)
         for found in itertools.islice(self.pattern.finditer(text), MAX_PAIRS):
+            taken.append(found.span())
             printed = found.group("name")
             if names is not None and not names.fullmatch(printed):
                 continue
@@ -382,7 +389,20 @@ class _Pairs:
                     self.convert(found.group("value"), "")
             except (ValueError, OverflowError):
                 errors += 1
-        return values, errors
+        return values, errors, _missed(text, taken)
+
+
+def _missed(text: str, taken: List[Tuple[int, int]]) -> int:
+    """How many `name: number` pairs of `text` (`_PAIR_LOOKING`, in its first MISSED_CHARS) start outside the `taken` spans
+    (in order): fields a pairs regex leaves unread, counted rather than dropped without a word."""
+    missed, spans, span = 0, iter(taken), (-1, -1)
+    for found in itertools.islice(_PAIR_LOOKING.finditer(text, 0, MISSED_CHARS), MAX_PAIRS):
+        start = found.start()
+        while span[1] <= start:
+            span = next(spans, (len(text) + 1, len(text) + 1))
+        if start < span[0]:
+            missed += 1
+    return missed
 
 
 def _compile(pattern: str, origin: str, rule: Optional[str]) -> Regex:

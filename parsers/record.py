@@ -30,8 +30,12 @@ import orjson
 KEY_ORDER = ("seq", "source", "step", "epoch", "time", "segment", "line", "kind")
 _AFTER_SOURCE = KEY_ORDER[2:]
 
+#: A record's or an event's reserved keys the log did not print, space-separated: "step" (a global step resting on a
+#: guessed epoch length) and "time" (the moment the sidecar read a line that has no time; `mstail parse` gives none).
+ESTIMATED = "estimated"
+
 #: Keys every record or event may carry; a format, a JSONL writer or a derived series cannot use them as metrics.
-RESERVED = frozenset(KEY_ORDER + ("message",))
+RESERVED = frozenset(KEY_ORDER + ("message", ESTIMATED))
 
 #: Non-finite floats by the names they travel under in JSON (records, events, series, SSE, SQLite).
 NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}

@@ -16,9 +16,10 @@ STEP_GROUPS = frozenset({"step", "epoch", "step_in_epoch", "steps_per_epoch", "e
 
 RULE_KINDS = ("record", "attach", "event", "ignore")
 
-#: A multi-valued field (`type = "pydict"`, a rule's `[rule.pairs]`): the regex groups -> (values, errors). One that
-#: uses regexes of its own lists them in a `regexes` attribute, as `Format.regexes` does.
-Extractor = Callable[[Dict[str, Optional[str]]], Tuple[Dict[str, Value], int]]
+#: A multi-valued field (`type = "pydict"`, a rule's `[rule.pairs]`): the regex groups -> (values, errors, missed:
+#: the `name: number` pairs its text holds that it did not read). One that uses regexes of its own lists them in a
+#: `regexes` attribute, as `Format.regexes` does.
+Extractor = Callable[[Dict[str, Optional[str]]], Tuple[Dict[str, Value], int, int]]
 
 #: A compiled regex: a built-in format's `re.Pattern`, or a user's `bounded.BoundedPattern` (same attributes and
 #: calls, which raise TimeoutError past their time budget).

@@ -41,17 +41,25 @@ async def sources(
     compact: bool = Query(False, description="a table without the file-reading counters (what a page needs first)"),
 ) -> RecordJSONResponse:
     """Every source: id, path, format, state (waiting | following | idle | gone), counts and steps. With `compact`:
-    `{"keys", "metrics", "rows"}`, one row of values per source in the order of `keys`, `counters` left out and
-    each source's `metrics` as indexes into `metrics` (1,024 ranks: about a fifth of the size)."""
+    `{"keys", "metrics", "rows"}`, one row of values per source in the order of `keys`, `counters` left out but for
+    `COMPACT_COUNTERS` (a key each) and each source's `metrics` as indexes into `metrics` (1,024 ranks: about a fifth
+    of the size)."""
     entries = [info.as_json() for info in _store(request).sources.values()]
     return RecordJSONResponse(_compact(entries) if compact else entries)
 
 
+#: The one counter a page needs first: `read_times` (its records' times are the moments their lines were read, which
+#: its time axes say), a column of the compact table.
+COMPACT_COUNTERS = ("read_times",)
+
+
 def _compact(entries: List[Dict[str, Any]]) -> Dict[str, Any]:
-    keys = [key for key in entries[0] if key != "counters"] if entries else []
+    keys = [key for key in entries[0] if key != "counters"] + list(COMPACT_COUNTERS) if entries else []
     names: Dict[str, int] = {}
     rows = []
     for entry in entries:
+        for name in COMPACT_COUNTERS:
+            entry[name] = entry["counters"].get(name, 0)
         entry["metrics"] = [names.setdefault(name, len(names)) for name in entry["metrics"]]
         rows.append([entry[key] for key in keys])
     return {"keys": keys, "metrics": list(names), "rows": rows}

@@ -18,9 +18,10 @@ from mstail.parsers import Format, Item, SourceParser
 from mstail.parsers.amends import Settler
 from mstail.parsers.blocks import feed_block
 from mstail.parsers.derived import Derived
+from mstail.parsers.engine import without_read_time
 from mstail.parsers.eventfile import EventFileParser
 from mstail.parsers.interleave import InterleavedParser
-from mstail.parsers.record import PART_KEY, dumps_owned, ordered
+from mstail.parsers.record import ESTIMATED, PART_KEY, dumps_owned, ordered
 
 from ..discovery import ROTATED, SourceNamer, expand, has_glob, rotated_backups, within
 from ..frames import FrameSplitter, event_files_in, event_source
@@ -252,6 +253,8 @@ def write_items(
                 continue
         else:
             part.records += 1
+        if ESTIMATED in data:
+            without_read_time(data)  # no time where the log has none
         row = ordered(data, name)
         part.written += 1
         if jsonl:

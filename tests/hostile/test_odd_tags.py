@@ -27,7 +27,7 @@ def test_odd_tags_become_safe_metric_names(mstail_server: Any, tmp_path: Path) -
     subprocess.run([sys.executable, "-c", WRITER, str(path)], input=parts, cwd=ROOT, check=True, timeout=30)
     server.wait_records(3)
     source = server.get_json("/api/sources")[0]
-    assert sorted(source["metrics"]) == sorted(["loss", "metric___proto__", "a\\nb", "\\x1b[2Jclear"])
+    assert sorted(source["metrics"]) == sorted(["loss", "perplexity", "metric___proto__", "a\\nb", "\\x1b[2Jclear"])
     assert source["counters"]["dropped_values"] == 3, source["counters"]
     records = server.get_json("/api/records?after=0")
     assert [sorted(k for k in r if k not in ("seq", "source", "step", "time", "segment", "line")) for r in records] \

@@ -13,7 +13,7 @@ from mstail.tailer.lines import LineSplitter
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "sample_logs"
 FORMATS = load_formats(user_dir=Path(__file__).parent / "no-such-dir")  # built-ins only, whatever ~/.config holds
-RESERVED = {"step", "epoch", "time", "segment", "line", "source", "seq"}
+RESERVED = {"step", "epoch", "time", "segment", "line", "source", "seq", "estimated"}
 READ_TIME = 1_000_000.0  # the `now` passed to the parser: what an unprefixed line's time must be
 NAN = float("nan")
 INF = float("inf")

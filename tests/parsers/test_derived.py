@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import operator
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -18,13 +19,17 @@ from mstail.parsers.derived import Derived, DerivedError, Deriver, compile_expre
 from mstail.parsers.interleave import InterleavedParser
 from mstail.parsers.record import Item
 
+from .support import SAMPLES
+
 LARGEST = sys.float_info.max
 
 
-def test_perplexity_for_loss_and_each_star_loss_clipped_where_it_overflows() -> None:
-    got = Derived().values({"step": 1, "loss": 2.0, "eval_loss": 1.0, "mtp_1_loss": 800.0, "loss_scale": 65536.0,
-                            "loss_avg": 2.1, "lr": 1e-4})
-    assert got == {"perplexity": math.exp(2.0), "eval_perplexity": math.e, "mtp_1_perplexity": LARGEST}
+def test_perplexity_of_the_lm_loss_only_clipped_where_it_overflows() -> None:
+    record = {"step": 1, "loss": 2.0, "eval_loss": 1.0, "mtp_1_loss": 800.0, "load_balancing_loss": 0.3,
+              "loss_scale": 65536.0, "loss_avg": 2.1, "lr": 1e-4, "lm_loss": 800.0}
+    assert Derived().values(record) == {"perplexity": math.exp(2.0), "lm_perplexity": LARGEST}  # no load_balancing_...
+    chosen = Derived(perplexity=("loss", "eval_loss", "nll")).values({**record, "nll": 0.0})
+    assert chosen == {"perplexity": math.exp(2.0), "eval_perplexity": math.e, "nll_perplexity": 1.0}
     assert math.isnan(Derived().values({"loss": math.nan})["perplexity"])  # a NaN loss stays visible
     assert Derived().values({"loss": math.inf})["perplexity"] == math.inf
     assert Derived().values({"loss": 2.0, "perplexity": 9.0}) == {}  # the log's own value wins
@@ -145,7 +150,8 @@ def test_load_derived_file_and_its_errors(tmp_path: Path) -> None:
     assert load_derived(None) == Derived()
     for text, why in [("[series]\nstep = \"loss * 2\"\n", "reserved"), ("[series]\nx = 3\n", "must be a string"),
                       ("[constants]\nk = \"a\"\n", "must be a number"), ("colour = 1\n", "unknown key"),
-                      ("perplexity = 1\n", "true or false"), ("[series\n", "not valid TOML"),
+                      ("perplexity = 1\n", "true, false or a list"), ("[series\n", "not valid TOML"),
+                      ("perplexity = [\"step\"]\n", "true, false or a list"),
                       ("[series]\nx = \"open('f')\"\n", "series x: `open")]:
         bad = tmp_path / "bad.toml"
         bad.write_text(text, encoding="utf-8")
@@ -210,9 +216,9 @@ def plain_values(derived: Derived, record: Dict[str, Any]) -> Dict[str, float]:
 
     out: Dict[str, float] = {}
     names = set(record)
-    for key in record if derived.perplexity else ():
+    for key in record:
         name = key[: -len("loss")] + "perplexity"
-        if (key == "loss" or key.endswith("_loss")) and name not in names:
+        if key in derived.perplexity and name not in names:
             names.add(name)
             if number(record[key]) is not None:
                 try:
@@ -247,7 +253,7 @@ def test_compiled_values_are_the_plain_rule(seed: int) -> None:
 
     rng = random.Random(seed)
     names = ["a", "b", "c", "loss", "eval_loss", "train_loss", "perplexity", "later", "lr", "ab"]
-    for perplexity in (True, False):
+    for perplexity in (True, False, ("loss", "eval_loss", "train_loss")):
         derived = Derived(perplexity=perplexity, series=tuple(
             compile_expression(name, text, {}) for name, text in rng.sample(sorted(CHAINED.items()), rng.randint(1, 10))))
         for _ in range(300):
@@ -265,7 +271,7 @@ def test_compiled_values_are_the_plain_rule(seed: int) -> None:
                     last = dict(data)
                 elif data["step"] == last.get("step"):
                     last.update(data)
-                    if not any(k in read or (derived.perplexity and (k == "loss" or k.endswith("_loss"))) for k in data):
+                    if not any(k in read or k in derived.perplexity for k in data):
                         continue  # nothing a series reads: nothing computed again (a series read before it is
                         # declared is computed when something is, as it was)
                     added = plain_values(derived, last)
@@ -354,3 +360,33 @@ def test_the_sidecar_serves_derived_series(tmp_path: Path) -> None:
         assert record["perplexity"] == "NaN" and record["tokens_per_s"] == 12288.0
     finally:
         server.stop()
+
+
+def test_perplexity_of_the_losses_a_file_names(tmp_path: Path) -> None:
+    spec = tmp_path / "derived.toml"
+    spec.write_text('perplexity = ["loss", "eval_loss"]\n', encoding="utf-8")
+    derived = load_derived(str(spec))
+    assert derived.values({"loss": 0.0, "eval_loss": 0.0, "z_loss": 0.0}) == {"perplexity": 1.0, "eval_perplexity": 1.0}
+    spec.write_text("perplexity = true\n", encoding="utf-8")
+    assert load_derived(str(spec)) == Derived() and Derived().perplexity == ("loss", "lm_loss")
+
+
+@pytest.mark.parametrize("text, message", [
+    ('[series]\na = "b + 1"\nb = "a * 2"\n', "series a: reads b, declared after it"),  # a cycle
+    ('[series]\nearly = "later + 1"\nlater = "loss * 2"\n', "series early: reads later, declared after it"),
+    ('[series]\nx = "x + 1"\n', "series x: it reads itself"),
+    ('[constants]\nlr = 0.1\n[series]\nscaled = "lr * 2"\n', "constant lr: named like a metric of the built-in formats"),
+    ('[constants]\nseq_length = 2\nscaled = 3\n[series]\nscaled = "loss * seq_length"\n', "constant scaled: named like a series"),
+    ('[constants]\nperplexity = 3\n', "constant perplexity: named like a perplexity"),
+])
+def test_an_order_cycle_or_shadowing_constant_is_a_one_line_error(tmp_path: Path, text: str, message: str) -> None:
+    spec = tmp_path / "derived.toml"
+    spec.write_text(text, encoding="utf-8")
+    with pytest.raises(DerivedError, match=f"^{re.escape(str(spec))}: {message}") as caught:
+        load_derived(str(spec))
+    assert "\n" not in str(caught.value)
+    for command in (["parse"], ["serve", "--port", "0", "--state-dir", str(tmp_path / "state"), "--log"]):
+        result = subprocess.run([sys.executable, "-m", "mstail", *command, str(SAMPLES / "metrics.jsonl"),
+                                 "--derived", str(spec)], capture_output=True, timeout=60)
+        assert result.returncode == 2 and result.stdout == b"", command
+        assert result.stderr.decode().strip().splitlines() == [f"mstail: {caught.value}"], command

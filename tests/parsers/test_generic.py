@@ -168,5 +168,25 @@ def test_a_pair_name_over_256_characters_is_no_metric() -> None:
                        "regex = ' (?P<name>[^=]+)=(?P<value>\\d+)'\n", "mine.toml", "mine")
     long_name = "a b" * (MAX_PAIR_NAME // 3 + 1)
     items = SourceParser([fmt]).feed(f"step 1 ok now=1 {long_name}=2", 1, 0.0)
-    assert [(i.kind, {k: v for k, v in i.data.items() if k not in ("time", "line", "segment")}) for i in items] == [
+    assert [(i.kind, {k: v for k, v in i.data.items() if k not in ("time", "estimated", "line", "segment")}) for i in items] == [
         ("record", {"step": 1, "ok_now": 1.0})]
+
+
+# -- counters in parentheses, an epoch counted from 0 (a PyTorch-style print: "Epoch:[{}/{}]({}/{})") --------------
+PAREN = ["Epoch:[0/19](100/24681) loss:8.600 lr:0.00019998 epoch_Time:97.9min:",
+         "Epoch:[0/19](200/24681) loss:8.400 lr:0.00019996 epoch_Time:98.1min:",
+         "Epoch:[1/19](100/24681) loss:7.900 lr:0.00019990 epoch_Time:97.2min:"]
+
+
+def test_a_step_counter_in_parentheses_after_an_epoch_counted_from_0() -> None:
+    records, _, parser = parse(PAREN)  # every record was at step 0 ("no step counter")
+    assert [(r["step"], r["epoch"]) for r in records] == [(100, 0), (200, 0), (24781, 1)]
+    assert_metrics(records[0], {"loss": 8.6, "lr": 0.00019998, "epoch_time_ms": 97.9 * 60000})
+    assert parser.meta.get("x_axis") is None and parser.meta["total_steps"] == 19 * 24681
+
+
+def test_bracketed_and_parenthesised_step_counters() -> None:
+    records, _, parser = parse(["step (30/100) loss=2.0", "Epoch:[0] (10) loss: 6.9", "Epoch:[0] (20) loss: 6.8",
+                                "Epoch:[1] (10) loss: 6.7", "iter[40/100] loss: 1.5"])
+    assert [r["step"] for r in records] == [30, 10, 20, 30, 40]
+    assert [r["segment"] for r in records] == [0, 1, 1, 1, 1]

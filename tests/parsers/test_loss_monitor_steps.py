@@ -72,6 +72,8 @@ def test_printing_less_than_once_an_epoch_without_time_monitor_says_its_steps_ar
     assert len(records) == 4 and parser.meta["steps_per_epoch"] == "guessed"
     steps = [r["step"] for r in records]
     assert steps == sorted(steps) and {r["segment"] for r in records} == {0}
+    # ... and so does each record whose step is a guess
+    assert all(r["estimated"].split() == ["step", "time"] for r in records)
 
 
 @pytest.mark.parametrize("every", [1, 10, 20])
@@ -89,3 +91,27 @@ def test_a_relaunch_in_the_same_log_is_a_new_segment_with_exact_steps() -> None:
     assert [r["segment"] for r in records] == [0] * len(truth) + [1, 1]
     # The log says nothing of the relaunch: a resume event all the same, at the step it resumed from.
     assert [(e["kind"], e["step"], e["from_step"], e["line"]) for e in events] == [("resume", 7, 35, len(first) + 1)]
+
+
+@pytest.mark.parametrize("time_monitor", [False, True])
+@pytest.mark.parametrize("every", [1, 5])
+def test_a_run_appended_to_the_same_log_learns_its_own_epoch_length(time_monitor: bool, every: int) -> None:
+    # `python train.py >> train.log` twice, with another epoch length: 2 x 60 steps, then 3 x 25.
+    first, first_truth = loss_monitor_run(60, 2, every, time_monitor)
+    second, second_truth = loss_monitor_run(25, 3, every, time_monitor)
+    records, events, parser = parse(first + second)
+    assert [r["step"] for r in records] == first_truth + second_truth  # was 1..25, 61..85, 121..145 for run 2
+    assert [r["segment"] for r in records] == [0] * len(first_truth) + [1] * len(second_truth)
+    assert [e["kind"] for e in events] == ["resume"]
+    assert parser.meta["steps_per_epoch"] == 25
+    assert not any("step" in r.get("estimated", "") for r in records)  # every step exact
+
+
+def test_a_resume_at_a_later_epoch_guesses_with_the_run_before_until_told() -> None:
+    first, _ = loss_monitor_run(20, 3, 5, time_monitor=True)
+    resumed = [LOSS_MONITOR % (3, s, 1.0) for s in (5, 10, 15, 20)] + [TIME_MONITOR.format(65.811 * 20, 65.811)]
+    resumed += [LOSS_MONITOR % (4, s, 1.0) for s in (5, 10)]
+    records, _, _ = parse(first + resumed)
+    again = [r for r in records if r["segment"] == 1]
+    assert [r["step"] for r in again] == [45, 50, 55, 60, 65, 70]
+    assert [r.get("estimated", "").split().count("step") for r in again] == [1, 1, 1, 1, 0, 0]

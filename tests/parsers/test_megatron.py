@@ -117,3 +117,12 @@ def test_sample_log() -> None:
         ("eval", 6), ("checkpoint", 6), ("checkpoint_saved", 6), ("eval", 12), ("checkpoint", 12),
         ("checkpoint_saved", 12), ("end", 12)]
     assert parser.counts["unmatched_metric_lines"] == 0 and parser.counts["field_errors"] == 0
+
+
+def test_a_last_pair_without_its_bar_is_read_and_a_pair_not_read_is_counted() -> None:
+    # lr was missing from every record, and "0 unmatched metric-looking lines" was said
+    records, _, parser = parse(["iteration 12/150 | loss: 2.31 | lr: 1.0e-04",
+                                "iteration 13/150 | loss: 2.30 | lr: 1.0e-04 | tokens=4096 |"])
+    assert parser.format is not None and parser.format.name == "megatron"
+    assert [(r["step"], r["loss"], r["lr"]) for r in records] == [(12, 2.31, 1e-4), (13, 2.3, 1e-4)]
+    assert parser.counts["unmatched_metric_lines"] == 1  # the line whose `tokens=4096` no rule reads

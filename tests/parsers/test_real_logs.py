@@ -87,12 +87,13 @@ def test_mindspore_real_log() -> None:
     assert [r["line"] for r in records] == loss_lines
     assert [r["step"] for r in records] == list(range(5, 61, 5))
     assert [r["epoch"] for r in records] == [1] * 4 + [2] * 4 + [3] * 4
-    assert all(r["time"] == READ_TIME for r in records)  # print() output has no timestamp
+    assert all(r["time"] == READ_TIME for r in records)  # print() output has no timestamp: the read time, marked
+    assert all(r["estimated"] == "time" for r in records)
     assert records[0]["loss"] == 2.3684120178222656
     assert records[-1]["loss"] == 0.07282037287950516
     timed = [(r["step"], r["epoch_time_ms"], r["step_time_ms"]) for r in records if "epoch_time_ms" in r]
     assert timed == [(20, 1316.218, 65.811), (40, 104.815, 5.241), (60, 37.335, 1.867)]
-    assert all(set(r) - {"step", "epoch", "time", "segment", "line"} == {"loss"} for r in records if r["step"] % 20)
+    assert all(set(r) - {"step", "epoch", "time", "estimated", "segment", "line"} == {"loss"} for r in records if r["step"] % 20)
     assert events == []
     assert parser.counts["field_errors"] == 0 and parser.counts["unmatched_metric_lines"] == 0
 
@@ -186,3 +187,14 @@ def test_parse_real_mindformers_log_to_csv() -> None:
     shown = datetime.datetime.fromisoformat(rows[0]["time"])  # ISO 8601 with the zone's offset, as the page's CSV writes it
     assert shown.utcoffset() is not None and shown.timestamp() == pytest.approx(float(rows[0]["time_s"]), abs=1e-3)
 
+
+
+def test_parse_gives_no_time_where_the_log_has_none() -> None:
+    # LossMonitor's print() lines and the traceback on stdout have no timestamp: no time at all (it gave the moment of
+    # parsing); MindFormers' prefixed lines keep theirs. Live gives the read time, marked (`estimated`).
+    result = run_cli(str(MS_STDOUT), "sample_logs/mindformers_v1.8_nonsink_worker_0.log", "--to", "jsonl", "--events")
+    rows = [strict_json(line) for line in result.stdout.decode("utf-8").splitlines()]
+    plain = [r for r in rows if r["source"] == MS_STDOUT.stem]
+    prefixed = [r for r in rows if r["source"] == "mindformers_v1.8_nonsink_worker_0" and "kind" not in r]
+    assert len(plain) == 12 and not any("time" in r or "estimated" in r for r in plain)
+    assert len(prefixed) == 20 and all(isinstance(r["time"], float) and "estimated" not in r for r in prefixed)

@@ -30,7 +30,7 @@ import pytest
 
 import mstail.parsers
 from mstail.parsers import builtin_formats, pyliteral
-from mstail.parsers.loader import MAX_PAIR_NAME, MAX_PAIRS
+from mstail.parsers.loader import MAX_PAIR_NAME, MAX_PAIRS, MISSED_CHARS
 from mstail.tailer.lines import LineSplitter
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,7 +48,8 @@ MAX_SHOWN = 10  # a regex with this many cases over the budget is not tried furt
 #: at every word start, that regex costs about 1 s per MiB; tests/parsers/test_generic.py holds the group's bound).
 GENERIC_PAIRS_CHARS = 4096
 INPUT_CAPS = {"pyliteral._UNSAFE": pyliteral.MAX_CHARS, "generic rule step_line pairs.regex": GENERIC_PAIRS_CHARS,
-              "loader._NOT_WORD": MAX_PAIR_NAME}  # a pair's name (with its unit): longer ones are skipped
+              "loader._NOT_WORD": MAX_PAIR_NAME,  # a pair's name (with its unit): longer ones are skipped
+              "loader._PAIR_LOOKING": MISSED_CHARS}  # the start of a pairs group, where unread pairs are looked for
 
 #: What adversarial lines are made of: what the built-in regexes look for, repeated.
 FILLERS = (
@@ -288,7 +289,7 @@ def test_a_line_through_the_whole_parser_stays_bounded() -> None:
 
 # -- A user's regexes: not proved linear, so bounded by a time limit (parsers/bounded.py) -----------------------------
 BACKTRACKS = "(?P<x>a|aa)+b$"  # exponential on a run of `a`s not followed by `b`, in `re` and in `regex`
-RESERVED_KEYS = {"step", "epoch", "time", "segment", "line"}
+RESERVED_KEYS = {"step", "epoch", "time", "estimated", "segment", "line"}
 USER_FORMAT = """
 [[prefix]]
 regex = '^(?P<message>.*?)(?:x|xx)+y$'

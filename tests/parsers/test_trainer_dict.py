@@ -14,6 +14,7 @@ def test_logging_steps_are_numbered_with_canonical_names() -> None:
     records, events, parser = parse(lines)
     assert parser.state.format == "trainer" and not events
     assert [r["step"] for r in records] == [1, 2]
+    assert all(r["estimated"].split() == ["step", "time"] for r in records)  # a count of logging steps, not the step
     assert_metrics(records[0], {"loss": 2.3042, "grad_norm": 1.2451, "lr": 5e-05, "epoch_progress": 0.1})
     assert same(records[1]["grad_norm"], NAN) and "epoch" not in records[1]
 
@@ -37,7 +38,7 @@ def test_ms_swift_dicts_say_their_global_step() -> None:
     line = str({"loss": 1.2, "grad_norm": 0.5, "learning_rate": 1e-05, "memory(GiB)": 12.5, "train_speed(iter/s)": 0.5,
                 "epoch": 0.3, "global_step/max_steps": "30/100", "percentage": "30.00%", "elapsed_time": "1m"})
     records, _, parser = parse([line])
-    assert records[0]["step"] == 30 and parser.meta["total_steps"] == 100
+    assert records[0]["step"] == 30 and parser.meta["total_steps"] == 100 and records[0]["estimated"] == "time"
     assert_metrics(records[0], {"loss": 1.2, "grad_norm": 0.5, "lr": 1e-05, "memory_GiB": 12.5,
                                 "train_speed_iter_s": 0.5, "epoch_progress": 0.3})
 

@@ -14,6 +14,7 @@ import pytest
 from mstail.tailer.tailer import EPOCH_STEPS
 
 from ..parsers.support import SAMPLES, parse_file
+from ..parsers.test_no_steps import NO_STEPS
 from .scenario_support import Running, finished, make_tailer, records
 
 #: Appends a file's lines to another, flushing each, a few milliseconds apart.
@@ -57,3 +58,20 @@ def test_generic_sources_live_equal_offline(tmp_path: Path) -> None:
     assert [r["step"] for r in records(tailer, "zoo")] == [1, 2, 3]
     assert tailer.store.sources["zoo"].problem == EPOCH_STEPS
     assert tailer.store.sources["yolo"].problem is None
+
+
+@pytest.mark.slow
+def test_logs_without_step_lines_give_no_record_live(tmp_path: Path) -> None:
+    """tests/parsers/test_no_steps.py's corpus (glog, dumps, pip, compiler output), written line by line while followed."""
+    tailer = make_tailer("events", str(tmp_path / "*.log"), format=None, patterns=())
+    lines = {path.stem: len(path.read_text(encoding="utf-8").splitlines()) for path in NO_STEPS}
+
+    async def scenario() -> None:
+        async with Running(tailer) as run:
+            await finished(*[writer(path, tmp_path / path.name) for path in NO_STEPS])
+            await run.until(lambda: all(tailer.store.sources.get(stem) is not None and
+                                        tailer.store.sources[stem].counters.get("lines") == count
+                                        for stem, count in lines.items()), 20, "every line read")
+
+    asyncio.run(scenario())
+    assert records(tailer) == []

@@ -504,3 +504,29 @@ def test_torchrun_tagged_ranks_are_sources_of_their_own_on_the_page(watched: Wat
     finally:
         fresh.close()
     watched.assert_clean()
+
+
+def test_a_wall_time_axis_says_when_its_times_are_read_times(watched: Watched, mstail_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """LossMonitor prints no time: its records are drawn at the moments mstail read them, and the time axes say so;
+    a JSONL log's own times are not noted."""
+    printed = tmp_path / "train.log"
+    printed.write_text("".join(f"epoch: 1 step: {s}, loss is {2.0 / s}\n" for s in range(1, 21)), encoding="utf-8")
+    timed = tmp_path / "metrics.jsonl"
+    timed.write_text("".join(json.dumps({"step": s, "time": 1764672000 + s, "lr": 0.1}) + "\n" for s in range(1, 21)),
+                     encoding="utf-8")
+    server = mstail_server(printed, args=("--jsonl", str(timed)))
+    server.wait_records(40)
+    page = watched.page
+    page.goto(server.url + "/", wait_until="load")
+    watched.wait_live()
+    wait_js(page, "() => ['loss', 'lr'].every(m => window.mstail.state.charts.get(m)?.el.dataset.points === '20')")
+    page.select_option("#xaxis", "time")
+    wait_js(page, "() => window.mstail.option('loss').xAxis[0].type === 'time'")
+    assert page.evaluate("() => [window.mstail.option('loss').xAxis[0].name, window.mstail.option('lr').xAxis[0].name]") \
+        == ["read time", ""]
+    page.select_option("#xaxis", "relative")
+    wait_js(page, "() => window.mstail.option('loss').xAxis[0].type === 'value' && location.hash.includes('x=relative')")
+    assert page.evaluate("() => window.mstail.option('loss').xAxis[0].name") == "read time"
+    page.select_option("#xaxis", "step")
+    wait_js(page, "() => window.mstail.option('loss').xAxis[0].name === ''")
+    watched.assert_clean()

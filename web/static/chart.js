@@ -778,10 +778,23 @@ export class ChartView {
       axisLine: { lineStyle: { color: c.axis } }, axisLabel: { color: c.muted, hideOverlap: true },
       splitLine: { show: false },
     };
-    if (view.x === "time") return { ...common, type: "time", name: "" };
-    if (view.x === "relative") return { ...common, type: "value", name: "", axisLabel: { ...common.axisLabel, formatter: (v) => fmtDuration(v) } };
+    // A log without timestamps (LossMonitor's print()) is drawn at the moments mstail read its lines: said on the axis.
+    const timeNote = { name: this.readTimes() ? "read time" : "", nameLocation: "start", nameGap: 6,
+      nameTextStyle: { color: c.muted, fontSize: 10, align: "left", verticalAlign: "top", padding: [18, 0, 0, 0] } };
+    if (view.x === "time") return { ...common, ...timeNote, type: "time" };
+    if (view.x === "relative") return { ...common, ...timeNote, type: "value", axisLabel: { ...common.axisLabel, formatter: (v) => fmtDuration(v) } };
     return { ...common, type: "value", name: "",
       axisLabel: { ...common.axisLabel, formatter: (v) => fmtTick(v, this.interval("xAxis")) } };
+  }
+
+  // Whether a source drawn here has times that are the moments its lines were read (`read_times` of /api/sources: a
+  // column of its compact table, a counter of its full entries).
+  readTimes() {
+    for (const line of this.lines.values()) {
+      const info = state.sources.get(line.source);
+      if (info && (info.read_times || info.counters?.read_times || 0) > 0) return true;
+    }
+    return false;
   }
 
   interval(axis) {

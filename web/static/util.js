@@ -1,6 +1,6 @@
 // Small helpers shared by the page's modules. Nothing here touches the DOM with markup: text only.
 
-export const RESERVED = new Set(["seq", "source", "step", "epoch", "time", "segment", "line", "kind", "message"]);
+export const RESERVED = new Set(["seq", "source", "step", "epoch", "time", "segment", "line", "kind", "message", "estimated"]);
 
 // 16 colours far apart in hue and lightness (readable on both themes); sources beyond them get hues spaced by the
 // golden angle (colorAt), so no two lines drawn together share a colour.
