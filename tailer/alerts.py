@@ -27,7 +27,8 @@ Rules (`DEFAULT_RULES` holds every key and its default; a TOML file given with `
                 of training; armed only by live data (a last record logged less than `live_within_s` ago).
 - `gone`        the followed file disappeared.
 - `straggler`   one source's median step time (last `window` steps) above `ratio` x the median of the other
-                sources' medians and at least `min_ms` slower (multi-rank; needs 2+ sources with step times).
+                ranks' medians and at least `min_ms` slower: only sources of one run read in one format are
+                compared (`peers`), and never two files of one rank (needs 2+ ranks with step times).
 - `trend`       off by default: over the last `window` values of the loss, the second half's mean is above
                 the first half's by more than `divergence_rel` (divergence) or below it by less than
                 `plateau_rel` (plateau); checked every `every` records.
@@ -45,7 +46,7 @@ import math
 import re
 import statistics
 from bisect import bisect_left, insort
-from collections import deque
+from collections import Counter, deque
 from itertools import compress, groupby, repeat
 from operator import contains, ne
 from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
@@ -200,6 +201,16 @@ def _median_without(ranked: List[float], index: int) -> float:
         return ranked[k if k < index else k + 1]
     middle = count // 2
     return at(middle) if count % 2 else (at(middle - 1) + at(middle)) / 2
+
+
+#: the rank a source id names (`rank_3`, `exp1/rank_3`, `worker_3`, `ID/rank3` of a launcher-tagged part)
+_RANK = re.compile(r"(?:rank|device|worker|npu|gpu|card)[_.-]?(\d+)(?:#\d+)?$", re.IGNORECASE)
+
+
+def _rank(source: str) -> str:
+    """The rank a source belongs to: the number its id names, else the id itself (a rank of its own)."""
+    match = _RANK.search(source)
+    return match.group(1) if match else source
 
 
 _EXCEPTION_LINE = re.compile(r"^\s*(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit|Warning)\b")
@@ -423,6 +434,7 @@ class AlertEngine:
         self._published: Dict[str, float] = {}  # alert id -> when its last change was published
         self._next_id = 1
         self.fired = 0
+        self._groups: Dict[str, Tuple[Optional[str], Optional[str]]] = {}  # source -> (run, format): `peers`
 
     # -- public ---------------------------------------------------------------------------------------------
     def table(self) -> Dict[str, Any]:
@@ -802,19 +814,41 @@ class AlertEngine:
         else:
             state.live = state.live or not history
 
+    def peers(self, source: str, run: Optional[str], fmt: Optional[str]) -> None:
+        """Which sources `source`'s step time may be compared with (the straggler rule): those of the same run read
+        in the same format (a rank's info.log and its own JSONL measure a step differently), of another rank."""
+        self._groups[source] = (run, fmt)
+
     def _stragglers(self, now: float, out: List[Change]) -> None:
         rule = self.rules.rules["straggler"]
-        medians = {s: statistics.median(st.step_ms) for s, st in self._sources.items() if len(st.step_ms) >= rule["min_window"]}
-        if len(medians) < 2:
+        groups: Dict[Any, Dict[str, float]] = {}
+        for source, st in self._sources.items():
+            if len(st.step_ms) >= rule["min_window"]:
+                groups.setdefault(self._groups.get(source), {})[source] = statistics.median(st.step_ms)
+        for medians in groups.values():
+            self._stragglers_among(medians, rule, now, out)
+
+    def _stragglers_among(self, medians: Dict[str, float], rule: Dict[str, Any], now: float, out: List[Change]) -> None:
+        """The straggler rule over the median step times of one run's sources of one format: each against the
+        median of the other ranks' (a second file of its own rank is not another rank)."""
+        ranks = {source: _rank(source) for source in medians}
+        if len(set(ranks.values())) < 2:
+            for source in medians:
+                self._resolve("straggler", source, now, out, "no other rank to compare with")
             return
         ranked = sorted(medians.values())  # the others' median is read from it: a thousand ranks, not a million steps
+        files = Counter(ranks.values())  # a rank with two files (info.log and worker_N.log): both left out by hand
         for source, median in medians.items():
-            others = _median_without(ranked, bisect_left(ranked, median))
+            if files[ranks[source]] > 1:
+                others_list = [m for s, m in medians.items() if ranks[s] != ranks[source]]
+                others, count = statistics.median(others_list), len(others_list)
+            else:
+                others, count = _median_without(ranked, bisect_left(ranked, median)), len(medians) - 1
             slow = median > rule["ratio"] * others and median - others >= rule["min_ms"]
             if slow:
                 step = self._sources[source].last_step
                 self._fire("straggler", source, step, now, f"median step time {median:.0f} ms vs {others:.0f} ms on "
-                           f"the other {len(medians) - 1} source(s) ({median / others:.2f}x)", out)
+                           f"the other {count} source(s) ({median / others:.2f}x)", out)
             else:
                 self._resolve("straggler", source, now, out, "step time back in line")
 

@@ -645,6 +645,8 @@ class Tailer:
                     EPOCH_STEPS if parser.meta.get("x_axis") == "epoch" else None)
                 info.hang_rule = "time bound" if source.remote else "writer"
                 info.run = source.run
+                if self.alerts is not None:
+                    self.alerts.peers(source_id, source.run, info.format)
                 if part_items:
                     # a catch-up child's items come prepared (it never hands over launcher-tagged parts)
                     stored = self.store.add(source_id, part_items, source.prepared and source_id == source.id, sent)
