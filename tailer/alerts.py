@@ -26,6 +26,9 @@ Rules (`DEFAULT_RULES` holds every key and its default; a TOML file given with `
 - `hang`        no new step for max(min_s, k x median step time) while the source has not logged the end
                 of training; armed only by live data (a last record logged less than `live_within_s` ago).
 - `gone`        the followed file disappeared.
+- `died`        the run died (`tailer.fate`): its writer left before the total or after an error, or a JSONL stream
+                that logged its start left without its end; raised by the tailer (`fate`) when it sees the writer
+                leave while it watches, never for a run that was over before mstail read it.
 - `straggler`   one source's median step time (last `window` steps) above `ratio` x the median of the other
                 ranks' medians and at least `min_ms` slower: only sources of one run read in one format are
                 compared (`peers`), and never two files of one rank (needs 2+ ranks with step times).
@@ -81,6 +84,7 @@ DEFAULT_RULES: Dict[str, Dict[str, Any]] = {
     },
     "hang": {"enabled": True, "severity": "critical", "min_s": 60.0, "k": 10.0, "live_within_s": 3600.0},
     "gone": {"enabled": True, "severity": "warning"},
+    "died": {"enabled": True, "severity": "critical"},
     "straggler": {"enabled": True, "severity": "warning", "window": 20, "min_window": 10, "ratio": 1.3, "min_ms": 50.0},
 }
 #: Keys that are not rules: [general] settings.
@@ -216,7 +220,7 @@ def _rank(source: str) -> str:
 _EXCEPTION_LINE = re.compile(r"^\s*(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit|Warning)\b")
 
 
-def _what_happened(message: str) -> str:
+def what_happened(message: str) -> str:
     """The line that says what went wrong: a traceback's exception line (its last `...Error: ...` line, after the
     `Traceback (most recent call last):` and frames), else the message's first non-empty line."""
     lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
@@ -725,10 +729,25 @@ class AlertEngine:
         elif state.ended or gone or (state.last_arrival is not None and now - state.last_arrival < bound):
             self._resolve("hang", source, now, out, "training ended" if state.ended else "steps again")
 
-    def ended(self, source: str) -> bool:
-        """Whether the source's run is over: it logged its end, or its writer closed the file while silent."""
+    def fate(self, source: str, fate: Optional[str], why: str, step: Optional[int], now: float, guess: bool = False,
+             witnessed: bool = True) -> List[Change]:
+        """A source's run ended (`fate`: finished | died | stopped, `tailer.fate`; `why` says how) or runs again
+        (None). Over, it is not hung (unless the end is a `guess` of the time bound that it did not finish: then the
+        hang rule goes on); died raises the `died` alert when the end was `witnessed` (seen while mstail watched:
+        an old log that died years ago is not news); running again resolves it."""
         state = self._sources.get(source)
-        return state is not None and state.ended
+        if state is None:
+            state = self._sources[source] = _SourceState(self.rules)
+        out: List[Change] = []
+        if fate is None:
+            self._resolve("died", source, now, out, "it runs again")
+            return out
+        if not guess or fate == "finished":
+            state.ended = True
+            self._resolve("hang", source, now, out, "training ended")
+        if fate == "died" and not guess and witnessed and self.rules.on("died"):
+            self._fire("died", source, step, now, f"run died: {why}", out)
+        return out
 
     def hang_bound(self, source: str) -> float:
         """Seconds without a new step before `source` counts as hung: max(min_s, k x median step time)."""
@@ -868,7 +887,7 @@ class AlertEngine:
         if kind in rule["kinds"] or any(p.lower() in lowered for p in rule["phrases"]):
             step = event.get("step")
             step = step if isinstance(step, int) else None
-            said = _what_happened(message) or str(kind)
+            said = what_happened(message) or str(kind)
             self._fire("error", source, step, now, (said[:300] + (f" (step {step})" if step is not None else "")), out)
             state.clear["error"] = 0
 

@@ -60,6 +60,10 @@ class SourceInfo:
     hang_rule: Optional[str] = None
     unplottable: int = 0  # values (or steps) kept in the history that no chart column can hold: beyond 64 bits
     run: Optional[str] = None  # the run of a file found below a folder (`mstail DIR`): the page groups by it
+    #: how its run ended, in words, while `state` is its fate (finished | died | stopped: `tailer.fate`), else None;
+    #: `end_guessed`: judged by the silence alone (writers on a network filesystem cannot be seen)
+    end_reason: Optional[str] = None
+    end_guessed: bool = False
 
     def as_json(self) -> Dict[str, Any]:
         return {
@@ -77,6 +81,8 @@ class SourceInfo:
             "problem": self.problem,
             "hang_rule": self.hang_rule,
             "run": self.run,
+            "end_reason": self.end_reason,
+            "end_guessed": self.end_guessed,
         }
 
 
