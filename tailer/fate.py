@@ -25,7 +25,7 @@ FATES = (FINISHED, DIED, STOPPED)
 class RunEvidence:
     """What a source's events said of its run's end, since the run (last) started."""
 
-    __slots__ = ("started", "end_step", "ended", "error", "error_step", "total")
+    __slots__ = ("started", "end_step", "ended", "error", "error_step", "total", "error_last")
 
     def __init__(self) -> None:
         self.started = False  # a `start` event (the callback, MindFormers, Megatron write one)
@@ -34,6 +34,7 @@ class RunEvidence:
         self.error: Optional[str] = None  # the line that says what went wrong, of the newest error event
         self.error_step: Optional[int] = None
         self.total: Optional[int] = None  # the total steps a `start` event gave (`total_steps`: the callback's)
+        self.error_last = False  # the newest of the end and error events is an error
 
     def see(self, event: Dict[str, Any]) -> None:
         """Take one stored event of the source."""
@@ -45,10 +46,10 @@ class RunEvidence:
             self.started = kind == "start"
             self.total = total if isinstance(total, int) and not isinstance(total, bool) and total > 0 else None
         elif kind == "end":
-            self.ended, self.end_step = True, step
+            self.ended, self.end_step, self.error_last = True, step, False
         elif kind == "error":
             self.error = what_happened(str(event.get("message") or "")) or "an error"
-            self.error_step = step
+            self.error_step, self.error_last = step, True
 
     def standing_end(self, last_step: Optional[int]) -> bool:
         """An end logged after the last step (a later step means the run went on: another `Model.train`)."""
@@ -74,7 +75,9 @@ def judge(evidence: RunEvidence, last_step: Optional[int], total: Optional[int],
     reached = total is not None and last_step is not None and last_step >= total
     error = evidence.standing_error(last_step)
     at = _at(last_step, total)
-    if error is not None and not (end and reached):
+    # An error standing is a death, unless the run went on to log its end at its last step (an error it finished
+    # despite); one logged after the end is a crash all the same.
+    if error is not None and (evidence.error_last or not (end and reached)):
         return DIED, f"{error} ({at})"
     if end:
         return FINISHED, f"logged its end ({at})"

@@ -14,6 +14,7 @@ it watched, naming the last step, the total and the error line.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -23,7 +24,14 @@ from typing import Any, Dict, List
 
 import pytest
 
+from mstail.parsers import load_formats
+from mstail.tailer.alerts import load_alert_rules
+from mstail.tailer.config import Config
+from mstail.tailer.hub import Hub
+from mstail.tailer.store import Store
+from mstail.tailer.tailer import Tailer
 from tests.conftest import ROOT, wait_until
+from tests.tailer.test_sidecar import run_until
 
 pytestmark = pytest.mark.slow
 
@@ -202,3 +210,71 @@ def test_the_jsonl_callback_under_model_train_killed_crashed_or_finished(tmp_pat
         if proc.poll() is None:
             proc.kill()
         proc.wait(timeout=10)
+
+
+REPLAY = r'''
+import sys, time
+source, target = sys.argv[1], sys.argv[2]
+with open(source, "rb") as handle:
+    lines = handle.read().splitlines(keepends=True)
+with open(target, "ab", buffering=0) as out:
+    for line in lines:
+        out.write(line)
+        time.sleep(0.005)
+'''
+#: how each sample log's run ends: only the MindFormers v1.8 worker log records a crash (a traceback in epoch 2)
+SAMPLE_FATES = {
+    "hf_trainer_stdout.log": "finished", "megatron_mindspeed_llm.log": "finished", "metrics.jsonl": "finished",
+    "mindformers_pynative_r2.0_pp_stage0_info.log": "finished", "mindformers_pynative_worker_0.log": "finished",
+    "mindformers_v1.3_sink_info.log": "finished", "mindformers_v1.8_nonsink_worker_0.log": "died",
+    "mindformers_v1.9_eval_worker_0.log": "finished", "mindspore_lossmonitor.log": "stopped",
+    "mindyolo_train.log": "finished",
+}
+
+
+def test_sample_logs_replayed_by_writers_end_as_they_did_and_only_the_crash_raises_died(
+        tmp_path: Path, mstail_server: Any) -> None:
+    samples = sorted(p for p in (ROOT / "sample_logs").iterdir() if p.suffix in (".log", ".jsonl"))
+    assert {p.name for p in samples} == set(SAMPLE_FATES)
+    server = mstail_server(str(tmp_path / "*.log"), args=("--jsonl", str(tmp_path / "*.jsonl")))
+    writers = [subprocess.Popen([sys.executable, "-c", REPLAY, str(p), str(tmp_path / p.name)]) for p in samples]
+    for proc in writers:
+        assert proc.wait(timeout=30) == 0
+    wait_until(lambda: {n: s["state"] for n, s in by_name(server).items()} == SAMPLE_FATES, 30,
+               message=f"the fates {SAMPLE_FATES}")
+    sources = by_name(server)
+    died = {name for name, s in sources.items() for a in alerts_of(server).get(s["id"], []) if a["rule"] == "died"}
+    assert died == {"mindformers_v1.8_nonsink_worker_0.log"}
+    crash = next(a for a in alerts_of(server)[sources["mindformers_v1.8_nonsink_worker_0.log"]["id"]]
+                 if a["rule"] == "died")
+    assert "RuntimeError: Call aclnnMatmul failed" in crash["message"] and "step 20 of 24" in crash["message"]
+
+
+def test_where_writers_cannot_be_seen_the_silence_decides_and_the_fate_says_it_is_a_guess(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file written from another node over a network filesystem: its writer is out of sight, so its run is judged
+    over once silent past the hang bound, and its fate says that it is a guess (an end logged is none). No network
+    filesystem can be mounted here: `network_fs`'s answer is stood in for."""
+    from mstail.tailer import tailer as tailer_module
+
+    monkeypatch.setattr(tailer_module, "network_fs", lambda path, *rest: "nfs4")
+    prefix = "[INFO] 2026-12-07 10:00:00,000 [mindformers/core/callback/callback.py:314] print_output_info: "
+    for name, steps, over in (("killed", 10, False), ("over", TOTAL, True), ("total", TOTAL, False)):
+        lines = [f"{prefix}{{ Epoch:[  1/  1], step:[{s:5d}/{TOTAL:5d}], loss: 2.5, per_step_time: 30ms, lr: 1e-05, "
+                 "overflow cond: False, loss_scale: 1.0, global_norm: [1.0]" for s in range(1, steps + 1)]
+        lines += [f"{prefix}.........Training Over!............."] if over else []
+        (tmp_path / f"{name}.log").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    rules = load_alert_rules(overrides={"hang": {"min_s": 0.5, "k": 1.0}})
+    config = Config(logs=(str(tmp_path / "*.log"),), poll_s=0.05, alert_rules=rules)
+    tailer = Tailer(config, load_formats(user_dir=Path("/nonexistent")), Store(), Hub())
+    want = {"killed": ("died", True), "over": ("finished", False), "total": ("finished", True)}
+
+    def fates() -> Dict[str, Any]:
+        return {Path(i.path).stem: (i.state, i.end_guessed) for i in tailer.store.sources.values()}
+
+    asyncio.run(run_until(tailer, lambda: fates() == want, timeout_s=20))
+    assert fates() == want
+    infos = {Path(i.path).stem: i for i in tailer.store.sources.values()}
+    assert all(i.hang_rule == "time bound" for i in infos.values())
+    assert infos["killed"].end_reason == f"its writer left before the last step (step 10 of {TOTAL}), no end logged"
+    assert not [a for a in tailer.alerts.table()["active"] if a["rule"] == "died"]  # a guess: the hang rule's to say
