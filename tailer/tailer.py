@@ -84,6 +84,8 @@ WRITER_PULSE_S = 1.0
 #: a source silent this long, whose file nobody was ever seen holding open for writing (a writer that opens it for
 #: each line, or left before mstail looked), is over (its run's fate is judged)
 ENDED_AFTER_S = 10.0
+#: how many of the newest stored events of each kind that tells how a run ends a restart reads back (`_recall_endings`)
+RECALL_EVENTS = 10_000
 #: a source's counters go out on the stream (SSE `source`) at most this often; with many sources less often, so that
 #: all of them cost at most 512 entries a second: SOURCE_PUSH_S x max(1, sources / SOURCE_PUSH_SHARE), but at least
 #: every SOURCE_PUSH_MAX_S - SOURCE_PUSH_S; the loop wakes for held ones at most every SOURCE_PUSH_S, so the page's
@@ -214,6 +216,15 @@ class Tailer:
             self._namer.adopt(path, source_id)
             if checkpoint is not None:
                 self._saved[path.absolute()] = checkpoint
+        self._recall_endings()
+
+    def _recall_endings(self) -> None:
+        """What the stored events said of each source's run's end (its parser resumes after them): the newest
+        RECALL_EVENTS of each kind that tells it, in their order."""
+        events = [event for kind in ("start", "resume", "end", "error")
+                  for event in self.store.events(kind, limit=RECALL_EVENTS, newest=True)]
+        for event in sorted(events, key=lambda event: event["seq"]):
+            self._evidence.setdefault(event["source"], RunEvidence()).see(event)
 
     def discover(self) -> List[_Source]:
         """Register files the patterns name now, and run files below the folders; returns the new ones (runs in
@@ -886,19 +897,19 @@ class Tailer:
             s.remote = network_fs(s.follower.path, mounts) is not None
 
     def _refresh_writers(self, now: float) -> None:
-        """Keep what /proc says of each local file's writers current (`now`: monotonic), at a bounded cost: the
-        processes seen writing are asked every WRITER_PULSE_S whether they still run (a read each); a full look
+        """Keep what /proc says of each local file's writers current (`now`: monotonic), at a bounded cost, at most
+        every WRITER_PULSE_S (not a walk over every source at every pass): the processes seen writing are asked
+        whether they still run (a read each); a full look
         (a stat per open fd on the machine, for every due file at once) is taken for a file not looked at yet or
         replaced (rotation), whose writers all exited, and every WRITER_CHECK_S for one with no writer seen or silent
         for ENDED_AFTER_S, until its run's fate is judged."""
+        if now - self._pulsed < WRITER_PULSE_S:
+            return
+        self._pulsed = now
         files = [s for s in self._sources.values() if s.follower.current is not None]
         self._learn_remote(files)
         local = [s for s in files if not s.remote]
-        alive: Set[ProcId] = set()
-        pulse = now - self._pulsed >= WRITER_PULSE_S
-        if pulse:
-            self._pulsed = now
-            alive = running(set().union(*(s.holders for s in local)))
+        alive = running(set().union(*(s.holders for s in local)))
         wall = time.time()
         due = []
         for s in local:
@@ -908,7 +919,7 @@ class Tailer:
                 due.append(s)
             elif s.writer_seen is None or s.writer_file != s.follower.current.identity:
                 due.append(s)
-            elif pulse and s.holders and not s.holders <= alive:
+            elif s.holders and not s.holders <= alive:
                 if s.holders & alive:
                     s.holders = frozenset(s.holders & alive)
                 else:

@@ -278,3 +278,22 @@ def test_where_writers_cannot_be_seen_the_silence_decides_and_the_fate_says_it_i
     assert all(i.hang_rule == "time bound" for i in infos.values())
     assert infos["killed"].end_reason == f"its writer left before the last step (step 10 of {TOTAL}), no end logged"
     assert not [a for a in tailer.alerts.table()["active"] if a["rule"] == "died"]  # a guess: the hang rule's to say
+
+
+def test_a_restart_remembers_how_a_run_ended(tmp_path: Path, mstail_server: Any) -> None:
+    """The history keeps a run's end: a restarted mstail resumes reading after the `end` event, and still says the
+    run finished (not "stopped": its parser never reads that event again)."""
+    path = tmp_path / "metrics.jsonl"
+    lines = ['{"kind": "start", "step": 0, "message": "training started"}']
+    lines += [f'{{"step": {s}, "loss": {3.0 - s / 100}}}' for s in range(1, 6)]
+    lines += ['{"kind": "end", "step": 5, "message": "training ended"}']
+    subprocess.run([sys.executable, "-c", "import sys; open(sys.argv[1], 'a').write(sys.argv[2])", str(path),
+                    "\n".join(lines) + "\n"], check=True)
+    first = mstail_server(args=("--jsonl", str(path)))
+    wait_until(lambda: [s["state"] for s in first.get_json("/api/sources")] == ["finished"], 10, message="finished")
+    assert first.stop() == 0
+    again = mstail_server(args=("--jsonl", str(path)))
+    wait_until(lambda: again.get_json("/api/sources")[0]["records"] == 5, 10, message="the history loaded")
+    # nobody writes the file: without the end it would be "stopped" 10 s after the start
+    wait_until(lambda: [s["state"] for s in again.get_json("/api/sources")] == ["finished"], 15, message="finished")
+    assert again.get_json("/api/sources")[0]["end_reason"] == "logged its end (step 5)"
