@@ -50,6 +50,7 @@ import re
 import statistics
 from bisect import bisect_left, insort
 from collections import Counter, deque
+from functools import lru_cache
 from itertools import compress, groupby, repeat
 from operator import contains, ne
 from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
@@ -211,6 +212,7 @@ def _median_without(ranked: List[float], index: int) -> float:
 _RANK = re.compile(r"(?:rank|device|worker|npu|gpu|card)[_.-]?(\d+)(?:#\d+)?$", re.IGNORECASE)
 
 
+@lru_cache(maxsize=1 << 14)  # asked for every source at every tick
 def _rank(source: str) -> str:
     """The rank a source belongs to: the number its id names, else the id itself (a rank of its own)."""
     match = _RANK.search(source)
