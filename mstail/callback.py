@@ -209,11 +209,13 @@ class JsonlWriter:
             self._report("log", "a record could not be built", exc_info=True)
             return False
 
-    def event(self, kind: str, step: int | None = None, message: str | None = None) -> bool:
-        """Append an event line, ``{"kind": ..., "step": ..., "time": ..., "message": ...}``: ``end`` when
-        training is over (so the sidecar knows a silence that follows is not a hang), ``error`` for a crash, or
-        any kind of your own (``checkpoint``, ``eval`` ...). Written by every rank that writes records; never
-        raises. Returns whether it was written."""
+    def event(self, kind: str, step: int | None = None, message: str | None = None,
+              total_steps: int | None = None) -> bool:
+        """Append an event line, ``{"kind": ..., "step": ..., "time": ..., "message": ...}``: ``start`` when
+        training begins (with ``total_steps``, the global step it will end at, when known), ``end`` when it is over
+        (so the sidecar knows a silence that follows is not a hang, and a run that started and left without its
+        end died), ``error`` for a crash, or any kind of your own (``checkpoint``, ``eval`` ...). Written by every
+        rank that writes records; never raises. Returns whether it was written."""
         try:
             if not self._this_rank():
                 return False
@@ -223,6 +225,8 @@ class JsonlWriter:
             record["time"] = round(time.time(), 3)
             if message:
                 record["message"] = str(message)
+            if total_steps is not None:
+                record["total_steps"] = int(total_steps)
             return self._append((json.dumps(record) + "\n").encode(), time.perf_counter())
         except Exception:  # monitoring must never stop training
             self.dropped += 1
@@ -430,11 +434,14 @@ class JsonlCallback(Callback):
         self.writer.add_metric(name, value)
 
     def on_train_begin(self, run_context: Any) -> None:
-        """Find where the global step, the lr and the loss scale come from, once per ``Model.train`` call."""
+        """Find where the global step, the lr and the loss scale come from, once per ``Model.train`` call, and
+        write the ``start`` event with the step training will end at."""
+        cb = run_context.original_args()
         try:
-            self._begin(run_context.original_args())
+            self._begin(cb)
         except Exception:
             self.writer._report("begin", "could not inspect the training setup", exc_info=True)
+        self.writer.event("start", self._offset + cb.cur_step_num, "training started", _total_steps(cb, self._offset))
 
     def on_train_step_end(self, run_context: Any) -> None:
         """Write the record of the step that just ended (unless ``every`` skips it)."""
@@ -524,6 +531,16 @@ class JsonlCallback(Callback):
         if isinstance(self._lr_device, Parameter):
             return _number(self._lr_device)
         return _number(self._lr_device(Tensor([step - 1], mstype.int32)))
+
+
+def _total_steps(cb: Any, offset: int) -> int | None:
+    """The global step a ``Model.train`` call ends at (its epochs x steps per epoch after where it starts), or None
+    when the dataset does not say how long an epoch is."""
+    try:
+        total = offset + int(cb.cur_step_num) + int(cb.epoch_num) * int(cb.batch_num)
+    except (AttributeError, TypeError, ValueError):
+        return None
+    return total if total > 0 and int(cb.batch_num) > 0 else None
 
 
 def _find_optimizer(network: Any) -> nn.Optimizer | None:

@@ -26,8 +26,12 @@ Rules (`DEFAULT_RULES` holds every key and its default; a TOML file given with `
 - `hang`        no new step for max(min_s, k x median step time) while the source has not logged the end
                 of training; armed only by live data (a last record logged less than `live_within_s` ago).
 - `gone`        the followed file disappeared.
+- `died`        the run died (`tailer.fate`): its writer left before the total or after an error, or a JSONL stream
+                that logged its start left without its end; raised by the tailer (`fate`) when it sees the writer
+                leave while it watches, never for a run that was over before mstail read it.
 - `straggler`   one source's median step time (last `window` steps) above `ratio` x the median of the other
-                sources' medians and at least `min_ms` slower (multi-rank; needs 2+ sources with step times).
+                ranks' medians and at least `min_ms` slower: only sources of one run read in one format are
+                compared (`peers`), and never two files of one rank (needs 2+ ranks with step times).
 - `trend`       off by default: over the last `window` values of the loss, the second half's mean is above
                 the first half's by more than `divergence_rel` (divergence) or below it by less than
                 `plateau_rel` (plateau); checked every `every` records.
@@ -45,7 +49,8 @@ import math
 import re
 import statistics
 from bisect import bisect_left, insort
-from collections import deque
+from collections import Counter, deque
+from functools import lru_cache
 from itertools import compress, groupby, repeat
 from operator import contains, ne
 from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
@@ -80,6 +85,7 @@ DEFAULT_RULES: Dict[str, Dict[str, Any]] = {
     },
     "hang": {"enabled": True, "severity": "critical", "min_s": 60.0, "k": 10.0, "live_within_s": 3600.0},
     "gone": {"enabled": True, "severity": "warning"},
+    "died": {"enabled": True, "severity": "critical"},
     "straggler": {"enabled": True, "severity": "warning", "window": 20, "min_window": 10, "ratio": 1.3, "min_ms": 50.0},
 }
 #: Keys that are not rules: [general] settings.
@@ -202,10 +208,21 @@ def _median_without(ranked: List[float], index: int) -> float:
     return at(middle) if count % 2 else (at(middle - 1) + at(middle)) / 2
 
 
+#: the rank a source id names (`rank_3`, `exp1/rank_3`, `worker_3`, `ID/rank3` of a launcher-tagged part)
+_RANK = re.compile(r"(?:rank|device|worker|npu|gpu|card)[_.-]?(\d+)(?:#\d+)?$", re.IGNORECASE)
+
+
+@lru_cache(maxsize=1 << 14)  # asked for every source at every tick
+def _rank(source: str) -> str:
+    """The rank a source belongs to: the number its id names, else the id itself (a rank of its own)."""
+    match = _RANK.search(source)
+    return match.group(1) if match else source
+
+
 _EXCEPTION_LINE = re.compile(r"^\s*(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit|Warning)\b")
 
 
-def _what_happened(message: str) -> str:
+def what_happened(message: str) -> str:
     """The line that says what went wrong: a traceback's exception line (its last `...Error: ...` line, after the
     `Traceback (most recent call last):` and frames), else the message's first non-empty line."""
     lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
@@ -423,6 +440,7 @@ class AlertEngine:
         self._published: Dict[str, float] = {}  # alert id -> when its last change was published
         self._next_id = 1
         self.fired = 0
+        self._groups: Dict[str, Tuple[Optional[str], Optional[str]]] = {}  # source -> (run, format): `peers`
 
     # -- public ---------------------------------------------------------------------------------------------
     def table(self) -> Dict[str, Any]:
@@ -713,10 +731,25 @@ class AlertEngine:
         elif state.ended or gone or (state.last_arrival is not None and now - state.last_arrival < bound):
             self._resolve("hang", source, now, out, "training ended" if state.ended else "steps again")
 
-    def ended(self, source: str) -> bool:
-        """Whether the source's run is over: it logged its end, or its writer closed the file while silent."""
+    def fate(self, source: str, fate: Optional[str], why: str, step: Optional[int], now: float, guess: bool = False,
+             witnessed: bool = True) -> List[Change]:
+        """A source's run ended (`fate`: finished | died | stopped, `tailer.fate`; `why` says how) or runs again
+        (None). Over, it is not hung (unless the end is a `guess` of the time bound that it did not finish: then the
+        hang rule goes on); died raises the `died` alert when the end was `witnessed` (seen while mstail watched:
+        an old log that died years ago is not news); running again resolves it."""
         state = self._sources.get(source)
-        return state is not None and state.ended
+        if state is None:
+            state = self._sources[source] = _SourceState(self.rules)
+        out: List[Change] = []
+        if fate is None:
+            self._resolve("died", source, now, out, "it runs again")
+            return out
+        if not guess or fate == "finished":
+            state.ended = True
+            self._resolve("hang", source, now, out, "training ended")
+        if fate == "died" and not guess and witnessed and self.rules.on("died"):
+            self._fire("died", source, step, now, f"run died: {why}", out)
+        return out
 
     def hang_bound(self, source: str) -> float:
         """Seconds without a new step before `source` counts as hung: max(min_s, k x median step time)."""
@@ -802,19 +835,41 @@ class AlertEngine:
         else:
             state.live = state.live or not history
 
+    def peers(self, source: str, run: Optional[str], fmt: Optional[str]) -> None:
+        """Which sources `source`'s step time may be compared with (the straggler rule): those of the same run read
+        in the same format (a rank's info.log and its own JSONL measure a step differently), of another rank."""
+        self._groups[source] = (run, fmt)
+
     def _stragglers(self, now: float, out: List[Change]) -> None:
         rule = self.rules.rules["straggler"]
-        medians = {s: statistics.median(st.step_ms) for s, st in self._sources.items() if len(st.step_ms) >= rule["min_window"]}
-        if len(medians) < 2:
+        groups: Dict[Any, Dict[str, float]] = {}
+        for source, st in self._sources.items():
+            if len(st.step_ms) >= rule["min_window"]:
+                groups.setdefault(self._groups.get(source), {})[source] = statistics.median(st.step_ms)
+        for medians in groups.values():
+            self._stragglers_among(medians, rule, now, out)
+
+    def _stragglers_among(self, medians: Dict[str, float], rule: Dict[str, Any], now: float, out: List[Change]) -> None:
+        """The straggler rule over the median step times of one run's sources of one format: each against the
+        median of the other ranks' (a second file of its own rank is not another rank)."""
+        ranks = {source: _rank(source) for source in medians}
+        if len(set(ranks.values())) < 2:
+            for source in medians:
+                self._resolve("straggler", source, now, out, "no other rank to compare with")
             return
         ranked = sorted(medians.values())  # the others' median is read from it: a thousand ranks, not a million steps
+        files = Counter(ranks.values())  # a rank with two files (info.log and worker_N.log): both left out by hand
         for source, median in medians.items():
-            others = _median_without(ranked, bisect_left(ranked, median))
+            if files[ranks[source]] > 1:
+                others_list = [m for s, m in medians.items() if ranks[s] != ranks[source]]
+                others, count = statistics.median(others_list), len(others_list)
+            else:
+                others, count = _median_without(ranked, bisect_left(ranked, median)), len(medians) - 1
             slow = median > rule["ratio"] * others and median - others >= rule["min_ms"]
             if slow:
                 step = self._sources[source].last_step
                 self._fire("straggler", source, step, now, f"median step time {median:.0f} ms vs {others:.0f} ms on "
-                           f"the other {len(medians) - 1} source(s) ({median / others:.2f}x)", out)
+                           f"the other {count} source(s) ({median / others:.2f}x)", out)
             else:
                 self._resolve("straggler", source, now, out, "step time back in line")
 
@@ -834,7 +889,7 @@ class AlertEngine:
         if kind in rule["kinds"] or any(p.lower() in lowered for p in rule["phrases"]):
             step = event.get("step")
             step = step if isinstance(step, int) else None
-            said = _what_happened(message) or str(kind)
+            said = what_happened(message) or str(kind)
             self._fire("error", source, step, now, (said[:300] + (f" (step {step})" if step is not None else "")), out)
             state.clear["error"] = 0
 

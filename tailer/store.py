@@ -56,10 +56,15 @@ class SourceInfo:
     counters: Dict[str, int] = field(default_factory=dict)
     problem: Optional[str] = None  # what a person should know ("permission denied", "no format matches ...")
     #: how a silence is judged: "writer" (a process still writing the file is seen: silent and nobody writing is
-    #: ended, never hung), "time bound" (a network filesystem: writers there cannot be seen, the hang bound alone)
+    #: over, never hung), "time bound" (a network filesystem: writers there cannot be seen, the hang bound alone, and
+    #: a fate judged by it is a guess)
     hang_rule: Optional[str] = None
     unplottable: int = 0  # values (or steps) kept in the history that no chart column can hold: beyond 64 bits
     run: Optional[str] = None  # the run of a file found below a folder (`mstail DIR`): the page groups by it
+    #: how its run ended, in words, while `state` is its fate (finished | died | stopped: `tailer.fate`), else None;
+    #: `end_guessed`: judged by the silence alone (writers on a network filesystem cannot be seen)
+    end_reason: Optional[str] = None
+    end_guessed: bool = False
 
     def as_json(self) -> Dict[str, Any]:
         return {
@@ -77,6 +82,8 @@ class SourceInfo:
             "problem": self.problem,
             "hang_rule": self.hang_rule,
             "run": self.run,
+            "end_reason": self.end_reason,
+            "end_guessed": self.end_guessed,
         }
 
 

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Set, Tuple
 
 from mstail.parsers import Format, Item, SourceParser, format_table
 from mstail.parsers.amends import fold_amends
@@ -32,7 +32,7 @@ from mstail.parsers.eventfile import EventFileParser
 from mstail.parsers.interleave import MAX_PARTS, InterleavedParser
 from mstail.parsers.record import PART_KEY
 
-from .alerts import AlertEngine
+from .alerts import DEFAULT_RULES, AlertEngine
 from .catchup import BULK_MIN_BYTES, CatchUp, children_allowed, eligible, left_to_read
 from .checkpoint import SourceCheckpoint
 from .config import Config
@@ -49,7 +49,8 @@ from .planner import QUIET_S, Pacer, Plan, Planner
 from .runs import HEADS_TIME_S, NOTHING_YET, RunFinder
 from .store import Store
 from .watch import Changes, watch_directories
-from .writers import writers_of
+from .fate import FATES, RunEvidence, judge
+from .writers import ProcId, holders_of, running
 
 log = logging.getLogger("mstail.sidecar")
 
@@ -74,10 +75,17 @@ HISTORY_COMMIT_S = 0.1
 STALL_S = 10.0
 #: a `--log` pattern naming nothing for this long, in a folder that does not exist, is said on stderr.
 MISSING_AFTER_S = 10.0
-#: how often the hang rule may ask /proc whether a silent file still has a writer (it costs a stat per open fd).
+#: how often /proc is looked through again for the writers of a file none was seen holding (it costs a stat per open
+#: fd on the machine, for all such files at once); a file whose writers were seen is looked at again when they exit.
 WRITER_CHECK_S = 5.0
-#: a source silent this long, whose file nobody holds open for writing any more, has "ended" (its run is over)
+#: how often the processes seen writing the followed files are asked whether they still run (a small read each): a
+#: writer's exit is seen within about this long (plus a pass), and the run's fate with it.
+WRITER_PULSE_S = 1.0
+#: a source silent this long, whose file nobody was ever seen holding open for writing (a writer that opens it for
+#: each line, or left before mstail looked), is over (its run's fate is judged)
 ENDED_AFTER_S = 10.0
+#: how many of the newest stored events of each kind that tells how a run ends a restart reads back (`_recall_endings`)
+RECALL_EVENTS = 10_000
 #: a source's counters go out on the stream (SSE `source`) at most this often; with many sources less often, so that
 #: all of them cost at most 512 entries a second: SOURCE_PUSH_S x max(1, sources / SOURCE_PUSH_SHARE), but at least
 #: every SOURCE_PUSH_MAX_S - SOURCE_PUSH_S; the loop wakes for held ones at most every SOURCE_PUSH_S, so the page's
@@ -118,6 +126,12 @@ class _Source:
     #: catch-up (waiting for its TimeMonitor line) and emitted later is history all the same
     live_from_line: Optional[int] = None
     writer_seen: Optional[Tuple[float, Optional[bool]]] = None  # (monotonic time, held_for_writing) last asked
+    writer_file: Optional[Tuple[int, int]] = None  # the file (identity) `writer_seen` and `holders` are of
+    holders: FrozenSet[ProcId] = frozenset()  # the processes the last look saw holding it open for writing
+    #: its writers were seen to leave (all exited, none took over): the wall time of that, or of the newest data read
+    #: since (then looked at again: a new writer clears it); None while they are there or were never seen
+    left_at: Optional[float] = None
+    witnessed: bool = False  # a writer was seen or live lines read: how its run ends happens while mstail watches
     shown_state: Optional[str] = None  # the state its last delivery showed (None: never delivered)
     remote: Optional[bool] = None  # its file is on a network filesystem (asked once: writers there are not seen)
     run: Optional[str] = None  # the run it belongs to, for a file found below a folder (`mstail DIR`)
@@ -173,6 +187,8 @@ class Tailer:
         self._planner: Planner[_Source] = Planner(lambda path: wanted(path) or self._runs.may_name(path))
         self._plan: Optional[Plan] = None  # what the pass in progress reads (None: every source)
         self._ticked = float("-inf")  # monotonic time of the alert engine's last tick
+        self._pulsed = -math.inf  # monotonic time the writers seen were last asked whether they still run
+        self._evidence: Dict[str, RunEvidence] = {}  # source id -> what its events said of its run's end
         self._pushed: Dict[str, Tuple[float, Any]] = {}  # source id -> (monotonic time, counts) last sent (SSE)
         self._unpushed: Set[str] = set()  # sources whose changed counts were held back (sent by a later delivery)
         self._push_due: List[Tuple[float, str]] = []  # a heap of (monotonic time it may go, source id) of those
@@ -200,6 +216,15 @@ class Tailer:
             self._namer.adopt(path, source_id)
             if checkpoint is not None:
                 self._saved[path.absolute()] = checkpoint
+        self._recall_endings()
+
+    def _recall_endings(self) -> None:
+        """What the stored events said of each source's run's end (its parser resumes after them): the newest
+        RECALL_EVENTS of each kind that tells it, in their order."""
+        events = [event for kind in ("start", "resume", "end", "error")
+                  for event in self.store.events(kind, limit=RECALL_EVENTS, newest=True)]
+        for event in sorted(events, key=lambda event: event["seq"]):
+            self._evidence.setdefault(event["source"], RunEvidence()).see(event)
 
     def discover(self) -> List[_Source]:
         """Register files the patterns name now, and run files below the folders; returns the new ones (runs in
@@ -575,6 +600,7 @@ class Tailer:
         `start` is monotonic, `now` wall time."""
         if self._planner.discovery_due(self._plan, start):
             self.discover()
+        self._refresh_writers(start)
         rotations = self._plan is None or self._plan.rotations
         return self._planner.choose(self._sources.values(), self._plan,
                                     lambda source: self._stale(source, now, rotations))
@@ -632,7 +658,8 @@ class Tailer:
                 info = self.store.add_source(source_id, visible(str(source.follower.source_path)))
                 old_state = info.state
                 info.format = parser.format.name if parser.format else None
-                info.total_steps = parser.meta.get("total_steps", info.total_steps)
+                evidence = self._see(source, source_id, part_items)
+                info.total_steps = parser.meta.get("total_steps") or evidence.total or info.total_steps
                 # while a child reads the history, its counts: the source's follower and parser wait at the resume point
                 counts = source.catch_up.counts if source.catch_up is not None and source_id == source.id else None
                 counts = counts or {**source.follower.counters, **parser.counts}
@@ -645,6 +672,8 @@ class Tailer:
                     EPOCH_STEPS if parser.meta.get("x_axis") == "epoch" else None)
                 info.hang_rule = "time bound" if source.remote else "writer"
                 info.run = source.run
+                if self.alerts is not None:
+                    self.alerts.peers(source_id, source.run, info.format)
                 if part_items:
                     # a catch-up child's items come prepared (it never hands over launcher-tagged parts)
                     stored = self.store.add(source_id, part_items, source.prepared and source_id == source.id, sent)
@@ -657,6 +686,8 @@ class Tailer:
                             source_id, [data for data in stored if data.get("kind") != "amend"], now, history)
                         batch += self._store_alerts(source_id, changes)
                 info.state = self._state(source, source_id, now)
+                if info.state != old_state:
+                    batch += self._store_alerts(source_id, self._fate_changed(source, source_id, info, now))
                 self._push_source(info, info.state != old_state, push_now, push_every)
         self._push_held(push_now, push_every)
         if self.alerts is not None and self._tick_due():
@@ -679,6 +710,29 @@ class Tailer:
             self._pushing = []
         if batch:
             self.hub.publish(ItemsMessage(batch, sent))
+
+    def _see(self, source: _Source, source_id: str, items: List[Item]) -> RunEvidence:
+        """Take what a pass's items say of how a source's run ends (its events; lines read live: its end is watched)."""
+        evidence = self._evidence.get(source_id)
+        if evidence is None:
+            evidence = self._evidence[source_id] = RunEvidence()
+        for item in items:
+            if item.kind == "event":
+                evidence.see(item.data)
+        if items and not source.in_history:
+            source.witnessed = True
+        return evidence
+
+    def _fate_changed(self, source: _Source, source_id: str, info: Any, now: float) -> List[Dict[str, Any]]:
+        """A source's state changed: into a fate (its reason on the source; the alert engine told: a death seen
+        while mstail watched raises the `died` alert), or out of one (the run goes on: a new run in the same file)."""
+        ending = self._fate(source, source_id, now) if info.state in FATES else None
+        info.end_reason, info.end_guessed = (ending[1], ending[2]) if ending is not None else (None, False)
+        if self.alerts is None or (ending is None and info.state not in ("following", "idle")):
+            return []
+        if ending is None:
+            return self.alerts.fate(source_id, None, "", None, now)
+        return self.alerts.fate(source_id, ending[0], ending[1], info.last_step, now, ending[2], source.witnessed)
 
     def _tick_due(self) -> bool:
         """The time-based alert rules look at every source: not more often than ALERT_TICK_S, and with many sources
@@ -815,29 +869,17 @@ class Tailer:
         return isinstance(line, int) and source.live_from_line is not None and line < source.live_from_line
 
     def _writing(self, source_id: str) -> Optional[bool]:
-        """Whether a process still holds the source's file open for writing (`writers.writers_of`, asked at
-        most every WRITER_CHECK_S per source, for every due source in one look); None when that cannot be seen
-        (a network filesystem written from other nodes, another user's processes)."""
+        """Whether a process still holds the source's file open for writing (as `_refresh_writers` last saw it);
+        None when that cannot be seen (a network filesystem written from other nodes, another user's processes)."""
         source = self._by_id.get(source_id) or self._by_id.get(source_id.rpartition("/")[0])  # a tagged part's file
-        if source is None:
-            return None
-        last = source.follower.last_data_time  # wall clock, as every pass's `now`; writer_seen is monotonic
-        if self.alerts is not None and last is not None and source.writer_seen is not None:
-            # The hang rule asks once the silence passed its bound: an answer from before that moment may be a
-            # writer killed since then (a hang alert for a run that is over), so it looks again, once per silence.
-            past_bound = time.time() - last - self.alerts.hang_bound(source_id)
-            if past_bound >= 0 and source.writer_seen[0] < time.monotonic() - past_bound:
-                source.writer_seen = None
-        return self._source_writing(source)
+        return None if source is None else self._source_writing(source)
 
-    def _source_writing(self, source: _Source) -> Optional[bool]:
-        """`_writing` of a source in hand (no search: `_state` asks for every silent source on every pass)."""
-        if source.follower.current is None:
+    @staticmethod
+    def _source_writing(source: _Source) -> Optional[bool]:
+        """`_writing` of a source in hand."""
+        if source.follower.current is None or source.writer_seen is None:
             return None
-        now = time.monotonic()
-        if source.writer_seen is None or now - source.writer_seen[0] >= WRITER_CHECK_S:
-            self._look_for_writers(now)
-        return source.writer_seen[1] if source.writer_seen is not None else None
+        return source.writer_seen[1]
 
     @staticmethod
     def _learn_remote(sources: Iterable[_Source]) -> None:
@@ -854,31 +896,97 @@ class Tailer:
         for s in unknown:
             s.remote = network_fs(s.follower.path, mounts) is not None
 
-    def _look_for_writers(self, now: float) -> None:
-        """One look at /proc for every followed file whose answer is older than WRITER_CHECK_S."""
-        due = [s for s in self._sources.values() if s.follower.current is not None
-               and (s.writer_seen is None or now - s.writer_seen[0] >= WRITER_CHECK_S)]
-        self._learn_remote(due)
-        local = {s.follower.current.identity for s in due if not s.remote}
-        held = writers_of(local) if local else {}
+    def _refresh_writers(self, now: float) -> None:
+        """Keep what /proc says of each local file's writers current (`now`: monotonic), at a bounded cost, at most
+        every WRITER_PULSE_S (not a walk over every source at every pass): the processes seen writing are asked
+        whether they still run (a read each); a full look
+        (a stat per open fd on the machine, for every due file at once) is taken for a file not looked at yet or
+        replaced (rotation), whose writers all exited, and every WRITER_CHECK_S for one with no writer seen or silent
+        for ENDED_AFTER_S, until its run's fate is judged."""
+        if now - self._pulsed < WRITER_PULSE_S:
+            return
+        self._pulsed = now
+        files = [s for s in self._sources.values() if s.follower.current is not None]
+        self._learn_remote(files)
+        local = [s for s in files if not s.remote]
+        alive = running(set().union(*(s.holders for s in local)))
+        wall = time.time()
+        due = []
+        for s in local:
+            last = s.follower.last_data_time
+            if s.left_at is not None and last is not None and last > s.left_at:
+                s.left_at = last  # written since its writers left: is another writing it now? (once per new data)
+                due.append(s)
+            elif s.writer_seen is None or s.writer_file != s.follower.current.identity:
+                due.append(s)
+            elif s.holders and not s.holders <= alive:
+                if s.holders & alive:
+                    s.holders = frozenset(s.holders & alive)
+                else:
+                    due.append(s)  # every writer seen has exited: has another taken over?
+            elif (s.left_at is None and now - s.writer_seen[0] >= WRITER_CHECK_S and s.shown_state not in FATES
+                  and (not s.holders or last is None or wall - last >= ENDED_AFTER_S)):
+                due.append(s)
+        if due:
+            self._look_for_writers(due, now, wall)
+
+    @staticmethod
+    def _look_for_writers(due: List[_Source], now: float, wall: float) -> None:
+        """One look at /proc for the writers of every `due` file: who holds it open for writing, and whether those
+        seen before have exited (then its writers left, at `wall`) or only closed it."""
+        found, blind = holders_of({s.follower.current.identity for s in due})
         for s in due:
-            s.writer_seen = (now, held.get(s.follower.current.identity))
+            identity = s.follower.current.identity
+            holders = found[identity]
+            if holders:
+                s.holders, s.left_at, s.witnessed = holders, None, True
+            else:
+                if s.writer_file == identity and s.holders and not running(s.holders):
+                    s.left_at = wall
+                s.holders = frozenset()
+            status = True if holders else False if not blind or s.left_at is not None else None
+            s.writer_seen, s.writer_file = (now, status), identity
+
+    def _fate(self, source: _Source, source_id: str, now: float) -> Optional[Tuple[str, str, bool]]:
+        """(fate, why, guessed) of a source's run once it is over (`tailer.fate`), else None: it logged its end, or
+        its writer left (seen leaving; or silent ENDED_AFTER_S with nobody seen writing it; or, where writers cannot
+        be seen, silent past the hang bound: a guess). Not before its lines are all read and parsed."""
+        info = self.store.sources.get(source_id)
+        if info is None or not source.caught_up or source.parser.holding:
+            return None
+        last = source.follower.last_data_time
+        silent = now - last if last is not None else 0.0
+        seen = self._source_writing(source)
+        guess = seen is None and source.left_at is None and silent >= self._silence_bound(source_id)
+        left = source.left_at is not None or (seen is False and silent >= ENDED_AFTER_S) or guess
+        evidence = self._evidence.get(source_id) or _NO_EVIDENCE
+        verdict = judge(evidence, info.last_step, info.total_steps, info.format == "jsonl", left)
+        if verdict is None:
+            return None
+        return verdict[0], verdict[1], guess and not evidence.standing_end(info.last_step)  # an end logged is no guess
+
+    def _silence_bound(self, source_id: str) -> float:
+        """How long a source whose writers cannot be seen must be silent before its run is guessed over: the hang
+        bound (the hang rule fires then too, for a run that did not finish)."""
+        return self.alerts.hang_bound(source_id) if self.alerts is not None else float(DEFAULT_RULES["hang"]["min_s"])
 
     def _state(self, source: _Source, source_id: str, now: float) -> str:
-        """following | idle | ended (an `end` event, or silent for ENDED_AFTER_S with no writer left) | the
-        follower's own state (waiting, gone, unreadable)."""
+        """following | idle | its run's fate (finished, died, stopped: `_fate`) | the follower's own state (waiting,
+        gone, unreadable)."""
         follower = source.follower
         if follower.state != "following":
             return follower.state
-        if self.alerts is not None and self.alerts.ended(source_id):
-            return "ended"
+        ending = self._fate(source, source_id, now)
+        if ending is not None:
+            return ending[0]
         last = follower.last_data_time
         silent = now - last if last is not None else 0.0
-        if silent >= ENDED_AFTER_S and source.caught_up and self._source_writing(source) is False:
-            return "ended"
         if silent >= self.config.idle_after_s:
             return "idle"
         return "following"
+
+
+_NO_EVIDENCE = RunEvidence()
 
 
 #: What a source whose global steps rest on a guessed epoch length says (`SourceParser._loss_monitor_step`).

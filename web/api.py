@@ -40,7 +40,8 @@ async def sources(
     request: Request,
     compact: bool = Query(False, description="a table without the file-reading counters (what a page needs first)"),
 ) -> RecordJSONResponse:
-    """Every source: id, path, format, state (waiting | following | idle | gone), counts and steps. With `compact`:
+    """Every source: id, path, format, state (waiting | following | idle | finished | died | stopped | gone |
+    unreadable), how its run ended (`end_reason`, `end_guessed`), counts and steps. With `compact`:
     `{"keys", "metrics", "rows"}`, one row of values per source in the order of `keys`, `counters` left out but for
     `COMPACT_COUNTERS` (a key each) and each source's `metrics` as indexes into `metrics` (1,024 ranks: about a fifth
     of the size)."""

@@ -15,7 +15,8 @@ Families (all prefixed `mstail_`):
   `records_total`, `events_total`, `unmatched_metric_lines_total` (lines that looked like metrics but no rule
   matched: dropped), `cut_lines_total`, `bad_utf8_lines_total`, `parse_errors_total`, `slow_lines_total`, `rotations_total`,
   `truncations_total`, `lost_bytes_total`, `io_errors_total`, `nul_bytes_total`
-- `sources{state}`, `store_items`, `tailer_passes_total`
+- `sources{state}` (waiting, following, idle, finished, died, stopped, gone ...), `source_fate{source, fate, guessed}`
+  (1 for each source whose run is over: how it ended), `store_items`, `tailer_passes_total`
 - SSE: `sse_clients`, `sse_messages_sent_total`, `sse_items_sent_total`, `sse_catch_ups_total`,
   `sse_clients_dropped_total`,
   `hub_batches_published_total`
@@ -37,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional,
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
+from mstail.tailer.fate import FATES
 from mstail.tailer.hub import Hub
 from mstail.tailer.store import Store
 
@@ -84,6 +86,7 @@ class _Snapshot:
     sources: List[Tuple[str, Optional[int], Optional[float], Dict[str, int]]]  # id, last step, last time, counters
     sources_dropped: int
     states: Dict[str, int]
+    fates: List[Tuple[str, str, bool]]  # (source, fate, guessed) of the sources whose run is over
     last_seq: int
     passes: Optional[int]
     hub: Dict[str, int]
@@ -137,6 +140,12 @@ class _Snapshot:
         for state, count in self.states.items():
             states.add_metric([state], count)
         yield states
+        fates = GaugeMetricFamily("mstail_source_fate", "1 for a source whose run is over, labelled with how it ended "
+                                  "(finished, died, stopped; guessed: judged by the silence alone).",
+                                  labels=["source", "fate", "guessed"])
+        for source, fate, guessed in self.fates:
+            fates.add_metric([source, fate, "true" if guessed else "false"], 1)
+        yield fates
         yield GaugeMetricFamily("mstail_store_items", "Records and events held (the last seq).", value=self.last_seq)
         if self.passes is not None:
             yield CounterMetricFamily("mstail_tailer_passes", "Read passes over all files.", value=self.passes)
@@ -201,7 +210,7 @@ class MstailCollector:
         store, hub = self.store, self.hub
         latest = _ordered(store.latest_values())
         infos = list(store.sources.values())
-        states: Dict[str, int] = {"waiting": 0, "following": 0, "idle": 0, "ended": 0, "gone": 0}
+        states: Dict[str, int] = dict.fromkeys(("waiting", "following", "idle", *FATES, "gone"), 0)
         for info in infos:
             states[info.state] = states.get(info.state, 0) + 1
         keys = [key for _, key, _ in SOURCE_COUNTERS]
@@ -223,6 +232,7 @@ class MstailCollector:
                      for info in infos[: self.max_sources]],
             sources_dropped=max(0, len(infos) - self.max_sources),
             states=states,
+            fates=[(info.id, info.state, info.end_guessed) for info in infos[: self.max_sources] if info.state in FATES],
             last_seq=store.last_seq,
             passes=passes if isinstance(passes, int) else None,
             hub={"clients": hub.subscriber_count, "messages": hub.sent_messages, "items": hub.sent_items,

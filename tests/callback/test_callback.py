@@ -80,12 +80,14 @@ def test_model_train_writes_every_step_with_the_lr_used_and_counts_on_across_cal
 
 
 def test_training_that_ends_writes_an_end_event_and_one_that_raises_an_error_and_an_end(tmp_path: Path) -> None:
-    # Before: no end event, so a silence after a run that exited 0 was taken for a hang (someone paged).
+    # Before: no end event, so a silence after a run that exited 0 was taken for a hang (someone paged); no start
+    # event with the total, so a run killed half-way could not be told from one that finished.
     model, _ = sgd_model(0.01)
     path = tmp_path / "m.jsonl"
-    model.train(1, nets.dataset(nets.features()), callbacks=[JsonlCallback(path)])
-    (end,) = read_events(path)
-    assert (end["kind"], end["step"], end["message"]) == ("end", STEPS, "training ended")
+    model.train(2, nets.dataset(nets.features()), callbacks=[JsonlCallback(path)])
+    start, end = read_events(path)
+    assert (start["kind"], start["step"], start["total_steps"]) == ("start", 0, 2 * STEPS_PER_EPOCH)
+    assert (end["kind"], end["step"], end["message"]) == ("end", 2 * STEPS_PER_EPOCH, "training ended")
 
     class Boom(ms.train.Callback):
         def on_train_step_end(self, run_context: Any) -> None:
@@ -97,7 +99,8 @@ def test_training_that_ends_writes_an_end_event_and_one_that_raises_an_error_and
     with pytest.raises(ValueError, match="terminating training"):
         model.train(1, nets.dataset(nets.features()), callbacks=[JsonlCallback(crashed), Boom()])
     assert [r["step"] for r in read_records(crashed)] == [1, 2, 3]
-    error, end = read_events(crashed)
+    start, error, end = read_events(crashed)
+    assert (start["kind"], start["total_steps"]) == ("start", STEPS_PER_EPOCH)
     assert (error["kind"], error["step"], end["kind"], end["step"]) == ("error", 3, "end", 3)
     assert error["message"].endswith("ValueError: loss is NAN or INF, terminating training")
     assert end["message"] == "training ended by an exception (ValueError)"  # the error event says which

@@ -371,6 +371,26 @@ def test_straggler_one_rank_persistently_slower_than_the_others() -> None:
     assert solo.tick(solo.now + 1) == []
 
 
+
+def test_straggler_never_compares_two_files_of_one_rank_nor_two_formats_or_runs() -> None:
+    engine = AlertEngine()
+    feeds = {"rank_0": 0.1, "worker_0": 0.3, "exp1/rank_1": 0.1, "exp2/rank_2": 0.3, "rank_4": 0.1, "rank_5": 0.3}
+    for source, step_s in feeds.items():
+        run = Run(source=source)
+        run.engine = engine
+        run.feed(training(30, step_s=step_s))
+    # rank_0's info.log and its worker_0.log: one rank; exp1 and exp2: two runs; rank_4 and rank_5: two formats
+    engine.peers("rank_0", None, "mindformers")
+    engine.peers("worker_0", None, "mindformers")
+    engine.peers("exp1/rank_1", "exp1", "mindformers")
+    engine.peers("exp2/rank_2", "exp2", "mindformers")
+    engine.peers("rank_4", "exp3", "mindformers")
+    engine.peers("rank_5", "exp3", "jsonl")
+    assert engine.tick(T0 + 20, dict.fromkeys(feeds, "following")) == []
+    engine.peers("rank_5", "exp3", "mindformers")  # the same run and format: rank 5 is the straggler
+    [alert] = engine.tick(T0 + 21, dict.fromkeys(feeds, "following"))
+    assert (alert["rule"], alert["source"]) == ("straggler", "rank_5")
+
 def test_trend_is_off_by_default_and_finds_plateau_and_divergence() -> None:
     flat = {s: {"loss": 2.0 + 0.001 * (s % 3)} for s in range(1, 201)}
     assert Run().feed(training(200, at=flat)).fired() == []

@@ -3,11 +3,11 @@ alert (or none) for each, for a plain MindSpore log (LossMonitor lines, no times
 JSONL writer.
 
 - exits cleanly: no alert (the writer closed the file: the run is over);
-- killed with SIGKILL: no hang (nobody writes the file any more);
+- killed with SIGKILL: no hang (nobody writes the file any more; with no total and no end logged: "stopped");
 - stopped with SIGSTOP (alive, holding the file, silent): one hang alert;
-- raises: one error alert with the exception line, no hang;
+- raises: one error alert with the exception line and the run "died", no hang;
 - an old log read at start, its writer still holding it but silent: no hang (history never arms the rule).
-And `/api/sources` says "ended" for the runs whose writer is gone, never for one still holding its file.
+And `/api/sources` gives the runs whose writer is gone their fate, never one still holding its file.
 """
 
 from __future__ import annotations
@@ -101,21 +101,22 @@ def test_every_way_a_training_ends_gets_the_right_alert_or_none(tmp_path: Path, 
         time.sleep(max(0.0, HANG_S + 3 - (time.monotonic() - ended_at)))
         got = alerts_by_source(server)
         ids = {Path(s["path"]).name: s["id"] for s in server.get_json("/api/sources")}
-        expected = {"exit.log": [], "kill.log": [], "stop.log": ["hang"], "raise.log": ["error"],
-                    "exit.jsonl": [], "kill.jsonl": [], "stop.jsonl": ["hang"], "raise.jsonl": ["error"], "old.log": []}
+        expected = {"exit.log": [], "kill.log": [], "stop.log": ["hang"], "raise.log": ["died", "error"],
+                    "exit.jsonl": [], "kill.jsonl": [], "stop.jsonl": ["hang"], "raise.jsonl": ["died", "error"], "old.log": []}
         assert {name: sorted(got.get(ids[name], [])) for name in expected} == expected
         errors = [a for a in server.get_json("/api/alerts")["active"] if a["rule"] == "error"]
         assert [a["count"] for a in errors] == [1, 1]
         assert all(a["message"].startswith("ValueError: For 'loss' of the network") for a in errors), [(a["source"], a["message"]) for a in errors]
-        # /api/sources: a run whose writer is gone (exited, raised, killed) or that logged its end is "ended" once
-        # silent for tailer.ENDED_AFTER_S (10 s); a silent writer that still holds its file (stopped, or the old
-        # log's) is not: following, then idle, and the hang alert says the rest.
+        # /api/sources: a run whose writer is gone (exited, raised, killed) has its fate: finished with its end
+        # logged, died after an error, else stopped (no total to compare the last step with); a silent writer that
+        # still holds its file (stopped, or the old log's) has none: following, then idle, and the hang alert says
+        # the rest.
         def states() -> Dict[str, str]:
             return {Path(s["path"]).name: s["state"] for s in server.get_json("/api/sources")}
 
-        over = {f"{ending}.{kind}" for kind in ("log", "jsonl") for ending in ("exit", "kill", "raise")}
-        wait_until(lambda: {n for n, st in states().items() if st == "ended"} == over, 30,
-                   message=f"ended: {sorted(over)}")
+        fates = {"exit.log": "stopped", "kill.log": "stopped", "raise.log": "died",
+                 "exit.jsonl": "finished", "kill.jsonl": "stopped", "raise.jsonl": "died"}
+        wait_until(lambda: {n: st for n, st in states().items() if n in fates} == fates, 30, message=f"{fates}")
         assert {states()[n] for n in ("stop.log", "stop.jsonl", "old.log")} <= {"following", "idle"}, states()
     finally:
         for proc in [old, *writers.values()]:

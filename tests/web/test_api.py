@@ -189,12 +189,13 @@ def test_sources(app: Any) -> None:
     assert [s["id"] for s in got] == ["rank_0", "rank_1"]
     rank0, rank1 = got
     assert list(rank0) == ["id", "path", "format", "state", "records", "first_step", "last_step", "last_time",
-                           "total_steps", "metrics", "counters", "problem", "hang_rule", "run"]
+                           "total_steps", "metrics", "counters", "problem", "hang_rule", "run", "end_reason",
+                           "end_guessed"]
     assert rank0 == {
         "id": "rank_0", "path": "/logs/output/log/rank_0/info.log", "format": "mindformers", "state": "following",
         "records": 10, "first_step": 1, "last_step": 10, "last_time": T0 + 10, "total_steps": None,
         "metrics": ["loss", "lr", "grad_norm", "global_batch_size"], "counters": {"lines": 20, "bytes": 2048},
-        "problem": None, "hang_rule": None, "run": None,
+        "problem": None, "hang_rule": None, "run": None, "end_reason": None, "end_guessed": False,
     }
     assert (rank1["state"], rank1["records"], rank1["first_step"], rank1["last_step"], rank1["metrics"]) == (
         "idle", BIG, 1, BIG, ["loss"])

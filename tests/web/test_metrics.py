@@ -25,6 +25,8 @@ from mstail.tailer.hub import Hub
 from mstail.tailer.store import Store
 from mstail.web.metrics import MstailCollector, render
 
+from tests.conftest import wait_until
+
 from .sse_client import collect, stream_seqs
 
 TOKEN = "metrics-token-0123456789abcdefABCDEF"
@@ -80,8 +82,12 @@ def test_metrics_of_a_real_mstail(tmp_path: Path, mstail_server, log_writer) -> 
         assert value(samples, "mstail_bytes_read_total", source=source) == Path(logs[int(source[-1])]).stat().st_size
         assert value(samples, "mstail_parse_errors_total", source=source) == 0
         assert value(samples, "mstail_unmatched_metric_lines_total", source=source) == 0
-    # the test wrote the logs and closed them: silent for 10 s with no writer, a source is "ended"
-    assert value(samples, "mstail_sources", state="following") + value(samples, "mstail_sources", state="ended") == 2
+    # the writers logged "Training Over!": each run finished, and /metrics says how each ended
+    wait_until(lambda: value(scrape(server.url), "mstail_sources", state="finished") == 2, 10, message="finished")
+    fates = scrape(server.url)
+    for source in ("rank_0", "rank_1"):
+        assert value(fates, "mstail_source_fate", source=source, fate="finished", guessed="false") == 1
+    assert value(fates, "mstail_sources", state="died") == value(fates, "mstail_sources", state="stopped") == 0
     assert value(samples, "mstail_metric_series_dropped") == 0
     assert value(samples, "mstail_store_items") == server.get_json("/healthz")["last_seq"]
     assert value(samples, "mstail_sse_clients") == 0

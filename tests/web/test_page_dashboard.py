@@ -146,12 +146,13 @@ def test_charts_are_grouped_with_a_header_per_rank_and_a_heatmap(dash: Dash, art
     facts = dict(page.eval_on_selector_all(f"{card} .fact", "els => els.map(e => [e.querySelector('.label').textContent,"
                                            " e.querySelector('.value').textContent])"))
     assert facts["step"] == f"{STEPS} / {STEPS}"
-    # rank_0 logged "Training Over!" and then an error (the fixture appends it): the error came last, so crashed
-    assert facts["ETA"] == "stopped"
-    assert page.get_attribute(card, "data-state") == "crashed"
-    assert page.text_content(f"{card} .state").startswith("crashed")
+    # rank_0 logged "Training Over!" and then an error (the fixture appends it): the error came last, so it died
+    assert facts["ETA"] == "died"
+    assert page.get_attribute(card, "data-state") == "died"
+    assert page.text_content(f"{card} .state").startswith("died")
+    assert page.text_content(f"{card} .ending").startswith("ValueError: bad token")  # how it ended, in words
     other = "#sources .source[data-source='rank_1']"
-    assert page.get_attribute(other, "data-state") == "ended"  # "Training Over!" came last
+    assert page.get_attribute(other, "data-state") == "finished"  # "Training Over!" came last
     assert page.text_content(f"{other} .fact.eta .value") == "done"
     assert page.get_attribute(f"{other} .fact.since", "data-level") == "none"  # an ended run is never hang-red
     assert facts["step time"].endswith(" ms") and facts["throughput"].endswith("TFLOPS")
@@ -161,7 +162,7 @@ def test_charts_are_grouped_with_a_header_per_rank_and_a_heatmap(dash: Dash, art
     wait_js(page, "s => !!document.querySelector(s)", arg=f"{card} .counters")
     counters = page.text_content(f"{card} .counters")
     assert "lines " in counters and "records 3000" in counters and "rotations 0" in counters
-    assert "hang: judged by its writer" in counters  # a local file: silence with no writer is ended, never hung
+    assert "hang: judged by its writer" in counters  # a local file: silence with no writer is over, never hung
     assert "seq " in page.text_content("#summary")
     page.click("#file-details")
     wait_js(page, "s => !document.querySelector(s)", arg=f"{card} .counters")

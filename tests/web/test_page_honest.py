@@ -210,13 +210,14 @@ def test_counters_advance_while_following(honest: Honest) -> None:
 def test_an_ended_or_old_run_is_not_shown_as_hung(honest: Honest) -> None:
     page = honest.page
     ended, silent = honest.source_id("ended"), honest.source_id("silent")
-    assert page.get_attribute(honest.row(ended), "data-state") == "ended"
+    assert page.get_attribute(honest.row(ended), "data-state") == "finished"  # it logged its end
     assert page.text_content(f"{honest.row(ended)} .eta") == "done"
-    # silent for a year and nobody writes its file: the server calls it ended (10 s after reading it), the page too
-    wait_until(lambda: next(s for s in honest.server.get_json("/api/sources") if s["id"] == silent)["state"] == "ended",
-               20, message="the silent run ended")
-    wait_js(page, "r => document.querySelector(r).dataset.state === 'ended'", arg=honest.row(silent), timeout=3000)
-    assert page.text_content(f"{honest.row(silent)} .eta") == "done"
+    # silent for a year, nobody writes its file, no end logged and no total: the server calls it stopped (10 s after
+    # reading it), the page too, and never "done"
+    wait_until(lambda: next(s for s in honest.server.get_json("/api/sources") if s["id"] == silent)["state"] == "stopped",
+               20, message="the silent run stopped")
+    wait_js(page, "r => document.querySelector(r).dataset.state === 'stopped'", arg=honest.row(silent), timeout=3000)
+    assert page.text_content(f"{honest.row(silent)} .eta") == "stopped"
     for sid in (ended, silent):
         since = f"{honest.row(sid)} td.since"
         assert page.get_attribute(since, "data-level") == "none"  # a year since the last step: not red

@@ -1,6 +1,6 @@
 // The sources: one card per source up to CARDS_MAX sources, beyond that a compact table (filter by name, sort by
 // lag / step time / loss, the worst few highlighted) so the charts still start on the first screen. Each shows the
-// source's state in words and colour (following, idle, ended, crashed, hung, unreadable, no format: hang colours
+// source's state in words and colour (following, idle, finished, died, stopped, crashed, hung, unreadable, no format: hang colours
 // only while the alert engine has a hang alert firing for it), step, loss, lr, step time, ETA, throughput and
 // time since its last step; the file-reading counters sit behind the "file details" disclosure. It keeps the
 // per-source facts up to date from the stream: its records (noteRecord) and its `source` messages (noteSource: the
@@ -113,17 +113,23 @@ function hangAlert(id) {
   return null;
 }
 
-// One word and a colour class per source. Red only for what needs someone: a firing hang alert, a crash, a file
-// mstail cannot read. An ended or long-silent run without a hang alert is ended / idle, never red.
+// How a run ended, as the server judged it (tailer/fate.py): the reason goes in the state's tooltip, and a fate
+// the silence alone decided (writers on a network filesystem are not seen) is shown as a guess ("died?").
+const FATES = { finished: "done", died: "bad", stopped: "muted" };
+
+// One word and a colour class per source. Red only for what needs someone: a firing hang alert, a run that died or
+// crashed, a file mstail cannot read. A run that stopped without saying whether it finished is "stopped", never done.
 export function sourceStatus(info) {
   if (info.state === "unreadable") return { key: "unreadable", text: "unreadable", level: "bad" };
   if (hangAlert(info.id)) return { key: "hung", text: "hung", level: "bad" };
+  if (FATES[info.state]) {
+    const text = info.state + (info.end_guessed ? "?" : "");
+    return { key: info.state, text, level: FATES[info.state], why: info.end_reason || "" };
+  }
   const life = state.lifecycle.get(info.id);
   if (life && life.kind === "error" && !(typeof life.step === "number" && info.last_step > life.step)) {
     return { key: "crashed", text: "crashed", level: "bad" };
   }
-  // ended: it logged its end, or the server saw it fall silent with nobody writing its file any more
-  if (info.state === "ended" || (life && life.kind === "end")) return { key: "ended", text: "ended", level: "done" };
   if (info.state === "waiting" && info.problem) return { key: "missing", text: "missing", level: "warn" };  // a --log typo
   if (!info.format && info.problem) return { key: "noformat", text: "no format", level: "warn" };
   // following: the file is followed and its last step is recent (an old run read at start is idle, not live)
@@ -148,7 +154,9 @@ function factsOf(info, now, maxStep) {
   const total = info.total_steps ? ` / ${info.total_steps}` : "";
   const left = info.total_steps && info.last_step !== null ? info.total_steps - info.last_step : null;
   const running = status.key === "following" || status.key === "hung";
-  const eta = status.key === "ended" ? "done" : status.key === "crashed" ? "stopped"
+  // "done" only for a run that finished (its end logged, or its last step the total), never for one that stopped
+  const eta = status.key === "finished" ? (info.end_guessed ? "done?" : "done") : status.key === "died" ? "died"
+    : status.key === "stopped" || status.key === "crashed" ? "stopped"
     : running && left !== null && stepMs !== null ? fmtDuration(left * stepMs / 1000) : "–";
   const tflops = latestOf("throughput_tflops", info.id);
   const sps = latestOf("samples_per_s", info.id);
@@ -179,7 +187,7 @@ function countersText(info) {
     ["truncations", c.truncations], ["rotations", c.rotations], ["failures", c.failures], ["unplottable", c.unplottable]];
   const counts = parts.filter((p) => p[1] !== undefined).map(([k, v]) => `${k} ${k === "bytes" ? fmtAxis(v) : v}`);
   // Which rule judges a silence (tailer/tailer.py): the writer seen on this machine, or the time bound alone.
-  if (info.hang_rule === "writer") counts.push("hang: judged by its writer (silent and not written: ended)");
+  if (info.hang_rule === "writer") counts.push("hang: judged by its writer (silent and not written: over)");
   if (info.hang_rule === "time bound") counts.push("hang: time bound only (network filesystem: writers not seen)");
   return counts.join(" · ");
 }
@@ -205,6 +213,7 @@ function toggleButton(info) {
 function statusEl(info, status) {
   const st = el("span", `state ${status.key} level-${status.level}`, status.text + (info.format ? ` · ${info.format}` : ""));
   st.dataset.state = status.key;
+  if (status.why) st.title = status.why;
   return st;
 }
 
@@ -230,6 +239,7 @@ function card(info, facts) {
   node.append(list);
   if (view.details) node.append(el("div", "counters", countersText(info)));
   if (info.problem) node.append(problemEl(info));
+  if (facts.status.why) node.append(el("div", "ending", facts.status.why));  // how its run ended, in words
   return node;
 }
 
