@@ -381,6 +381,9 @@ function setupToolbar() {
     renderAllNow();
     refreshHeatmap();
   });
+  const tipSort = document.getElementById("tooltip-sort");
+  tipSort.value = view.tipSort;
+  tipSort.addEventListener("change", () => { view.tipSort = tipSort.value; writeURL(); });
   const filter = document.getElementById("metric-filter");
   filter.value = view.filter;
   filter.addEventListener("input", () => { view.filter = filter.value; writeURL(); filterCharts(); });

@@ -182,6 +182,11 @@ export class ChartView {
     this.chart.setOption(this.baseOption());
     this.fresh = true;  // its first render takes the current zoom (the others got it through echarts.connect)
     this.chart.on("datazoom", () => this.hooks.zoomed(this));
+    // Where the mouse is on the y axis: the tooltip's "nearest" order ranks the lines by their distance to it.
+    // Only the chart under the mouse shows its tooltip (the linked charts show their crosshair only).
+    // Noted in the capture phase: before ECharts' own handlers ask for the tooltip.
+    this.plot.addEventListener("mousemove", (e) => { this.mouseY = e.clientY; this.hovered = true; }, true);
+    this.plot.addEventListener("mouseleave", () => { this.hovered = false; });
     this.chart.on("legendselectchanged", (e) => this.hooks.legend(e.name, e.selected[e.name]));
     this.chart.on("click", (p) => {
       if (p.seriesId === "events" && p.data) this.hooks.eventClicked(p.data.item);
@@ -195,7 +200,11 @@ export class ChartView {
       grid: { left: 56, right: 18, top: 32, bottom: 50 },
       legend: { type: "scroll", top: 2, left: 0, right: 0, height: 18, padding: [2, 5], itemWidth: 14, itemHeight: 8,
         textStyle: { fontSize: 11, lineHeight: 14 }, pageIconSize: 10, pageTextStyle: { fontSize: 11 } },
-      tooltip: { trigger: "axis", renderMode: "richText", confine: true, formatter: (p) => this.tooltip(p) },
+      // HTML outside the chart (on the page's body), placed inside the window by tipPosition; built from DOM
+      // nodes with textContent (never markup from the log).
+      tooltip: { trigger: "axis", renderMode: "html", appendTo: "body", className: "mstail-tip", transitionDuration: 0,
+        formatter: (p) => (this.hovered ? this.tooltip(p) : ""),
+        position: (point, _p, dom, _r, size) => this.tipPosition(point, dom, size.contentSize) },
       xAxis: { type: "value" },
       yAxis: [{ type: "value", scale: true }, { type: "value", min: 0, max: 1, show: false }],
       dataZoom: [
@@ -824,9 +833,17 @@ export class ChartView {
     const zoom = {};
     if (this.fresh && view.zoom) Object.assign(zoom, { startValue: view.zoom[0], endValue: view.zoom[1] });
     this.fresh = false;
+    // Series replaced under a shown tooltip: ECharts would show it again from the removed series (TypeErrors in
+    // getDataParams) with the old view's values; hidden now, it is drawn afresh at the next mouse move.
+    const ids = series.map((s) => s.id).join("\n");
+    if (ids !== this.seriesIds) {
+      this.chart.dispatchAction({ type: "hideTip" });
+      this.chart.dispatchAction({ type: "updateAxisPointer", currTrigger: "leave" });
+      this.seriesIds = ids;
+    }
     this.chart.setOption({
       legend: { data: legendNames, selected, textStyle: { color: c.text, lineHeight: 14 }, pageTextStyle: { color: c.muted } },
-      tooltip: { backgroundColor: c.tooltip, borderColor: c.axis, textStyle: { color: c.text } },
+      tooltip: { backgroundColor: c.tooltip, borderColor: c.axis, textStyle: { color: c.text, fontSize: 12 } },
       xAxis: this.xAxisOption(),
       yAxis: [{
         type: logScale ? "log" : "value", scale: true, name: view.baseline ? `Δ vs ${view.baseline}` : "",
@@ -867,20 +884,77 @@ export class ChartView {
     return `mean ${fmt(mean)} · ${fmt(Math.min(...finite))} … ${fmt(Math.max(...finite))} over ${values.length} sources`;
   }
 
+  // One row per line (raw and smoothed side by side, a colour swatch), in the order the toolbar asks for (nearest
+  // the mouse, ascending, descending); past a screenful the first rows and "and N more".
   tooltip(params) {
     const list = Array.isArray(params) ? params : [params];
     if (!list.length) return "";
     const x = list[0].axisValue;
     const head = view.x === "time" ? new Date(x).toLocaleString() : view.x === "relative" ? `+${fmtDuration(x)}` : `${view.x} ${fmtAxis(x)}`;
-    const rows = [];
+    const rows = new Map();  // line id -> {name, color, raw, smooth}
     for (const p of list) {
       const id = String(p.seriesId || "");
-      if (!/\|(raw|smooth|line)$/.test(id) || !Array.isArray(p.value) || p.value[1] === null) continue;
-      const kind = id.endsWith("|raw") && this.smoothing() ? " raw" : id.endsWith("|smooth") ? " smoothed" : "";
-      rows.push(`${p.seriesName}${kind}: ${fmt(p.value[1])}`);
-      if (rows.length >= 16) { rows.push("…"); break; }
+      const kind = id.match(/\|(raw|smooth|line)$/);
+      if (!kind || !Array.isArray(p.value) || p.value[1] === null || p.value[1] === undefined) continue;
+      const key = id.slice(0, id.length - kind[0].length);
+      let row = rows.get(key);
+      if (!row) { row = { name: p.seriesName, color: p.color, raw: null, smooth: null }; rows.set(key, row); }
+      row[kind[1] === "smooth" ? "smooth" : "raw"] = p.value[1];
     }
-    return [head, ...rows].join("\n");
+    const sorted = this.sortRows([...rows.values()]);
+    const room = tipRows();
+    const box = document.createElement("div");
+    box.className = "tip";
+    box.dataset.metric = this.metric;
+    const title = document.createElement("div");
+    title.className = "tip-head";
+    title.textContent = head;
+    box.append(title);
+    for (const row of sorted.slice(0, room)) box.append(tipRow(row, this.smoothing()));
+    if (sorted.length > room) {
+      const more = document.createElement("div");
+      more.className = "tip-more";
+      more.textContent = `and ${sorted.length - room} more`;
+      box.append(more);
+    }
+    box.dataset.rows = String(Math.min(room, sorted.length));
+    box.dataset.more = String(Math.max(0, sorted.length - room));
+    return box;
+  }
+
+  sortRows(rows) {
+    const key = (r) => (r.smooth !== null ? r.smooth : r.raw);
+    const finite = (v) => (typeof v === "number" && Number.isFinite(v) ? v : null);
+    const byName = (a, b) => natural(a.name, b.name);
+    // Lines without a finite value here come last, in name order.
+    const order = (rank) => rows.sort((a, b) => {
+      const ra = rank(a);
+      const rb = rank(b);
+      return ra === rb ? byName(a, b) : ra === null ? 1 : rb === null ? -1 : ra - rb;
+    });
+    if (view.tipSort === "ascending") return order((r) => finite(key(r)));
+    if (view.tipSort === "descending") return order((r) => (finite(key(r)) === null ? null : -key(r)));
+    let target = null;
+    try {
+      target = this.mouseY === undefined ? null : this.chart.convertFromPixel({ yAxisIndex: 0 }, this.mouseY - this.plot.getBoundingClientRect().top);
+    } catch (err) {
+      target = null;
+    }
+    if (typeof target !== "number" || !Number.isFinite(target)) return rows.sort(byName);
+    return order((r) => (finite(key(r)) === null ? null : Math.abs(key(r) - target)));
+  }
+
+  // The tooltip next to the mouse, on the side with room, always inside the window (it lives on the page's body).
+  tipPosition(point, dom, size) {
+    dom.classList.toggle("elsewhere", !this.hovered);
+    const plot = this.plot.getBoundingClientRect();
+    const [w, h] = size;
+    const margin = 8;
+    let left = plot.left + point[0] + 16;
+    if (left + w > window.innerWidth - margin) left = plot.left + point[0] - w - 16;
+    left = Math.max(margin, Math.min(left, window.innerWidth - w - margin));
+    const top = Math.max(margin, Math.min(plot.top + point[1] - h / 2, window.innerHeight - h - margin));
+    return [left - plot.left, top - plot.top];
   }
 
   // ---- export ----------------------------------------------------------------------------------------
@@ -948,6 +1022,34 @@ function bandSeries(id, name, color, band) {
       return { type: "group", children };
     },
   };
+}
+
+// How many rows a tooltip lists: what fits in most of the window's height (a row is about 18 px).
+function tipRows() {
+  return Math.max(4, Math.min(40, Math.floor((window.innerHeight * 0.7 - 40) / 18)));
+}
+
+function tipRow(row, smoothing) {
+  const el = document.createElement("div");
+  el.className = "tip-row";
+  el.dataset.name = row.name;
+  const swatch = document.createElement("span");
+  swatch.className = "tip-swatch";
+  swatch.style.background = typeof row.color === "string" ? row.color : "";
+  const name = document.createElement("span");
+  name.className = "tip-name";
+  name.textContent = row.name;
+  const value = document.createElement("span");
+  value.className = "tip-value";
+  value.textContent = smoothing && row.smooth !== null ? fmt(row.smooth) : fmt(row.raw);
+  el.append(swatch, name, value);
+  if (smoothing && row.smooth !== null && row.raw !== null) {
+    const raw = document.createElement("span");
+    raw.className = "tip-raw";
+    raw.textContent = `raw ${fmt(row.raw)}`;
+    el.append(raw);
+  }
+  return el;
 }
 
 function samplesOf(record) {
