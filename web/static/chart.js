@@ -898,7 +898,7 @@ export class ChartView {
       if (!kind || !Array.isArray(p.value) || p.value[1] === null || p.value[1] === undefined) continue;
       const key = id.slice(0, id.length - kind[0].length);
       let row = rows.get(key);
-      if (!row) { row = { name: p.seriesName, color: p.color, raw: null, smooth: null }; rows.set(key, row); }
+      if (!row) { row = { key, name: p.seriesName, color: p.color, raw: null, smooth: null }; rows.set(key, row); }
       row[kind[1] === "smooth" ? "smooth" : "raw"] = p.value[1];
     }
     const sorted = this.sortRows([...rows.values()]);
@@ -1032,7 +1032,7 @@ function tipRows() {
 function tipRow(row, smoothing) {
   const el = document.createElement("div");
   el.className = "tip-row";
-  el.dataset.name = row.name;
+  el.dataset.line = row.key;
   const swatch = document.createElement("span");
   swatch.className = "tip-swatch";
   swatch.style.background = typeof row.color === "string" ? row.color : "";
