@@ -248,6 +248,8 @@ function onZoom(chart) {
   const [lo, hi] = state.extent;
   if (zoom.start <= 0 && zoom.end >= 100) view.zoom = null;
   else view.zoom = [lo + (hi - lo) * zoom.start / 100, lo + (hi - lo) * zoom.end / 100];
+  // Steps are whole: the zoom's bounds too (the steps it holds, in the URL and the re-fetch).
+  if (view.zoom && view.x === "step") view.zoom = [Math.floor(view.zoom[0]), Math.ceil(view.zoom[1])];
   writeURL();
   clearTimeout(page.zoomTimer);
   page.zoomTimer = setTimeout(() => refetchVisible(), ZOOM_DEBOUNCE_MS);
@@ -511,6 +513,7 @@ window.mstail = {
     return option;
   },
   yLabels: (metric) => state.charts.get(metric).yLabels(),
+  yExtent: (metric) => state.charts.get(metric).chart.getModel().getComponent("yAxis", 0).axis.scale.getExtent(),
   pixel(metric, step, level = 0.035) {  // where a marker at `step` (at `level` on the markers' 0..1 axis) is drawn
     const chart = state.charts.get(metric);
     const [x, y] = chart.chart.convertToPixel({ xAxisIndex: 0, yAxisIndex: 1 }, [chart.dispOfStep(chart.sortedLines()[0].source, step, null), level]);

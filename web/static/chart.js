@@ -820,6 +820,7 @@ export class ChartView {
     const mean = this.agg ? meanMode(shownSourcesOf(this.metric)) : meanMode(shownSources.length);
     const meanOf = this.agg ? this.agg.sources : shownSources.length;
     const series = mean ? this.meanSeries(shownLines) : this.overlaySeries(lines);
+    const lineIds = series.map((s) => s.id).join("\n");
     // Marker series only when they have something to show: an empty markLine still costs a redraw.
     for (const extra of [this.markerSeries(), this.nonfiniteSeries(), this.alertSeries()]) {
       if ((extra.data && extra.data.length) || (extra.markLine && extra.markLine.data.length)) series.push(extra);
@@ -835,11 +836,11 @@ export class ChartView {
     this.fresh = false;
     // Series replaced under a shown tooltip: ECharts would show it again from the removed series (TypeErrors in
     // getDataParams) with the old view's values; hidden now, it is drawn afresh at the next mouse move.
-    const ids = series.map((s) => s.id).join("\n");
-    if (ids !== this.seriesIds) {
+    // (The markers' series come and go with the events; the tooltip does not show them.)
+    if (lineIds !== this.seriesIds) {
       this.chart.dispatchAction({ type: "hideTip" });
       this.chart.dispatchAction({ type: "updateAxisPointer", currTrigger: "leave" });
-      this.seriesIds = ids;
+      this.seriesIds = lineIds;
     }
     this.chart.setOption({
       legend: { data: legendNames, selected, textStyle: { color: c.text, lineHeight: 14 }, pageTextStyle: { color: c.muted } },
@@ -848,7 +849,10 @@ export class ChartView {
       yAxis: [{
         type: logScale ? "log" : "value", scale: true, name: view.baseline ? `Δ vs ${view.baseline}` : "",
         nameTextStyle: { color: c.muted, align: "left" }, nameGap: 6,
-        axisLine: { show: false }, axisLabel: { color: c.muted, formatter: (v) => fmtTick(v, this.interval("yAxis")) },
+        // A log axis spans the data, not the whole decades around it (loss 4-10 is not drawn on 1-100).
+        min: logScale ? (e) => e.min : null, max: logScale ? (e) => e.max : null,
+        axisLine: { show: false },
+        axisLabel: { color: c.muted, formatter: (v) => (logScale ? fmtAxis(v) : fmtTick(v, this.interval("yAxis"))) },
         splitLine: { lineStyle: { color: c.split } },
       }, { type: "value", min: 0, max: 1, show: false }],
       dataZoom: [{ ...zoom }, { ...zoom, borderColor: c.axis, textStyle: { color: c.muted }, fillerColor: "rgba(51,112,255,0.15)",

@@ -1,0 +1,152 @@
+"""Readable at any scale, in real headless Chromium against a real mstail: the tooltip of 64 overlaid ranks stays
+inside the window and lists a screenful of rows and "and N more", sorted as asked; y-axis labels of 5,000,000 and
+1e-7 are whole; a log axis spans the data (loss 4-10, not 1-100); zoom bounds are whole steps; the toolbar of two
+compared runs is one row at 1280 px."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any, Iterator, List
+
+import pytest
+
+from ..conftest import start_mstail
+from .browser import dashboard, show_chart, wait_js
+
+pytestmark = pytest.mark.browser
+
+RANKS = 64
+STEPS = 40
+T0 = time.time() - 3600
+TIP = """m => {
+  const tip = [...document.querySelectorAll('.mstail-tip')].find(t => getComputedStyle(t).display !== 'none'
+    && getComputedStyle(t).visibility !== 'hidden' && t.querySelector(`.tip[data-metric='${m}']`));
+  if (!tip) return null;
+  const r = tip.getBoundingClientRect();
+  const box = tip.querySelector('.tip');
+  return {box: [r.left, r.top, r.right, r.bottom], rows: +box.dataset.rows, more: +box.dataset.more,
+          values: [...tip.querySelectorAll('.tip-value')].map(v => +v.textContent),
+          text: tip.querySelector('.tip-more') ? tip.querySelector('.tip-more').textContent : ''};
+}"""
+
+
+def _write_ranks(root: Path) -> List[str]:
+    files = []
+    for rank in range(RANKS):
+        path = root / f"rank_{rank}" / "metrics.jsonl"
+        path.parent.mkdir(parents=True)
+        lines = [{"step": s, "time": T0 + s, "loss": 4.0 + 6.0 * math.exp(-s / 8) + 0.01 * rank,
+                  "tokens": 5_000_000 + 1000 * s + rank, "tiny": 1e-7 * (1 + s / 20)} for s in range(1, STEPS + 1)]
+        path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+        files.append(str(path))
+    return files
+
+
+@pytest.fixture(scope="module")
+def ranks64(browser: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    root = tmp_path_factory.mktemp("ranks64")
+    server = start_mstail([], root / "mstail", args=["--jsonl", *_write_ranks(root / "job")])
+    try:
+        server.wait_records(RANKS * STEPS, timeout=60)
+        with dashboard(browser, server.url) as watched:
+            yield watched
+    finally:
+        code = server.stop()
+    assert code is not None and "Traceback" not in server.stderr, server.stderr
+
+
+def _hover(page: Any, metric: str, fx: float, fy: float) -> None:
+    box = page.evaluate("m => { const r = document.querySelector(`section.chart[data-metric='${m}'] .plot`)"
+                        ".getBoundingClientRect(); return [r.left, r.top, r.width, r.height]; }", metric)
+    page.mouse.move(box[0] + box[2] * fx, box[1] + box[3] * fy)
+
+
+@pytest.mark.timeout(90)
+def test_the_tooltip_of_64_lines_fits_the_window_sorted_as_asked(ranks64: Any) -> None:
+    page = ranks64.page
+    page.select_option("#ranks", "overlay")
+    show_chart(page, "loss")
+    wait_js(page, "n => window.mstail.state.charts.get('loss').seriesIds.split('\\n')"
+                  ".filter(i => i.endsWith('|raw')).length === n", arg=RANKS)
+    height = page.evaluate("() => window.innerHeight")
+    width = page.evaluate("() => window.innerWidth")
+    for fx, fy in ((0.5, 0.5), (0.95, 0.78), (0.12, 0.15)):  # inside the plot's grid
+        for order in ("descending", "ascending", "nearest"):
+            page.select_option("#tooltip-sort", order)
+            _hover(page, "loss", fx, fy)
+            _hover(page, "loss", fx + 0.005, fy)
+            wait_js(page, TIP, arg="loss")
+            tip = page.evaluate(TIP, "loss")
+            left, top, right, bottom = tip["box"]
+            assert 0 <= left and right <= width and 0 <= top and bottom <= height, (tip["box"], width, height)
+            # a screenful of rows, then "and N more" for the rest of the 64 lines
+            assert 4 <= tip["rows"] < RANKS and tip["rows"] + tip["more"] == RANKS, tip
+            assert tip["text"] == f"and {tip['more']} more"
+            values = tip["values"]
+            if order == "descending":
+                assert values == sorted(values, reverse=True), values
+            elif order == "ascending":
+                assert values == sorted(values), values
+    assert "ts=nearest" not in page.url and page.evaluate("() => window.mstail.view.tipSort") == "nearest"
+    page.select_option("#tooltip-sort", "descending")
+    assert "ts=descending" in page.url
+    page.select_option("#tooltip-sort", "nearest")
+    page.select_option("#ranks", "auto")
+    ranks64.assert_clean()
+
+
+@pytest.mark.timeout(90)
+def test_axis_labels_are_whole_and_a_log_axis_spans_the_data(ranks64: Any) -> None:
+    page = ranks64.page
+    for metric, unit in (("tokens", "M"), ("tiny", "e-")):
+        show_chart(page, metric)
+        labels = page.evaluate("m => window.mstail.yLabels(m)", metric)
+        texts = [text for text, _ in labels]
+        assert len(texts) >= 2 and len(set(texts)) == len(texts), texts
+        # every label fits the 56 px gutter, in the unit of its magnitude
+        assert all(px <= 50 and unit in text for text, px in labels), labels
+    show_chart(page, "loss")
+    page.click("section.chart[data-metric='loss'] .tool-log")
+    wait_js(page, "() => window.mstail.state.charts.get('loss').el.dataset.log === '1'"
+                  " && !window.mstail.state.charts.get('loss').dirty")
+    low, high = page.evaluate("() => window.mstail.yExtent('loss')")
+    assert 3.9 <= low <= 4.2 and 9.5 <= high <= 10.7, (low, high)
+    page.click("section.chart[data-metric='loss'] .tool-log")
+    ranks64.assert_clean()
+
+
+@pytest.mark.timeout(90)
+def test_zoom_bounds_are_whole_steps(ranks64: Any) -> None:
+    page = ranks64.page
+    show_chart(page, "loss")
+    page.evaluate("() => window.mstail.state.charts.get('loss').chart"
+                  ".dispatchAction({type: 'dataZoom', start: 13.3, end: 61.7})")
+    wait_js(page, "() => window.mstail.view.zoom !== null")
+    zoom = page.evaluate("() => window.mstail.view.zoom")
+    assert all(float(v).is_integer() for v in zoom), zoom
+    assert "z=" in page.url and "." not in page.url.split("z=")[1].split("&")[0], page.url
+    page.click("#reset-zoom")
+    wait_js(page, "() => window.mstail.view.zoom === null && document.body.dataset.busy === '0'")
+    ranks64.assert_clean()
+
+
+@pytest.mark.timeout(90)
+def test_the_toolbar_of_compared_runs_is_one_row_at_1280_px(browser: Any, log_writer: Any, tmp_path: Path) -> None:
+    logs = [tmp_path / "runs" / f"exp{e}" / "output" / "log" / f"rank_{r}" / "info.log" for e in (1, 2) for r in range(2)]
+    log_writer.finish(log_writer(logs, steps=5, interval_s=0))
+    server = start_mstail([], tmp_path / "mstail", args=[str(tmp_path / "runs")])
+    try:
+        server.wait_records(5 * len(logs), timeout=60)
+        with dashboard(browser, server.url) as watched:
+            page = watched.page
+            page.set_viewport_size({"width": 1280, "height": 900})
+            wait_js(page, "() => document.querySelector('#ranks option[value=auto]').textContent.includes('compare')")
+            height = page.evaluate("() => document.querySelector('.topbar').getBoundingClientRect().height")
+            assert height < 70, height  # one row: 51 px (two: 105 px)
+            watched.assert_clean()
+    finally:
+        code = server.stop()
+    assert code is not None and "Traceback" not in server.stderr, server.stderr
