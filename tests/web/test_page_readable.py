@@ -150,3 +150,33 @@ def test_the_toolbar_of_compared_runs_is_one_row_at_1280_px(browser: Any, log_wr
     finally:
         code = server.stop()
     assert code is not None and "Traceback" not in server.stderr, server.stderr
+
+
+@pytest.mark.timeout(90)
+def test_the_chart_filter_is_a_regex_and_shortcuts_are_listed(ranks64: Any) -> None:
+    page = ranks64.page
+    shown = "() => [...document.querySelectorAll('section.chart')].filter(e => !e.hidden).map(e => e.dataset.metric).sort()"
+    every = page.evaluate(shown)
+    page.fill("#metric-filter", "^t(ok|in)")
+    wait_js(page, "() => document.querySelectorAll('section.chart:not([hidden])').length === 2")
+    assert page.evaluate(shown) == ["tiny", "tokens"]
+    assert "q=%5Et%28ok%7Cin%29" in page.url
+    # an invalid regex: said next to the box, read as text, no exception
+    page.fill("#metric-filter", "to(")
+    wait_js(page, "() => !document.getElementById('metric-filter-error').hidden")
+    assert page.text_content("#metric-filter-error") == "invalid regex"
+    assert page.evaluate(shown) == []
+    page.fill("#metric-filter", "")
+    wait_js(page, "() => document.getElementById('metric-filter-error').hidden")
+    assert page.evaluate(shown) == every
+    # "?" lists the shortcuts; "o" turns the tooltip order; Esc closes the list
+    page.evaluate("() => document.activeElement.blur()")  # shortcuts are not taken while typing in a box
+    page.keyboard.press("?")
+    wait_js(page, "() => !document.getElementById('shortcuts').hidden")
+    assert "tooltip order" in page.text_content("#shortcuts")
+    page.keyboard.press("o")
+    assert page.evaluate("() => window.mstail.view.tipSort") == "ascending"
+    page.keyboard.press("Escape")
+    wait_js(page, "() => document.getElementById('shortcuts').hidden")
+    page.select_option("#tooltip-sort", "nearest")
+    ranks64.assert_clean()

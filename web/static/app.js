@@ -137,10 +137,38 @@ function applyCollapsed(section) {
   section.querySelector(".grid").hidden = folded;
 }
 
-// The chart filter: charts whose name does not contain it are hidden (and so neither fetched nor drawn).
+// The chart filter, a regular expression (case-insensitive) as in TensorBoard: charts whose name it does not match
+// are hidden (and so neither fetched nor drawn). An invalid one is said next to the box and read as plain text.
+let filterTest = { text: null, test: () => true };
+
+function chartFilter() {
+  const text = view.filter.trim();
+  if (filterTest.text === text) return filterTest.test;
+  let test = () => true;
+  let problem = "";
+  if (text) {
+    try {
+      const re = new RegExp(text, "i");
+      test = (name) => re.test(name);
+    } catch (err) {
+      problem = `not a regular expression (${err.message.replace(/^Invalid regular expression: /, "")}): matched as text`;
+      const needle = text.toLowerCase();
+      test = (name) => name.toLowerCase().includes(needle);
+    }
+  }
+  const box = document.getElementById("metric-filter");
+  box.classList.toggle("invalid", !!problem);
+  box.title = problem || "show only the charts whose name matches this regular expression";
+  const error = document.getElementById("metric-filter-error");
+  error.textContent = problem ? "invalid regex" : "";
+  error.title = problem;
+  error.hidden = !problem;
+  filterTest = { text, test };
+  return test;
+}
+
 function applyFilter(box) {
-  const needle = view.filter.trim().toLowerCase();
-  box.hidden = !!needle && !box.dataset.metric.toLowerCase().includes(needle);
+  box.hidden = !chartFilter()(box.dataset.metric);
 }
 
 function filterCharts() {
@@ -390,7 +418,68 @@ function setupToolbar() {
   filter.value = view.filter;
   filter.addEventListener("input", () => { view.filter = filter.value; writeURL(); filterCharts(); });
   document.getElementById("reset-zoom").addEventListener("click", () => zoomTo(null, null));
+  document.getElementById("shortcuts-button").addEventListener("click", () => toggleShortcuts());
+  setupShortcuts();
   document.getElementById("detail-close").addEventListener("click", () => { document.getElementById("detail").hidden = true; });
+}
+
+// ---- keyboard shortcuts (listed on "?") -------------------------------------------------------------------
+const SHORTCUTS = [
+  ["/", "filter the charts", () => document.getElementById("metric-filter").focus()],
+  ["m", "ranks: auto, overlay, mean + band in turn", () => cycleSelect("ranks")],
+  ["x", "x axis: step, wall time, relative time, samples in turn", () => cycleSelect("xaxis")],
+  ["o", "tooltip order: nearest, ascending, descending in turn", () => cycleSelect("tooltip-sort")],
+  ["r", "reset the zoom", () => zoomTo(null, null)],
+  ["t", "light or dark theme", () => document.getElementById("theme").click()],
+  ["?", "show or hide this list", () => toggleShortcuts()],
+  ["Esc", "close this list, the alerts and the event text", () => closePanels()],
+];
+
+function cycleSelect(id) {
+  const select = document.getElementById(id);
+  select.selectedIndex = (select.selectedIndex + 1) % select.options.length;
+  select.dispatchEvent(new Event("change"));
+}
+
+function toggleShortcuts() {
+  const panel = document.getElementById("shortcuts");
+  if (!panel.children.length) {
+    const title = document.createElement("h2");
+    title.textContent = "Keyboard shortcuts";
+    const list = document.createElement("dl");
+    for (const [key, what] of SHORTCUTS) {
+      const term = document.createElement("dt");
+      const kbd = document.createElement("kbd");
+      kbd.textContent = key;
+      term.append(kbd);
+      const description = document.createElement("dd");
+      description.textContent = what;
+      list.append(term, description);
+    }
+    panel.append(title, list);
+  }
+  panel.hidden = !panel.hidden;
+}
+
+function closePanels() {
+  for (const id of ["shortcuts", "detail"]) document.getElementById(id).hidden = true;
+  if (!document.getElementById("alerts-panel").hidden) document.getElementById("alerts-badge").click();
+}
+
+function setupShortcuts() {
+  document.addEventListener("keydown", (event) => {
+    if (event.ctrlKey || event.metaKey || event.altKey) return;
+    const typing = event.target.closest && event.target.closest("input, select, textarea");
+    if (typing) {
+      if (event.key === "Escape") event.target.blur();
+      return;
+    }
+    const key = event.key === "Escape" ? "Esc" : event.key;
+    const shortcut = SHORTCUTS.find(([k]) => k === key);
+    if (!shortcut) return;
+    event.preventDefault();
+    shortcut[2]();
+  });
 }
 
 // ---- boot ------------------------------------------------------------------------------------------------
