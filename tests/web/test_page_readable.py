@@ -1,7 +1,7 @@
 """Readable at any scale, in real headless Chromium against a real mstail: the tooltip of 64 overlaid ranks stays
 inside the window and lists a screenful of rows and "and N more", sorted as asked; y-axis labels of 5,000,000 and
 1e-7 are whole; a log axis spans the data (loss 4-10, not 1-100); zoom bounds are whole steps; the toolbar of two
-compared runs is one row at 1280 px."""
+compared runs is one row at 1280 px; a legend of 12 lines has no pages."""
 
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ def test_the_tooltip_of_64_lines_fits_the_window_sorted_as_asked(ranks64: Any) -
                   ".filter(i => i.endsWith('|raw')).length === n", arg=RANKS)
     height = page.evaluate("() => window.innerHeight")
     width = page.evaluate("() => window.innerWidth")
-    for fx, fy in ((0.5, 0.5), (0.95, 0.78), (0.12, 0.15)):  # inside the plot's grid
+    for fx, fy in ((0.5, 0.5), (0.95, 0.78), (0.12, 0.3)):  # inside the plot's grid
         for order in ("descending", "ascending", "nearest"):
             page.select_option("#tooltip-sort", order)
             _hover(page, "loss", fx, fy)
@@ -134,8 +134,9 @@ def test_zoom_bounds_are_whole_steps(ranks64: Any) -> None:
 
 
 @pytest.mark.timeout(90)
-def test_the_toolbar_of_compared_runs_is_one_row_at_1280_px(browser: Any, log_writer: Any, tmp_path: Path) -> None:
-    logs = [tmp_path / "runs" / f"exp{e}" / "output" / "log" / f"rank_{r}" / "info.log" for e in (1, 2) for r in range(2)]
+def test_compared_runs_one_row_toolbar_at_1280_px_and_a_legend_without_pages(browser: Any, log_writer: Any,
+                                                                            tmp_path: Path) -> None:
+    logs = [tmp_path / "runs" / f"exp{e}" / "output" / "log" / f"rank_{r}" / "info.log" for e in (1, 2) for r in range(6)]
     log_writer.finish(log_writer(logs, steps=5, interval_s=0))
     server = start_mstail([], tmp_path / "mstail", args=[str(tmp_path / "runs")])
     try:
@@ -146,6 +147,13 @@ def test_the_toolbar_of_compared_runs_is_one_row_at_1280_px(browser: Any, log_wr
             wait_js(page, "() => document.querySelector('#ranks option[value=auto]').textContent.includes('compare')")
             height = page.evaluate("() => document.querySelector('.topbar').getBoundingClientRect().height")
             assert height < 70, height  # one row: 51 px (two: 105 px)
+            # 12 lines: every name in the legend, on as many rows as they need above the plot (no pages)
+            show_chart(page, "loss")
+            option = page.evaluate("() => { const o = window.mstail.option('loss'); return [o.legend[0], o.grid[0].top]; }")
+            legend, top = option
+            rows = int(page.get_attribute("section.chart[data-metric='loss']", "data-legend-rows"))
+            assert legend["type"] == "plain" and legend["show"] and len(legend["data"]) == len(logs), legend
+            assert rows >= 2 and top == 14 + 18 * rows, (rows, top)
             watched.assert_clean()
     finally:
         code = server.stop()

@@ -21,6 +21,10 @@ const MARKER_BASE_Y = 0.035;  // on the hidden 0..1 axis: just above the x axis
 const MARKER_STEP_Y = 0.075;  // one glyph higher per kind at the same place
 const MARKER_GAP_PX = 12;     // glyphs closer than this on the x axis share a stack
 const ALERT_LABEL_GAP_PX = 90;  // alert labels closer than this are merged into one ("+N")
+const LEGEND_ROWS_MAX = 3;   // legend rows above a plot at most (two dozen names or so); beyond, none on the chart
+const LEGEND_ROW_PX = 18;
+const LEGEND_GAP_PX = 10;
+let measureCtx = null;      // a canvas context that measures legend names
 const MANY_SOURCES_POINTS = 60000;  // points per chart at most, shared by its sources (1,024 ranks: 58 each)
 
 // A glyph as a small SVG (same path as on the chart), for the page's legend.
@@ -198,8 +202,10 @@ export class ChartView {
       animation: false,
       backgroundColor: "transparent",
       grid: { left: 56, right: 18, top: 32, bottom: 50 },
-      legend: { type: "scroll", top: 2, left: 0, right: 0, height: 18, padding: [2, 5], itemWidth: 14, itemHeight: 8,
-        textStyle: { fontSize: 11, lineHeight: 14 }, pageIconSize: 10, pageTextStyle: { fontSize: 11 } },
+      // Plain (no pages): as many rows as its names need, up to LEGEND_ROWS_MAX (legendRows); beyond, the source
+      // table or cards are the legend.
+      legend: { type: "plain", top: 2, left: 0, right: 0, padding: [2, 5], itemGap: LEGEND_GAP_PX, itemWidth: 14,
+        itemHeight: 8, textStyle: { fontSize: 11, lineHeight: 14 } },
       // HTML outside the chart (on the page's body), placed inside the window by tipPosition; built from DOM
       // nodes with textContent (never markup from the log).
       tooltip: { trigger: "axis", renderMode: "html", appendTo: "body", className: "mstail-tip", transitionDuration: 0,
@@ -828,6 +834,8 @@ export class ChartView {
     const sources = [...new Set(lines.map((l) => l.source))];
     const legendNames = mean ? [`mean of ${meanOf}`, "min–max", ...shownSources.filter((s) => this.onTop(s))]
       : sources.filter((s) => !(view.baseline && s === view.baseline));
+    const legendRows = this.legendRows(legendNames);
+    this.el.dataset.legendRows = String(legendRows);
     const selected = {};
     for (const s of sources) if (!mean || this.onTop(s)) selected[s] = !view.hidden.has(s);
     const logScale = view.log.has(this.metric);
@@ -843,7 +851,8 @@ export class ChartView {
       this.seriesIds = lineIds;
     }
     this.chart.setOption({
-      legend: { data: legendNames, selected, textStyle: { color: c.text, lineHeight: 14 }, pageTextStyle: { color: c.muted } },
+      legend: { data: legendNames, selected, show: legendRows <= LEGEND_ROWS_MAX, textStyle: { color: c.text, lineHeight: 14 } },
+      grid: { top: 14 + LEGEND_ROW_PX * Math.min(legendRows, LEGEND_ROWS_MAX) },
       tooltip: { backgroundColor: c.tooltip, borderColor: c.axis, textStyle: { color: c.text, fontSize: 12 } },
       xAxis: this.xAxisOption(),
       yAxis: [{
@@ -876,6 +885,23 @@ export class ChartView {
     this.smoothButton.setAttribute("aria-pressed", String(this.smoothing()));
     this.smoothButton.disabled = !(view.smooth > 0);
     this.latestEl.textContent = this.latestText();
+  }
+
+  // The rows the legend's names take across the plot (each: the swatch, its text, the gap).
+  legendRows(names) {
+    if (!measureCtx) {
+      measureCtx = document.createElement("canvas").getContext("2d");
+      measureCtx.font = "11px sans-serif";
+    }
+    const width = this.plotSize().width - 10;
+    let rows = 1;
+    let x = 0;
+    for (const name of names) {
+      const w = 14 + 5 + measureCtx.measureText(name).width + LEGEND_GAP_PX;
+      if (x > 0 && x + w > width) { rows += 1; x = 0; }
+      x += w;
+    }
+    return rows;
   }
 
   latestText() {
