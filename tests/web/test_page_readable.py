@@ -1,7 +1,7 @@
 """Readable at any scale, in real headless Chromium against a real mstail: the tooltip of 64 overlaid ranks stays
 inside the window and lists a screenful of rows and "and N more", sorted as asked; y-axis labels of 5,000,000 and
 1e-7 are whole; a log axis spans the data (loss 4-10, not 1-100); zoom bounds are whole steps; the toolbar of two
-compared runs is one row at 1280 px; a legend of 12 lines has no pages."""
+compared runs is one row at 1280 px (screenshots: tests/artifacts/ranks-64-light.png, -dark.png); a legend of 12 lines has no pages."""
 
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ def _hover(page: Any, metric: str, fx: float, fy: float) -> None:
 
 
 @pytest.mark.timeout(90)
-def test_the_tooltip_of_64_lines_fits_the_window_sorted_as_asked(ranks64: Any) -> None:
+def test_the_tooltip_of_64_lines_fits_the_window_sorted_as_asked(ranks64: Any, artifacts_dir: Path) -> None:
     page = ranks64.page
     page.select_option("#ranks", "overlay")
     show_chart(page, "loss")
@@ -90,6 +90,18 @@ def test_the_tooltip_of_64_lines_fits_the_window_sorted_as_asked(ranks64: Any) -
                 assert values == sorted(values, reverse=True), values
             elif order == "ascending":
                 assert values == sorted(values), values
+    # screenshots with the tooltip shown: tests/artifacts/ranks-64-light.png and -dark.png
+    page.evaluate("() => window.scrollTo(0, 0)")
+    for theme in ("light", "dark"):
+        if theme == "dark":
+            page.click("#theme")
+            wait_js(page, "() => document.documentElement.dataset.theme === 'dark'")
+            page.wait_for_timeout(300)
+        _hover(page, "loss", 0.6, 0.5)
+        _hover(page, "loss", 0.605, 0.5)
+        wait_js(page, TIP, arg="loss")
+        page.screenshot(path=str(artifacts_dir / f"ranks-64-{theme}.png"))
+    page.click("#theme")
     assert "ts=nearest" not in page.url and page.evaluate("() => window.mstail.view.tipSort") == "nearest"
     page.select_option("#tooltip-sort", "descending")
     assert "ts=descending" in page.url

@@ -852,7 +852,7 @@ export class ChartView {
     }
     this.chart.setOption({
       legend: { data: legendNames, selected, show: legendRows <= LEGEND_ROWS_MAX, textStyle: { color: c.text, lineHeight: 14 } },
-      grid: { top: 14 + LEGEND_ROW_PX * Math.min(legendRows, LEGEND_ROWS_MAX) },
+      grid: { top: 14 + LEGEND_ROW_PX * (legendRows <= LEGEND_ROWS_MAX ? legendRows : 1) },
       tooltip: { backgroundColor: c.tooltip, borderColor: c.axis, textStyle: { color: c.text, fontSize: 12 } },
       xAxis: this.xAxisOption(),
       yAxis: [{
