@@ -189,6 +189,13 @@ def test_the_chart_filter_is_a_regex_and_shortcuts_are_listed(ranks64: Any) -> N
     page.fill("#metric-filter", "")
     wait_js(page, "() => document.getElementById('metric-filter-error').hidden")
     assert page.evaluate(shown) == every
+    # the sources' filter is a regex too: rank_1 and rank_10..19 of 64, not rank_21
+    page.fill("#source-filter", "^rank_1\\d?$")
+    wait_js(page, "() => document.querySelectorAll('#sources tr.source').length === 11")
+    page.fill("#source-filter", "rank_(")
+    wait_js(page, "() => document.getElementById('source-filter').classList.contains('invalid')")
+    page.fill("#source-filter", "")
+    wait_js(page, "() => !document.getElementById('source-filter').classList.contains('invalid')")
     # "?" lists the shortcuts; "o" turns the tooltip order; Esc closes the list
     page.evaluate("() => document.activeElement.blur()")  # shortcuts are not taken while typing in a box
     page.keyboard.press("?")

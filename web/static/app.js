@@ -4,7 +4,7 @@
 // sources.js (header strip), alerts.js (alerts), heatmap.js (step-time heatmap), this file (boot, toolbar,
 // chart grid, render loop, zoom, detail panel).
 
-import { GROUPS, getJSON, natural } from "./util.js";
+import { GROUPS, getJSON, nameMatcher, natural } from "./util.js";
 import { readURL, state, tracked, view, writeURL } from "./state.js";
 import { ChartView, EVENT_KINDS, EVENT_STYLE, MAX_MARKERS, legendGlyph } from "./chart.js";
 import { connect, noteEvent, setConnection, setupStream } from "./stream.js";
@@ -144,18 +144,7 @@ let filterTest = { text: null, test: () => true };
 function chartFilter() {
   const text = view.filter.trim();
   if (filterTest.text === text) return filterTest.test;
-  let test = () => true;
-  let problem = "";
-  if (text) {
-    try {
-      const re = new RegExp(text, "i");
-      test = (name) => re.test(name);
-    } catch (err) {
-      problem = `not a regular expression (${err.message.replace(/^Invalid regular expression: /, "")}): matched as text`;
-      const needle = text.toLowerCase();
-      test = (name) => name.toLowerCase().includes(needle);
-    }
-  }
+  const { test, problem } = nameMatcher(text);
   const box = document.getElementById("metric-filter");
   box.classList.toggle("invalid", !!problem);
   box.title = problem || "show only the charts whose name matches this regular expression";

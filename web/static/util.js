@@ -97,6 +97,21 @@ export function fmtTick(value, interval) {
   return Number(value.toPrecision(sig)).toExponential().replace("e+", "e");
 }
 
+// A name filter as in TensorBoard: a regular expression, case-insensitive; an invalid one is matched as plain text
+// and said (`problem`), never thrown.
+export function nameMatcher(text) {
+  const trimmed = text.trim();
+  if (!trimmed) return { test: () => true, problem: "" };
+  try {
+    const re = new RegExp(trimmed, "i");
+    return { test: (name) => re.test(name), problem: "" };
+  } catch (err) {
+    const needle = trimmed.toLowerCase();
+    return { test: (name) => name.toLowerCase().includes(needle),
+      problem: `not a regular expression (${err.message.replace(/^Invalid regular expression: /, "")}): matched as text` };
+  }
+}
+
 export function fmtDuration(seconds) {
   if (seconds === null || !Number.isFinite(seconds)) return "–";
   const s = Math.max(0, Math.round(seconds));
