@@ -39,6 +39,7 @@ const hooks = {
   legend(name, selected) { if (state.sources.has(name)) setHidden(name, !selected); },
   eventClicked: (item) => showDetail(item),
   toggleLog(metric) { toggleIn(view.log, metric, false); },
+  toggleFit(metric) { toggleIn(view.fit, metric, false); },
   toggleSmooth(metric) { toggleIn(view.flip, metric, true); },
   ready: (chart) => activate(chart, true),
   refetch(chart) { chart.stale = true; if (chart.visible) activate(chart, false); },

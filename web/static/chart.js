@@ -84,7 +84,9 @@ function foldEma(ema, state, x, y) {
 }
 
 // A chart box before its metric is set (cloned per chart) and the one click listener for every box's buttons.
-const TOOLS = [["smooth", ""], ["log", "log-scale y axis"], ["csv", "download the visible data as CSV"],
+const TOOLS = [["smooth", ""], ["log", "log-scale y axis"],
+  ["fit", "ignore outliers: the y axis spans the 5th to 95th percentile of the drawn raw values"],
+  ["csv", "download the visible data as CSV"],
   ["png", "download this chart as PNG"]];
 const views = new WeakMap();  // box -> its ChartView
 let template = null;
@@ -154,7 +156,7 @@ export class ChartView {
     const [name, latest, tools] = box.firstChild.children;
     name.textContent = this.metric;
     this.latestEl = latest;
-    [this.smoothButton, this.logButton] = tools.children;
+    [this.smoothButton, this.logButton, this.fitButton] = tools.children;
     this.smoothButton.title = smoothByDefault(this.metric)
       ? "smoothing on for this chart (the slider's weight): click to draw it as logged"
       : "a schedule, flag or counter: drawn as logged; click to smooth it too";
@@ -167,6 +169,7 @@ export class ChartView {
   toolClicked(label) {
     if (label === "smooth") this.hooks.toggleSmooth(this.metric);
     else if (label === "log") this.hooks.toggleLog(this.metric);
+    else if (label === "fit") this.hooks.toggleFit(this.metric);
     else if (label === "csv") this.exportCSV();
     else if (label === "png") this.exportPNG();
   }
@@ -839,6 +842,7 @@ export class ChartView {
     const selected = {};
     for (const s of sources) if (!mean || this.onTop(s)) selected[s] = !view.hidden.has(s);
     const logScale = view.log.has(this.metric);
+    const fit = view.fit.has(this.metric) ? robustRange(series, logScale) : null;
     const zoom = {};
     if (this.fresh && view.zoom) Object.assign(zoom, { startValue: view.zoom[0], endValue: view.zoom[1] });
     this.fresh = false;
@@ -859,7 +863,7 @@ export class ChartView {
         type: logScale ? "log" : "value", scale: true, name: view.baseline ? `Δ vs ${view.baseline}` : "",
         nameTextStyle: { color: c.muted, align: "left" }, nameGap: 6,
         // A log axis spans the data, not the whole decades around it (loss 4-10 is not drawn on 1-100).
-        min: logScale ? (e) => e.min : null, max: logScale ? (e) => e.max : null,
+        min: fit ? fit[0] : logScale ? (e) => e.min : null, max: fit ? fit[1] : logScale ? (e) => e.max : null,
         axisLine: { show: false },
         axisLabel: { color: c.muted, formatter: (v) => (logScale ? fmtAxis(v) : fmtTick(v, this.interval("yAxis"))) },
         splitLine: { lineStyle: { color: c.split } },
@@ -879,6 +883,9 @@ export class ChartView {
     this.noteShown();
     ds.log = logScale ? "1" : "0";
     ds.x = view.x;
+    ds.fit = fit ? fit.join(",") : "";
+    this.fitButton.classList.toggle("on", view.fit.has(this.metric));
+    this.fitButton.setAttribute("aria-pressed", String(view.fit.has(this.metric)));
     this.logButton.classList.toggle("on", logScale);
     this.logButton.setAttribute("aria-pressed", String(logScale));
     this.smoothButton.classList.toggle("on", this.smoothing());
@@ -1052,6 +1059,24 @@ function bandSeries(id, name, color, band) {
       return { type: "group", children };
     },
   };
+}
+
+// "Ignore outliers" (as TensorBoard's): the y range of the drawn lines' raw values' 5th to 95th percentile, a tenth
+// wider on each side (within the data's own range), or null when there is too little to judge.
+function robustRange(series, logScale) {
+  const ys = [];
+  for (const s of series) {
+    if (!/\|(raw|line)$/.test(String(s.id))) continue;
+    for (const p of s.data) if (p[1] !== null && Number.isFinite(p[1])) ys.push(p[1]);
+  }
+  if (ys.length < 10) return null;
+  ys.sort((a, b) => a - b);
+  const at = (q) => ys[Math.min(ys.length - 1, Math.floor(q * ys.length))];
+  const lo = at(0.05);
+  const hi = at(0.95);
+  const pad = (hi - lo) * 0.1 || Math.abs(hi) * 0.1 || 1;
+  const low = Math.max(ys[0], lo - pad);
+  return [logScale && low <= 0 ? lo : low, Math.min(ys[ys.length - 1], hi + pad)];
 }
 
 // How many rows a tooltip lists: what fits in most of the window's height (a row is about 18 px).

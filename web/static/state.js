@@ -20,6 +20,7 @@ export const view = {
   tipSort: "nearest",   // the tooltip's rows: nearest (to the mouse) | ascending | descending (by value)
   hidden: new Set(),    // source ids toggled off
   log: new Set(),       // metrics drawn on a log y axis
+  fit: new Set(),       // metrics whose y axis ignores outliers (the drawn raw values' 5th-95th percentile)
   zoom: null,           // [from, to] in x-axis units, or null (everything)
 };
 
@@ -120,6 +121,7 @@ export function readURL() {
   else if (!params.has("t") && window.matchMedia && window.matchMedia("(prefers-color-scheme: dark)").matches) view.theme = "dark";
   view.hidden = set("h");
   view.log = set("l");
+  view.fit = set("io");
   const zoom = (params.get("z") || "").split(",").map(Number);
   if (zoom.length === 2 && zoom.every(Number.isFinite) && zoom[0] < zoom[1]) view.zoom = zoom;
 }
@@ -134,6 +136,7 @@ export function writeURL() {
   if (view.tipSort !== "nearest") params.set("ts", view.tipSort);
   if (view.hidden.size) params.set("h", [...view.hidden].join(","));
   if (view.log.size) params.set("l", [...view.log].join(","));
+  if (view.fit.size) params.set("io", [...view.fit].join(","));
   for (const [key, values] of [["f", view.flip], ["p", view.pick], ["c", view.collapsed]]) {
     if (values.size) params.set(key, [...values].join(","));
   }
