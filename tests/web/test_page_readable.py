@@ -182,7 +182,9 @@ def test_compared_runs_one_row_toolbar_at_1280_px_and_a_legend_without_pages(bro
             height = page.evaluate("() => document.querySelector('.topbar').getBoundingClientRect().height")
             assert height < 70, height  # one row: 51 px (two: 105 px)
             # 12 lines: every name in the legend, on as many rows as they need above the plot (no pages)
+            page.select_option("#ranks", "overlay")
             show_chart(page, "loss")
+            wait_js(page, "() => document.querySelector(\"section.chart[data-metric='loss']\").dataset.mode === 'overlay'")
             option = page.evaluate("() => { const o = window.mstail.option('loss'); return [o.legend[0], o.grid[0].top]; }")
             legend, top = option
             rows = int(page.get_attribute("section.chart[data-metric='loss']", "data-legend-rows"))

@@ -3,7 +3,7 @@
 
 import { bisectRight, csvCell, download, fmt, fmtAxis, fmtDuration, fmtTick, getJSON, metricGroup, natural, num, safeName,
   smoothByDefault } from "./util.js";
-import { MANY_LINES, colorOf, meanMode, shownSourcesOf, state, themeColors, view } from "./state.js";
+import { MANY_LINES, colorOf, comparingRuns, meanMode, shownSourcesOf, state, themeColors, view } from "./state.js";
 
 // Event markers on the x axis: one glyph per kind, each a shape of its own (never two kinds alike), drawn from
 // the same paths in the page's legend (legendGlyph). Kinds at the same place are stacked upwards in this order.
@@ -651,6 +651,12 @@ export class ChartView {
         ...this.overlaySeries(top).map((s) => ({ ...s, z: 3 })),
       ];
     }
+    return [...this.localMeanSeries("mean", "", color, lines), ...this.overlaySeries(top).map((s) => ({ ...s, z: 3 }))];
+  }
+
+  // The mean of some sources' lines and their min-max band, computed here from the lines (few sources, or one run
+  // of several compared).
+  localMeanSeries(id, prefix, color, lines) {
     const byStep = new Map();
     for (const line of lines) {
       for (let i = 0; i < line.x.length; i++) {
@@ -667,11 +673,40 @@ export class ChartView {
     const cells = [...byStep.entries()].sort((p, q) => p[0] - q[0]).map((e) => e[1]);
     const ranks = new Set(lines.map((l) => l.source)).size;
     return [
-      bandSeries("mean|band", "min–max", color, cells.map((c) => [c.x, this.yOk(c.lo), this.yOk(c.hi)])),
-      { id: "mean|line", name: `mean of ${ranks}`, type: "line", symbol: cells.length === 1 ? "circle" : "none",
+      bandSeries(`${id}|band`, `${prefix}min–max`, color, cells.map((c) => [c.x, this.yOk(c.lo), this.yOk(c.hi)])),
+      { id: `${id}|line`, name: `${prefix}mean of ${ranks}`, type: "line", symbol: cells.length === 1 ? "circle" : "none",
         color, lineStyle: { width: 2 }, emphasis: { disabled: true }, data: cells.map((c) => [c.x, this.yOk(c.sum / c.n)]) },
-      ...this.overlaySeries(top).map((s) => ({ ...s, z: 3 })),
     ];
+  }
+
+  // Runs compared, some of several ranks: per run, the mean of its shown ranks and their band (in the run's colour),
+  // a run of one rank as its line; starred ranks drawn on top ("overlay" draws every rank).
+  runSeries(lines) {
+    const byRun = new Map();
+    for (const line of lines) {
+      const run = (state.sources.get(line.source) || {}).run || "";
+      if (!byRun.has(run)) byRun.set(run, []);
+      byRun.get(run).push(line);
+    }
+    const series = [];
+    for (const [run, runLines] of byRun) {
+      if (new Set(runLines.map((l) => l.source)).size < 2) { series.push(...this.overlaySeries(runLines)); continue; }
+      series.push(...this.localMeanSeries(`run ${run}`, `${run}: `, colorOf(runLines[0].source), runLines));
+      series.push(...this.overlaySeries(runLines.filter((l) => view.pick.has(l.source))).map((s) => ({ ...s, z: 3 })));
+    }
+    return series;
+  }
+
+  // Runs are compared by their means: the ranks mode is auto, several runs, one of them with several shown ranks.
+  byRuns(shownLines) {
+    if (view.ranks !== "auto" || view.baseline || !comparingRuns()) return false;
+    const seen = new Map();
+    for (const line of shownLines) {
+      const run = (state.sources.get(line.source) || {}).run || "";
+      if (!seen.has(run)) seen.set(run, line.source);
+      else if (seen.get(run) !== line.source) return true;
+    }
+    return false;
   }
 
   onTop(source) {
@@ -828,7 +863,8 @@ export class ChartView {
     if (this.loaded && !this.refreshing && this.fetchedFor !== this.wantedFor()) this.hooks.refetch(this);
     const mean = this.agg ? meanMode(shownSourcesOf(this.metric)) : meanMode(shownSources.length);
     const meanOf = this.agg ? this.agg.sources : shownSources.length;
-    const series = mean ? this.meanSeries(shownLines) : this.overlaySeries(lines);
+    const runs = !mean && this.byRuns(shownLines);
+    const series = mean ? this.meanSeries(shownLines) : runs ? this.runSeries(shownLines) : this.overlaySeries(lines);
     const lineIds = series.map((s) => s.id).join("\n");
     // Marker series only when they have something to show: an empty markLine still costs a redraw.
     for (const extra of [this.markerSeries(), this.nonfiniteSeries(), this.alertSeries()]) {
@@ -836,7 +872,8 @@ export class ChartView {
     }
     const sources = [...new Set(lines.map((l) => l.source))];
     const legendNames = mean ? [`mean of ${meanOf}`, "min–max", ...shownSources.filter((s) => this.onTop(s))]
-      : sources.filter((s) => !(view.baseline && s === view.baseline));
+      : runs ? [...new Set(series.filter((s) => /\|(raw|line)$/.test(s.id)).map((s) => s.name))]
+        : sources.filter((s) => !(view.baseline && s === view.baseline));
     const legendRows = this.legendRows(legendNames);
     this.el.dataset.legendRows = String(legendRows);
     const selected = {};
@@ -875,7 +912,7 @@ export class ChartView {
     const ds = this.el.dataset;
     this.notePoints();
     ds.drawn = "1";
-    ds.mode = mean ? "mean" : "overlay";
+    ds.mode = mean ? "mean" : runs ? "runs" : "overlay";
     ds.aggregate = this.agg ? "server" : "";
     ds.smoothed = this.smoothing() ? "1" : "0";
     ds.nonfinite = String(this.nonfinite.size);
