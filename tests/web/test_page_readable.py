@@ -1,7 +1,9 @@
 """Readable at any scale, in real headless Chromium against a real mstail: the tooltip of 64 overlaid ranks stays
-inside the window and lists a screenful of rows and "and N more", sorted as asked; y-axis labels of 5,000,000 and
-1e-7 are whole; a log axis spans the data (loss 4-10, not 1-100); "ignore outliers" leaves a spike out of the range; zoom bounds are whole steps; the toolbar of two
-compared runs is one row at 1280 px (screenshots: tests/artifacts/ranks-64-light.png, -dark.png); a legend of 12 lines has no pages."""
+inside the window and lists a screenful of rows and "and N more", sorted as asked (screenshots:
+tests/artifacts/ranks-64-light.png, -dark.png); y-axis labels of 5,000,000 and 1e-7 are whole; a log axis spans the
+data (loss 4-10, not 1-100); "ignore outliers" leaves a spike out of the range; zoom bounds are whole steps; the
+regex filters and the shortcuts; with two compared runs at 1280 px the toolbar is one row and a legend of 12 lines
+has no pages."""
 
 from __future__ import annotations
 
@@ -170,7 +172,8 @@ def test_zoom_bounds_are_whole_steps(ranks64: Any) -> None:
 @pytest.mark.timeout(90)
 def test_compared_runs_one_row_toolbar_at_1280_px_and_a_legend_without_pages(browser: Any, log_writer: Any,
                                                                             tmp_path: Path) -> None:
-    logs = [tmp_path / "runs" / f"exp{e}" / "output" / "log" / f"rank_{r}" / "info.log" for e in (1, 2) for r in range(6)]
+    logs = [tmp_path / "runs" / f"exp{e}" / "output" / "log" / f"rank_{r}" / "info.log"
+            for e in (1, 2) for r in range(6)]
     log_writer.finish(log_writer(logs, steps=5, interval_s=0))
     server = start_mstail([], tmp_path / "mstail", args=[str(tmp_path / "runs")])
     try:
@@ -184,9 +187,10 @@ def test_compared_runs_one_row_toolbar_at_1280_px_and_a_legend_without_pages(bro
             # 12 lines: every name in the legend, on as many rows as they need above the plot (no pages)
             page.select_option("#ranks", "overlay")
             show_chart(page, "loss")
-            wait_js(page, "() => document.querySelector(\"section.chart[data-metric='loss']\").dataset.mode === 'overlay'")
-            option = page.evaluate("() => { const o = window.mstail.option('loss'); return [o.legend[0], o.grid[0].top]; }")
-            legend, top = option
+            wait_js(page, "() => document.querySelector(\"section.chart[data-metric='loss']\")"
+                          ".dataset.mode === 'overlay'")
+            legend, top = page.evaluate("() => { const o = window.mstail.option('loss');"
+                                        " return [o.legend[0], o.grid[0].top]; }")
             rows = int(page.get_attribute("section.chart[data-metric='loss']", "data-legend-rows"))
             assert legend["type"] == "plain" and legend["show"] and len(legend["data"]) == len(logs), legend
             assert rows >= 2 and top == 14 + 18 * rows, (rows, top)
@@ -199,7 +203,8 @@ def test_compared_runs_one_row_toolbar_at_1280_px_and_a_legend_without_pages(bro
 @pytest.mark.timeout(90)
 def test_the_chart_filter_is_a_regex_and_shortcuts_are_listed(ranks64: Any) -> None:
     page = ranks64.page
-    shown = "() => [...document.querySelectorAll('section.chart')].filter(e => !e.hidden).map(e => e.dataset.metric).sort()"
+    shown = ("() => [...document.querySelectorAll('section.chart')].filter(e => !e.hidden)"
+             ".map(e => e.dataset.metric).sort()")
     page.select_option("#tooltip-sort", "nearest")
     every = page.evaluate(shown)
     page.fill("#metric-filter", "^t(ok|in)")
