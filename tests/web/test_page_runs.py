@@ -1,6 +1,6 @@
 """Two runs below one folder (`mstail DIR`) on the page, in real headless Chromium: what the page says while the folder
-holds no run, then the runs as they start, the sources grouped by run, the runs compared by default (every run's
-lines, one colour per run, even beyond the 16 lines where one run's ranks are folded into a mean), and a run's heading
+holds no run, then the runs as they start, the sources grouped by run, the runs compared by default (one mean +
+band per run, in the run's colour; every rank on demand with "overlay"), and a run's heading
 shows or hides all its sources. Screenshot: tests/artifacts/runs-2-light.png."""
 
 from __future__ import annotations
@@ -39,14 +39,22 @@ def test_two_runs_are_grouped_and_compared(watched, mstail_server, log_writer, t
                      "run exp2", *(f"exp2/rank_{r}" for r in range(RANKS))]
     assert page.text_content("#ranks option[value='auto']") == "auto (compare runs)"
 
-    # compared: 18 lines (not one mean), the ranks of one run in one colour, the two runs in two
+    # compared: one mean + band per run (not one mean of all 18), each in its run's colour
     show_chart(page, "loss")
+    wait_js(page, "() => document.querySelector(\"section.chart[data-metric='loss']\").dataset.mode === 'runs'")
+    means = {s["name"]: s["color"] for s in page.evaluate("() => window.mstail.option('loss').series")
+             if s["id"].endswith("|line")}
+    assert set(means) == {f"exp1: mean of {RANKS}", f"exp2: mean of {RANKS}"}, means
+    assert len(set(means.values())) == 2
+    # a run's ranks on demand (overlay): 18 lines, the ranks of one run in one colour, the two runs in two
+    page.select_option("#ranks", "overlay")
     wait_js(page, "() => window.mstail.option('loss').series.filter(s => s.id.endsWith('|raw')).length === 18")
     colors = {s["name"]: s["color"] for s in page.evaluate("() => window.mstail.option('loss').series")
               if s["id"].endswith("|raw")}
     assert len({colors[f"exp1/rank_{r}"] for r in range(RANKS)}) == 1
     assert len({colors[f"exp2/rank_{r}"] for r in range(RANKS)}) == 1
     assert colors["exp1/rank_0"] != colors["exp2/rank_0"]
+    page.select_option("#ranks", "auto")
     page.evaluate("() => window.scrollTo(0, 0)")
     page.screenshot(path=str(artifacts_dir / "runs-2-light.png"))
 

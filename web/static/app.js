@@ -4,7 +4,7 @@
 // sources.js (header strip), alerts.js (alerts), heatmap.js (step-time heatmap), this file (boot, toolbar,
 // chart grid, render loop, zoom, detail panel).
 
-import { GROUPS, getJSON, natural } from "./util.js";
+import { GROUPS, getJSON, nameMatcher, natural } from "./util.js";
 import { readURL, state, tracked, view, writeURL } from "./state.js";
 import { ChartView, EVENT_KINDS, EVENT_STYLE, MAX_MARKERS, legendGlyph } from "./chart.js";
 import { connect, noteEvent, setConnection, setupStream } from "./stream.js";
@@ -40,6 +40,7 @@ const hooks = {
   legend(name, selected) { if (state.sources.has(name)) setHidden(name, !selected); },
   eventClicked: (item) => showDetail(item),
   toggleLog(metric) { toggleIn(view.log, metric, false); },
+  toggleFit(metric) { toggleIn(view.fit, metric, false); },
   toggleSmooth(metric) { toggleIn(view.flip, metric, true); },
   ready: (chart) => activate(chart, true),
   refetch(chart) { chart.stale = true; if (chart.visible) activate(chart, false); },
@@ -138,10 +139,27 @@ function applyCollapsed(section) {
   section.querySelector(".grid").hidden = folded;
 }
 
-// The chart filter: charts whose name does not contain it are hidden (and so neither fetched nor drawn).
+// The chart filter, a regular expression (case-insensitive) as in TensorBoard: charts whose name it does not match
+// are hidden (and so neither fetched nor drawn). An invalid one is said next to the box and read as plain text.
+let filterTest = { text: null, test: () => true };
+
+function chartFilter() {
+  const text = view.filter.trim();
+  if (filterTest.text === text) return filterTest.test;
+  const { test, problem } = nameMatcher(text);
+  const box = document.getElementById("metric-filter");
+  box.classList.toggle("invalid", !!problem);
+  box.title = problem || "show only the charts whose name matches this regular expression";
+  const error = document.getElementById("metric-filter-error");
+  error.textContent = problem ? "invalid regex" : "";
+  error.title = problem;
+  error.hidden = !problem;
+  filterTest = { text, test };
+  return test;
+}
+
 function applyFilter(box) {
-  const needle = view.filter.trim().toLowerCase();
-  box.hidden = !!needle && !box.dataset.metric.toLowerCase().includes(needle);
+  box.hidden = !chartFilter()(box.dataset.metric);
 }
 
 function filterCharts() {
@@ -249,6 +267,8 @@ function onZoom(chart) {
   const [lo, hi] = state.extent;
   if (zoom.start <= 0 && zoom.end >= 100) view.zoom = null;
   else view.zoom = [lo + (hi - lo) * zoom.start / 100, lo + (hi - lo) * zoom.end / 100];
+  // Steps are whole: the zoom's bounds too (the steps it holds, in the URL and the re-fetch).
+  if (view.zoom && view.x === "step") view.zoom = [Math.floor(view.zoom[0]), Math.ceil(view.zoom[1])];
   writeURL();
   clearTimeout(page.zoomTimer);
   page.zoomTimer = setTimeout(() => refetchVisible(), ZOOM_DEBOUNCE_MS);
@@ -382,11 +402,75 @@ function setupToolbar() {
     renderAllNow();
     refreshHeatmap();
   });
+  const tipSort = document.getElementById("tooltip-sort");
+  tipSort.value = view.tipSort;
+  tipSort.addEventListener("change", () => { view.tipSort = tipSort.value; writeURL(); });
   const filter = document.getElementById("metric-filter");
   filter.value = view.filter;
   filter.addEventListener("input", () => { view.filter = filter.value; writeURL(); filterCharts(); });
   document.getElementById("reset-zoom").addEventListener("click", () => zoomTo(null, null));
+  document.getElementById("shortcuts-button").addEventListener("click", () => toggleShortcuts());
+  setupShortcuts();
   document.getElementById("detail-close").addEventListener("click", () => { document.getElementById("detail").hidden = true; });
+}
+
+// ---- keyboard shortcuts (listed on "?") -------------------------------------------------------------------
+const SHORTCUTS = [
+  ["/", "filter the charts", () => document.getElementById("metric-filter").focus()],
+  ["m", "ranks: auto, overlay, mean + band in turn", () => cycleSelect("ranks")],
+  ["x", "x axis: step, wall time, relative time, samples in turn", () => cycleSelect("xaxis")],
+  ["o", "tooltip order: nearest, ascending, descending in turn", () => cycleSelect("tooltip-sort")],
+  ["r", "reset the zoom", () => zoomTo(null, null)],
+  ["t", "light or dark theme", () => document.getElementById("theme").click()],
+  ["?", "show or hide this list", () => toggleShortcuts()],
+  ["Esc", "close this list, the alerts and the event text", () => closePanels()],
+];
+
+function cycleSelect(id) {
+  const select = document.getElementById(id);
+  select.selectedIndex = (select.selectedIndex + 1) % select.options.length;
+  select.dispatchEvent(new Event("change"));
+}
+
+function toggleShortcuts() {
+  const panel = document.getElementById("shortcuts");
+  if (!panel.children.length) {
+    const title = document.createElement("h2");
+    title.textContent = "Keyboard shortcuts";
+    const list = document.createElement("dl");
+    for (const [key, what] of SHORTCUTS) {
+      const term = document.createElement("dt");
+      const kbd = document.createElement("kbd");
+      kbd.textContent = key;
+      term.append(kbd);
+      const description = document.createElement("dd");
+      description.textContent = what;
+      list.append(term, description);
+    }
+    panel.append(title, list);
+  }
+  panel.hidden = !panel.hidden;
+}
+
+function closePanels() {
+  for (const id of ["shortcuts", "detail"]) document.getElementById(id).hidden = true;
+  if (!document.getElementById("alerts-panel").hidden) document.getElementById("alerts-badge").click();
+}
+
+function setupShortcuts() {
+  document.addEventListener("keydown", (event) => {
+    if (event.ctrlKey || event.metaKey || event.altKey) return;
+    const typing = event.target.closest && event.target.closest("input, select, textarea");
+    if (typing) {
+      if (event.key === "Escape") event.target.blur();
+      return;
+    }
+    const key = event.key === "Escape" ? "Esc" : event.key;
+    const shortcut = SHORTCUTS.find(([k]) => k === key);
+    if (!shortcut) return;
+    event.preventDefault();
+    shortcut[2]();
+  });
 }
 
 // ---- boot ------------------------------------------------------------------------------------------------
@@ -510,6 +594,7 @@ window.mstail = {
     return option;
   },
   yLabels: (metric) => state.charts.get(metric).yLabels(),
+  yExtent: (metric) => state.charts.get(metric).chart.getModel().getComponent("yAxis", 0).axis.scale.getExtent(),
   pixel(metric, step, level = 0.035) {  // where a marker at `step` (at `level` on the markers' 0..1 axis) is drawn
     const chart = state.charts.get(metric);
     const [x, y] = chart.chart.convertToPixel({ xAxisIndex: 0, yAxisIndex: 1 }, [chart.dispOfStep(chart.sortedLines()[0].source, step, null), level]);

@@ -3,7 +3,7 @@
 
 import { bisectRight, csvCell, download, fmt, fmtAxis, fmtDuration, fmtTick, getJSON, isoTime, metricGroup, natural, num, safeName,
   smoothByDefault } from "./util.js";
-import { MANY_LINES, colorOf, meanMode, shownSourcesOf, state, themeColors, view } from "./state.js";
+import { MANY_LINES, colorOf, comparingRuns, meanMode, shownSourcesOf, state, themeColors, view } from "./state.js";
 
 // Event markers on the x axis: one glyph per kind, each a shape of its own (never two kinds alike), drawn from
 // the same paths in the page's legend (legendGlyph). Kinds at the same place are stacked upwards in this order.
@@ -21,6 +21,10 @@ const MARKER_BASE_Y = 0.035;  // on the hidden 0..1 axis: just above the x axis
 const MARKER_STEP_Y = 0.075;  // one glyph higher per kind at the same place
 const MARKER_GAP_PX = 12;     // glyphs closer than this on the x axis share a stack
 const ALERT_LABEL_GAP_PX = 90;  // alert labels closer than this are merged into one ("+N")
+const LEGEND_ROWS_MAX = 3;   // legend rows above a plot at most (two dozen names or so); beyond, none on the chart
+const LEGEND_ROW_PX = 18;
+const LEGEND_GAP_PX = 10;
+let measureCtx = null;      // a canvas context that measures legend names
 const MANY_SOURCES_POINTS = 60000;  // points per chart at most, shared by its sources (1,024 ranks: 58 each)
 
 // A glyph as a small SVG (same path as on the chart), for the page's legend.
@@ -80,7 +84,9 @@ function foldEma(ema, state, x, y) {
 }
 
 // A chart box before its metric is set (cloned per chart) and the one click listener for every box's buttons.
-const TOOLS = [["smooth", ""], ["log", "log-scale y axis"], ["csv", "download the visible data as CSV"],
+const TOOLS = [["smooth", ""], ["log", "log-scale y axis"],
+  ["fit", "ignore outliers: the y axis spans the 5th to 95th percentile of the drawn raw values"],
+  ["csv", "download the visible data as CSV"],
   ["png", "download this chart as PNG"]];
 const views = new WeakMap();  // box -> its ChartView
 let template = null;
@@ -150,7 +156,7 @@ export class ChartView {
     const [name, latest, tools] = box.firstChild.children;
     name.textContent = this.metric;
     this.latestEl = latest;
-    [this.smoothButton, this.logButton] = tools.children;
+    [this.smoothButton, this.logButton, this.fitButton] = tools.children;
     this.smoothButton.title = smoothByDefault(this.metric)
       ? "smoothing on for this chart (the slider's weight): click to draw it as logged"
       : "a schedule, flag or counter: drawn as logged; click to smooth it too";
@@ -163,6 +169,7 @@ export class ChartView {
   toolClicked(label) {
     if (label === "smooth") this.hooks.toggleSmooth(this.metric);
     else if (label === "log") this.hooks.toggleLog(this.metric);
+    else if (label === "fit") this.hooks.toggleFit(this.metric);
     else if (label === "csv") this.exportCSV();
     else if (label === "png") this.exportPNG();
   }
@@ -182,6 +189,11 @@ export class ChartView {
     this.chart.setOption(this.baseOption());
     this.fresh = true;  // its first render takes the current zoom (the others got it through echarts.connect)
     this.chart.on("datazoom", () => this.hooks.zoomed(this));
+    // Where the mouse is on the y axis: the tooltip's "nearest" order ranks the lines by their distance to it.
+    // Only the chart under the mouse shows its tooltip (the linked charts show their crosshair only).
+    // Noted in the capture phase: before ECharts' own handlers ask for the tooltip.
+    this.plot.addEventListener("mousemove", (e) => { this.mouseY = e.clientY; this.hovered = true; }, true);
+    this.plot.addEventListener("mouseleave", () => { this.hovered = false; });
     this.chart.on("legendselectchanged", (e) => this.hooks.legend(e.name, e.selected[e.name]));
     this.chart.on("click", (p) => {
       if (p.seriesId === "events" && p.data) this.hooks.eventClicked(p.data.item);
@@ -193,9 +205,15 @@ export class ChartView {
       animation: false,
       backgroundColor: "transparent",
       grid: { left: 56, right: 18, top: 32, bottom: 50 },
-      legend: { type: "scroll", top: 2, left: 0, right: 0, height: 18, padding: [2, 5], itemWidth: 14, itemHeight: 8,
-        textStyle: { fontSize: 11, lineHeight: 14 }, pageIconSize: 10, pageTextStyle: { fontSize: 11 } },
-      tooltip: { trigger: "axis", renderMode: "richText", confine: true, formatter: (p) => this.tooltip(p) },
+      // Plain (no pages): as many rows as its names need, up to LEGEND_ROWS_MAX (legendRows); beyond, the source
+      // table or cards are the legend.
+      legend: { type: "plain", top: 2, left: 0, right: 0, padding: [2, 5], itemGap: LEGEND_GAP_PX, itemWidth: 14,
+        itemHeight: 8, textStyle: { fontSize: 11, lineHeight: 14 } },
+      // HTML outside the chart (on the page's body), placed inside the window by tipPosition; built from DOM
+      // nodes with textContent (never markup from the log).
+      tooltip: { trigger: "axis", renderMode: "html", appendTo: "body", className: "mstail-tip", transitionDuration: 0,
+        formatter: (p) => (this.hovered ? this.tooltip(p) : ""),
+        position: (point, _p, dom, _r, size) => this.tipPosition(point, dom, size.contentSize) },
       xAxis: { type: "value" },
       yAxis: [{ type: "value", scale: true }, { type: "value", min: 0, max: 1, show: false }],
       dataZoom: [
@@ -633,6 +651,12 @@ export class ChartView {
         ...this.overlaySeries(top).map((s) => ({ ...s, z: 3 })),
       ];
     }
+    return [...this.localMeanSeries("mean", "", color, lines), ...this.overlaySeries(top).map((s) => ({ ...s, z: 3 }))];
+  }
+
+  // The mean of some sources' lines and their min-max band, computed here from the lines (few sources, or one run
+  // of several compared).
+  localMeanSeries(id, prefix, color, lines) {
     const byStep = new Map();
     for (const line of lines) {
       for (let i = 0; i < line.x.length; i++) {
@@ -649,11 +673,40 @@ export class ChartView {
     const cells = [...byStep.entries()].sort((p, q) => p[0] - q[0]).map((e) => e[1]);
     const ranks = new Set(lines.map((l) => l.source)).size;
     return [
-      bandSeries("mean|band", "min–max", color, cells.map((c) => [c.x, this.yOk(c.lo), this.yOk(c.hi)])),
-      { id: "mean|line", name: `mean of ${ranks}`, type: "line", symbol: cells.length === 1 ? "circle" : "none",
+      bandSeries(`${id}|band`, `${prefix}min–max`, color, cells.map((c) => [c.x, this.yOk(c.lo), this.yOk(c.hi)])),
+      { id: `${id}|line`, name: `${prefix}mean of ${ranks}`, type: "line", symbol: cells.length === 1 ? "circle" : "none",
         color, lineStyle: { width: 2 }, emphasis: { disabled: true }, data: cells.map((c) => [c.x, this.yOk(c.sum / c.n)]) },
-      ...this.overlaySeries(top).map((s) => ({ ...s, z: 3 })),
     ];
+  }
+
+  // Runs compared, some of several ranks: per run, the mean of its shown ranks and their band (in the run's colour),
+  // a run of one rank as its line; starred ranks drawn on top ("overlay" draws every rank).
+  runSeries(lines) {
+    const byRun = new Map();
+    for (const line of lines) {
+      const run = (state.sources.get(line.source) || {}).run || "";
+      if (!byRun.has(run)) byRun.set(run, []);
+      byRun.get(run).push(line);
+    }
+    const series = [];
+    for (const [run, runLines] of byRun) {
+      if (new Set(runLines.map((l) => l.source)).size < 2) { series.push(...this.overlaySeries(runLines)); continue; }
+      series.push(...this.localMeanSeries(`run ${run}`, `${run}: `, colorOf(runLines[0].source), runLines));
+      series.push(...this.overlaySeries(runLines.filter((l) => view.pick.has(l.source))).map((s) => ({ ...s, z: 3 })));
+    }
+    return series;
+  }
+
+  // Runs are compared by their means: the ranks mode is auto, several runs, one of them with several shown ranks.
+  byRuns(shownLines) {
+    if (view.ranks !== "auto" || view.baseline || !comparingRuns()) return false;
+    const seen = new Map();
+    for (const line of shownLines) {
+      const run = (state.sources.get(line.source) || {}).run || "";
+      if (!seen.has(run)) seen.set(run, line.source);
+      else if (seen.get(run) !== line.source) return true;
+    }
+    return false;
   }
 
   onTop(source) {
@@ -823,28 +876,46 @@ export class ChartView {
     if (this.loaded && !this.refreshing && this.fetchedFor !== this.wantedFor()) this.hooks.refetch(this);
     const mean = this.agg ? meanMode(shownSourcesOf(this.metric)) : meanMode(shownSources.length);
     const meanOf = this.agg ? this.agg.sources : shownSources.length;
-    const series = mean ? this.meanSeries(shownLines) : this.overlaySeries(lines);
+    const runs = !mean && this.byRuns(shownLines);
+    const series = mean ? this.meanSeries(shownLines) : runs ? this.runSeries(shownLines) : this.overlaySeries(lines);
+    const lineIds = series.map((s) => s.id).join("\n");
     // Marker series only when they have something to show: an empty markLine still costs a redraw.
     for (const extra of [this.markerSeries(), this.nonfiniteSeries(), this.alertSeries()]) {
       if ((extra.data && extra.data.length) || (extra.markLine && extra.markLine.data.length)) series.push(extra);
     }
     const sources = [...new Set(lines.map((l) => l.source))];
     const legendNames = mean ? [`mean of ${meanOf}`, "min–max", ...shownSources.filter((s) => this.onTop(s))]
-      : sources.filter((s) => !(view.baseline && s === view.baseline));
+      : runs ? [...new Set(series.filter((s) => /\|(raw|line)$/.test(s.id)).map((s) => s.name))]
+        : sources.filter((s) => !(view.baseline && s === view.baseline));
+    const legendRows = this.legendRows(legendNames);
+    this.el.dataset.legendRows = String(legendRows);
     const selected = {};
     for (const s of sources) if (!mean || this.onTop(s)) selected[s] = !view.hidden.has(s);
     const logScale = view.log.has(this.metric);
+    const fit = view.fit.has(this.metric) ? robustRange(series, logScale) : null;
     const zoom = {};
     if (this.fresh && view.zoom) Object.assign(zoom, { startValue: view.zoom[0], endValue: view.zoom[1] });
     this.fresh = false;
+    // Series replaced under a shown tooltip: ECharts would show it again from the removed series (TypeErrors in
+    // getDataParams) with the old view's values; hidden now, it is drawn afresh at the next mouse move.
+    // (The markers' series come and go with the events; the tooltip does not show them.)
+    if (lineIds !== this.seriesIds) {
+      this.chart.dispatchAction({ type: "hideTip" });
+      this.chart.dispatchAction({ type: "updateAxisPointer", currTrigger: "leave" });
+      this.seriesIds = lineIds;
+    }
     this.chart.setOption({
-      legend: { data: legendNames, selected, textStyle: { color: c.text, lineHeight: 14 }, pageTextStyle: { color: c.muted } },
-      tooltip: { backgroundColor: c.tooltip, borderColor: c.axis, textStyle: { color: c.text } },
+      legend: { data: legendNames, selected, show: legendRows <= LEGEND_ROWS_MAX, textStyle: { color: c.text, lineHeight: 14 } },
+      grid: { top: 14 + LEGEND_ROW_PX * (legendRows <= LEGEND_ROWS_MAX ? legendRows : 1) },
+      tooltip: { backgroundColor: c.tooltip, borderColor: c.axis, textStyle: { color: c.text, fontSize: 12 } },
       xAxis: this.xAxisOption(),
       yAxis: [{
         type: logScale ? "log" : "value", scale: true, name: view.baseline ? `Δ vs ${view.baseline}` : "",
         nameTextStyle: { color: c.muted, align: "left" }, nameGap: 6,
-        axisLine: { show: false }, axisLabel: { color: c.muted, formatter: (v) => fmtTick(v, this.interval("yAxis")) },
+        // A log axis spans the data, not the whole decades around it (loss 4-10 is not drawn on 1-100).
+        min: fit ? fit[0] : logScale ? (e) => e.min : null, max: fit ? fit[1] : logScale ? (e) => e.max : null,
+        axisLine: { show: false },
+        axisLabel: { color: c.muted, formatter: (v) => (logScale ? fmtAxis(v) : fmtTick(v, this.interval("yAxis"))) },
         splitLine: { lineStyle: { color: c.split } },
       }, { type: "value", min: 0, max: 1, show: false }],
       dataZoom: [{ ...zoom }, { ...zoom, borderColor: c.axis, textStyle: { color: c.muted }, fillerColor: "rgba(51,112,255,0.15)",
@@ -854,7 +925,7 @@ export class ChartView {
     const ds = this.el.dataset;
     this.notePoints();
     ds.drawn = "1";
-    ds.mode = mean ? "mean" : "overlay";
+    ds.mode = mean ? "mean" : runs ? "runs" : "overlay";
     ds.aggregate = this.agg ? "server" : "";
     ds.smoothed = this.smoothing() ? "1" : "0";
     ds.nonfinite = String(this.nonfinite.size);
@@ -862,12 +933,32 @@ export class ChartView {
     this.noteShown();
     ds.log = logScale ? "1" : "0";
     ds.x = view.x;
+    ds.fit = fit ? fit.join(",") : "";
+    this.fitButton.classList.toggle("on", view.fit.has(this.metric));
+    this.fitButton.setAttribute("aria-pressed", String(view.fit.has(this.metric)));
     this.logButton.classList.toggle("on", logScale);
     this.logButton.setAttribute("aria-pressed", String(logScale));
     this.smoothButton.classList.toggle("on", this.smoothing());
     this.smoothButton.setAttribute("aria-pressed", String(this.smoothing()));
     this.smoothButton.disabled = !(view.smooth > 0);
     this.latestEl.textContent = this.latestText();
+  }
+
+  // The rows the legend's names take across the plot (each: the swatch, its text, the gap).
+  legendRows(names) {
+    if (!measureCtx) {
+      measureCtx = document.createElement("canvas").getContext("2d");
+      measureCtx.font = "11px sans-serif";
+    }
+    const width = this.plotSize().width - 10;
+    let rows = 1;
+    let x = 0;
+    for (const name of names) {
+      const w = 14 + 5 + measureCtx.measureText(name).width + LEGEND_GAP_PX;
+      if (x > 0 && x + w > width) { rows += 1; x = 0; }
+      x += w;
+    }
+    return rows;
   }
 
   latestText() {
@@ -880,20 +971,77 @@ export class ChartView {
     return `mean ${fmt(mean)} · ${fmt(Math.min(...finite))} … ${fmt(Math.max(...finite))} over ${values.length} sources`;
   }
 
+  // One row per line (raw and smoothed side by side, a colour swatch), in the order the toolbar asks for (nearest
+  // the mouse, ascending, descending); past a screenful the first rows and "and N more".
   tooltip(params) {
     const list = Array.isArray(params) ? params : [params];
     if (!list.length) return "";
     const x = list[0].axisValue;
     const head = view.x === "time" ? new Date(x).toLocaleString() : view.x === "relative" ? `+${fmtDuration(x)}` : `${view.x} ${fmtAxis(x)}`;
-    const rows = [];
+    const rows = new Map();  // line id -> {name, color, raw, smooth}
     for (const p of list) {
       const id = String(p.seriesId || "");
-      if (!/\|(raw|smooth|line)$/.test(id) || !Array.isArray(p.value) || p.value[1] === null) continue;
-      const kind = id.endsWith("|raw") && this.smoothing() ? " raw" : id.endsWith("|smooth") ? " smoothed" : "";
-      rows.push(`${p.seriesName}${kind}: ${fmt(p.value[1])}`);
-      if (rows.length >= 16) { rows.push("…"); break; }
+      const kind = id.match(/\|(raw|smooth|line)$/);
+      if (!kind || !Array.isArray(p.value) || p.value[1] === null || p.value[1] === undefined) continue;
+      const key = id.slice(0, id.length - kind[0].length);
+      let row = rows.get(key);
+      if (!row) { row = { key, name: p.seriesName, color: p.color, raw: null, smooth: null }; rows.set(key, row); }
+      row[kind[1] === "smooth" ? "smooth" : "raw"] = p.value[1];
     }
-    return [head, ...rows].join("\n");
+    const sorted = this.sortRows([...rows.values()]);
+    const room = tipRows();
+    const box = document.createElement("div");
+    box.className = "tip";
+    box.dataset.metric = this.metric;
+    const title = document.createElement("div");
+    title.className = "tip-head";
+    title.textContent = head;
+    box.append(title);
+    for (const row of sorted.slice(0, room)) box.append(tipRow(row, this.smoothing()));
+    if (sorted.length > room) {
+      const more = document.createElement("div");
+      more.className = "tip-more";
+      more.textContent = `and ${sorted.length - room} more`;
+      box.append(more);
+    }
+    box.dataset.rows = String(Math.min(room, sorted.length));
+    box.dataset.more = String(Math.max(0, sorted.length - room));
+    return box;
+  }
+
+  sortRows(rows) {
+    const key = (r) => (r.smooth !== null ? r.smooth : r.raw);
+    const finite = (v) => (typeof v === "number" && Number.isFinite(v) ? v : null);
+    const byName = (a, b) => natural(a.name, b.name);
+    // Lines without a finite value here come last, in name order.
+    const order = (rank) => rows.sort((a, b) => {
+      const ra = rank(a);
+      const rb = rank(b);
+      return ra === rb ? byName(a, b) : ra === null ? 1 : rb === null ? -1 : ra - rb;
+    });
+    if (view.tipSort === "ascending") return order((r) => finite(key(r)));
+    if (view.tipSort === "descending") return order((r) => (finite(key(r)) === null ? null : -key(r)));
+    let target = null;
+    try {
+      target = this.mouseY === undefined ? null : this.chart.convertFromPixel({ yAxisIndex: 0 }, this.mouseY - this.plot.getBoundingClientRect().top);
+    } catch (err) {
+      target = null;
+    }
+    if (typeof target !== "number" || !Number.isFinite(target)) return rows.sort(byName);
+    return order((r) => (finite(key(r)) === null ? null : Math.abs(key(r) - target)));
+  }
+
+  // The tooltip next to the mouse, on the side with room, always inside the window (it lives on the page's body).
+  tipPosition(point, dom, size) {
+    dom.classList.toggle("elsewhere", !this.hovered);
+    const plot = this.plot.getBoundingClientRect();
+    const [w, h] = size;
+    const margin = 8;
+    let left = plot.left + point[0] + 16;
+    if (left + w > window.innerWidth - margin) left = plot.left + point[0] - w - 16;
+    left = Math.max(margin, Math.min(left, window.innerWidth - w - margin));
+    const top = Math.max(margin, Math.min(plot.top + point[1] - h / 2, window.innerHeight - h - margin));
+    return [left - plot.left, top - plot.top];
   }
 
   // ---- export ----------------------------------------------------------------------------------------
@@ -960,6 +1108,52 @@ function bandSeries(id, name, color, band) {
       return { type: "group", children };
     },
   };
+}
+
+// "Ignore outliers" (as TensorBoard's): the y range of the drawn lines' raw values' 5th to 95th percentile, a tenth
+// wider on each side (within the data's own range), or null when there is too little to judge.
+function robustRange(series, logScale) {
+  const ys = [];
+  for (const s of series) {
+    if (!/\|(raw|line)$/.test(String(s.id))) continue;
+    for (const p of s.data) if (p[1] !== null && Number.isFinite(p[1])) ys.push(p[1]);
+  }
+  if (ys.length < 10) return null;
+  ys.sort((a, b) => a - b);
+  const at = (q) => ys[Math.min(ys.length - 1, Math.floor(q * ys.length))];
+  const lo = at(0.05);
+  const hi = at(0.95);
+  const pad = (hi - lo) * 0.1 || Math.abs(hi) * 0.1 || 1;
+  const low = Math.max(ys[0], lo - pad);
+  return [logScale && low <= 0 ? lo : low, Math.min(ys[ys.length - 1], hi + pad)];
+}
+
+// How many rows a tooltip lists: what fits in most of the window's height (a row is about 18 px).
+function tipRows() {
+  return Math.max(4, Math.min(40, Math.floor((window.innerHeight * 0.7 - 40) / 18)));
+}
+
+function tipRow(row, smoothing) {
+  const el = document.createElement("div");
+  el.className = "tip-row";
+  el.dataset.line = row.key;
+  const swatch = document.createElement("span");
+  swatch.className = "tip-swatch";
+  swatch.style.background = typeof row.color === "string" ? row.color : "";
+  const name = document.createElement("span");
+  name.className = "tip-name";
+  name.textContent = row.name;
+  const value = document.createElement("span");
+  value.className = "tip-value";
+  value.textContent = smoothing && row.smooth !== null ? fmt(row.smooth) : fmt(row.raw);
+  el.append(swatch, name, value);
+  if (smoothing && row.smooth !== null && row.raw !== null) {
+    const raw = document.createElement("span");
+    raw.className = "tip-raw";
+    raw.textContent = `raw ${fmt(row.raw)}`;
+    el.append(raw);
+  }
+  return el;
 }
 
 function samplesOf(record) {

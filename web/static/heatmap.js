@@ -130,7 +130,9 @@ export function drawHeatmap(answer) {
     xAxis: { type: "category", data: labels, axisLabel: { color: c.muted, hideOverlap: true }, axisLine: { lineStyle: { color: c.axis } } },
     yAxis: { type: "category", data: yLabels, axisLabel: { color: c.text, fontSize: 11, interval: 0 },
       axisTick: { show: false }, axisLine: { lineStyle: { color: c.axis } } },
-    visualMap: { min: 0.9, max: 1.3, calculable: false, orient: "vertical", right: 4, top: 8, itemHeight: 100, itemWidth: 10,
+    // The scale and its two words ("slow" above, "fast" below) inside the plot, whatever its height.
+    visualMap: { min: 0.9, max: 1.3, calculable: false, orient: "vertical", right: 14, top: 6, itemWidth: 10,
+      itemHeight: Math.max(40, Math.min(100, height - 6 - 2 * 20)), textGap: 4,
       dimension: 2, text: ["slow", "fast"], textStyle: { color: c.muted }, inRange: { color: ["#2ea121", "#c9e265", "#f5c400", "#ff8800", "#d83931"] } },
     series: [{ type: "heatmap", data, progressive: 0, emphasis: { disabled: true } }],
   }, { notMerge: true });

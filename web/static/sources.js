@@ -9,7 +9,7 @@
 // / hiding a source live here too.
 // Everything from log text or paths is set with textContent: never HTML.
 
-import { fmt, fmtAxis, fmtDuration, getJSON, median, natural, num } from "./util.js";
+import { fmt, fmtAxis, fmtDuration, getJSON, median, nameMatcher, natural, num } from "./util.js";
 import { MANY_LINES, colorOf, comparingRuns, state, view, writeURL } from "./state.js";
 import { refreshHeatmap } from "./heatmap.js";
 
@@ -330,8 +330,11 @@ export function renderSources() {
   if (!many) {
     strip.replaceChildren(...groupedByRun(entries.sort(SORTS.name), (e) => [card(e.info, e.facts)]));
   } else {
-    const needle = view.sourceFilter.trim().toLowerCase();
-    const shown = entries.filter((e) => !needle || e.info.id.toLowerCase().includes(needle)).sort(SORTS[view.sourceSort] || SORTS.name);
+    const match = nameMatcher(view.sourceFilter);  // a regex, as the chart filter; an invalid one is said on the box
+    const filterBox = document.getElementById("source-filter");
+    filterBox.classList.toggle("invalid", !!match.problem);
+    filterBox.title = match.problem || "show only the sources whose name matches this regular expression";
+    const shown = entries.filter((e) => match.test(e.info.id)).sort(SORTS[view.sourceSort] || SORTS.name);
     const table = el("table", "source-table");
     const head = el("tr");
     for (const name of TABLE_COLUMNS) head.append(el("th", undefined, name));

@@ -17,8 +17,10 @@ export const view = {
   details: false,       // file-reading counters shown (a disclosure)
   baseline: "",         // a source id: charts show each other source minus this one, step-aligned
   theme: "light",       // light | dark
+  tipSort: "nearest",   // the tooltip's rows: nearest (to the mouse) | ascending | descending (by value)
   hidden: new Set(),    // source ids toggled off
   log: new Set(),       // metrics drawn on a log y axis
+  fit: new Set(),       // metrics whose y axis ignores outliers (the drawn raw values' 5th-95th percentile)
   zoom: null,           // [from, to] in x-axis units, or null (everything)
 };
 
@@ -114,10 +116,12 @@ export function readURL() {
   if (params.has("sq")) view.sourceFilter = params.get("sq");
   if (["name", "lag", "steptime", "loss"].includes(params.get("o"))) view.sourceSort = params.get("o");
   if (params.has("b")) view.baseline = params.get("b");
+  if (["nearest", "ascending", "descending"].includes(params.get("ts"))) view.tipSort = params.get("ts");
   if (["light", "dark"].includes(params.get("t"))) view.theme = params.get("t");
   else if (!params.has("t") && window.matchMedia && window.matchMedia("(prefers-color-scheme: dark)").matches) view.theme = "dark";
   view.hidden = set("h");
   view.log = set("l");
+  view.fit = set("io");
   const zoom = (params.get("z") || "").split(",").map(Number);
   if (zoom.length === 2 && zoom.every(Number.isFinite) && zoom[0] < zoom[1]) view.zoom = zoom;
 }
@@ -129,8 +133,10 @@ export function writeURL() {
   params.set("r", view.ranks);
   if (view.baseline) params.set("b", view.baseline);
   params.set("t", view.theme);
+  if (view.tipSort !== "nearest") params.set("ts", view.tipSort);
   if (view.hidden.size) params.set("h", [...view.hidden].join(","));
   if (view.log.size) params.set("l", [...view.log].join(","));
+  if (view.fit.size) params.set("io", [...view.fit].join(","));
   for (const [key, values] of [["f", view.flip], ["p", view.pick], ["c", view.collapsed]]) {
     if (values.size) params.set(key, [...values].join(","));
   }

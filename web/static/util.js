@@ -86,7 +86,8 @@ export function fmtTick(value, interval) {
   const plain = String(Number(value.toPrecision(12)));
   const abs = Math.abs(value);
   // Below 1e-3 the exponent is shorter than the zeros ("2e-5", not "0.00002"): labels fit the axis gutter.
-  if (plain.length <= 7 && !(abs > 0 && abs < 1e-3)) return plain;
+  // Up to 6 characters fit the gutter; 5000000 would lose its first digit.
+  if (plain.length <= 6 && !(abs > 0 && abs < 1e-3)) return plain;
   const sig = interval > 0 && abs > 0 ? Math.min(12, Math.max(2, Math.ceil(Math.log10(abs / interval)) + 2)) : 3;
   if (abs >= 1e4 && abs < 1e15) {
     for (const [scale, unit] of [[1e12, "T"], [1e9, "G"], [1e6, "M"], [1e3, "k"]]) {
@@ -94,6 +95,21 @@ export function fmtTick(value, interval) {
     }
   }
   return Number(value.toPrecision(sig)).toExponential().replace("e+", "e");
+}
+
+// A name filter as in TensorBoard: a regular expression, case-insensitive; an invalid one is matched as plain text
+// and said (`problem`), never thrown.
+export function nameMatcher(text) {
+  const trimmed = text.trim();
+  if (!trimmed) return { test: () => true, problem: "" };
+  try {
+    const re = new RegExp(trimmed, "i");
+    return { test: (name) => re.test(name), problem: "" };
+  } catch (err) {
+    const needle = trimmed.toLowerCase();
+    return { test: (name) => name.toLowerCase().includes(needle),
+      problem: `not a regular expression (${err.message.replace(/^Invalid regular expression: /, "")}): matched as text` };
+  }
 }
 
 export function fmtDuration(seconds) {
