@@ -85,8 +85,20 @@ def _event_class(package: str, messages: List[Tuple[str, list]], root: str = "Ev
     return get_class(descriptor) if get_class is not None else message_factory.MessageFactory(pool).GetPrototype(descriptor)
 
 
+def _text_as_bytes(messages: List[Tuple[str, list]]) -> List[Tuple[str, list]]:
+    """The same messages with their text fields read as bytes: protobuf's C implementation hands text that is not
+    UTF-8 out as bytes, its pure-Python one (which MindSpore's import selects for its whole process) fails the whole
+    message; read as bytes, both give the same and `Scalars` decides what is text."""
+    return [(name, [(f, n, _F.TYPE_BYTES if kind == _F.TYPE_STRING else kind, label, t) for f, n, kind, label, t in fields])
+            for name, fields in messages]
+
+
+#: the published schemas (what the tests' writers and a user's code build events with) ...
 TensorBoardEvent = _event_class("mstail.tensorboard", _TENSORBOARD)
 MindSporeEvent = _event_class("mstail.mindspore", _MINDSPORE)
+#: ... and what `decode` reads them with: the same wire format, text as bytes
+_TensorBoardRead = _event_class("mstail.tensorboard_read", _text_as_bytes(_TENSORBOARD))
+_MindSporeRead = _event_class("mstail.mindspore_read", _text_as_bytes(_MINDSPORE))
 
 class Scalars:
     """One event's facts: its wall time, step, version string (the first event of a file), scalar values, and how
@@ -94,12 +106,16 @@ class Scalars:
 
     __slots__ = ("wall_time", "step", "version", "values", "bad_tags")
 
-    def __init__(self, wall_time: float, step: int, version: Union[str, bytes], values: List[Tuple[Any, float]]) -> None:
+    def __init__(self, wall_time: float, step: int, version: bytes, values: List[Tuple[bytes, float]]) -> None:
         self.wall_time = wall_time
         self.step = step
-        # protobuf hands a string field that is not valid UTF-8 out as bytes (upb) rather than failing the message
-        self.version = version if isinstance(version, str) else version.decode("utf-8", "replace")
-        self.values = [pair for pair in values if isinstance(pair[0], str)]
+        self.version = version.decode("utf-8", "replace")
+        self.values: List[Tuple[str, float]] = []
+        for tag, number in values:
+            try:
+                self.values.append((tag.decode("utf-8"), number))
+            except UnicodeDecodeError:
+                pass
         self.bad_tags = len(values) - len(self.values)
 
 
@@ -107,10 +123,10 @@ def decode(payload: bytes, mindspore: bool) -> Scalars:
     """The scalars of one serialized Event (`mindspore`: MindSpore's schema, else TensorBoard's). Raises
     `google.protobuf.message.DecodeError` for bytes that are no such Event."""
     if mindspore:
-        event = MindSporeEvent.FromString(payload)
+        event = _MindSporeRead.FromString(payload)
         values = [(value.tag, value.scalar_value) for value in event.summary.value if value.HasField("scalar_value")]
         return Scalars(event.wall_time, event.step, event.version, values)
-    event = TensorBoardEvent.FromString(payload)
+    event = _TensorBoardRead.FromString(payload)
     values = []
     for value in event.summary.value:
         if value.HasField("simple_value"):

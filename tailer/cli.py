@@ -74,6 +74,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    if os.environ.get("PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION") == "python" and "google.protobuf" not in sys.modules:
+        # MindSpore's import sets this for its whole process and the processes it starts; event files decoded by
+        # protobuf's pure-Python code cost tens of times its C code's CPU, beyond the bounds crafted files are held to
+        del os.environ["PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION"]
     args_list = list(sys.argv[1:] if argv is None else argv)
     if not args_list or args_list[0] not in COMMANDS + ("-h", "--help", "--version"):
         args_list.insert(0, "serve")  # `mstail --log FILE` means `mstail serve --log FILE`

@@ -19,6 +19,7 @@ import contextlib
 import heapq
 import logging
 import math
+import os
 import time
 from dataclasses import dataclass
 from functools import partial
@@ -188,6 +189,7 @@ class Tailer:
         self._plan: Optional[Plan] = None  # what the pass in progress reads (None: every source)
         self._ticked = float("-inf")  # monotonic time of the alert engine's last tick
         self._pulsed = -math.inf  # monotonic time the writers seen were last asked whether they still run
+        self._began = time.time()  # a file written since then was written while mstail watched (`_fate_changed`)
         self._evidence: Dict[str, RunEvidence] = {}  # source id -> what its events said of its run's end
         self._pushed: Dict[str, Tuple[float, Any]] = {}  # source id -> (monotonic time, counts) last sent (SSE)
         self._unpushed: Set[str] = set()  # sources whose changed counts were held back (sent by a later delivery)
@@ -732,7 +734,16 @@ class Tailer:
             return []
         if ending is None:
             return self.alerts.fate(source_id, None, "", None, now)
-        return self.alerts.fate(source_id, ending[0], ending[1], info.last_step, now, ending[2], source.witnessed)
+        return self.alerts.fate(source_id, ending[0], ending[1], info.last_step, now, ending[2],
+                                source.witnessed or self._written_since_start(source))
+
+    def _written_since_start(self, source: _Source) -> bool:
+        """Whether the file was written after mstail started (a run that began and ended between two looks for its
+        writer, or a file found late, still ended while mstail watched); a log untouched since is old news."""
+        try:
+            return os.stat(source.follower.path).st_mtime >= self._began
+        except OSError:
+            return False
 
     def _tick_due(self) -> bool:
         """The time-based alert rules look at every source: not more often than ALERT_TICK_S, and with many sources

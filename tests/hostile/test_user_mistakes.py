@@ -103,7 +103,7 @@ def test_a_parse_stopped_midway_keeps_the_earlier_output(tmp_path: Path, big_log
             assert proc.poll() is None, "the parse ended before it could be interrupted"
             return any(p.name.endswith(".mstail-tmp") and p.stat().st_size > 0 for p in folder.iterdir())
 
-        wait_until(writing, timeout=30, message="the parse writing its temporary file")
+        wait_until(writing, timeout=60, message="the parse writing its temporary file")
         proc.send_signal(signum)
         _, err = proc.communicate(timeout=20)
     finally:

@@ -64,6 +64,9 @@ if ending == "kill":
     os.write(int(os.environ["READY_FD"]), b"ready\n")
     time.sleep(120)  # alive, holding the file: killed by the test
 if ending.startswith("raise"):
+    deadline = time.monotonic() + 60
+    while not os.path.exists(path + ".go") and time.monotonic() < deadline:
+        time.sleep(0.02)  # alive until the test saw mstail follow its steps: a death watched, not history read
     raise ValueError("For 'loss' of the network, the loss is NAN or INF, terminating training.")
 '''
 
@@ -114,6 +117,11 @@ def test_killed_crashed_and_finished_text_logs_get_their_fate_and_deaths_an_aler
             if name.endswith("_kill.log"):
                 assert proc.ready.readline() == b"ready\n"  # type: ignore[attr-defined]
                 proc.send_signal(signal.SIGKILL)
+        raising = [name for name in writers if "_raise_" in name]
+        wait_until(lambda: all(by_name(server).get(n, {}).get("records") == 15 for n in raising), 30,
+                   message="mstail following the raising writers' steps")
+        for name in raising:
+            (runs / f"{name}.go").touch()
         for proc in writers.values():
             proc.wait(timeout=30)
         fates = {"mindformers_kill.log": "died", "mindformers_over.log": "finished", "mindformers_total.log": "finished",
