@@ -30,8 +30,9 @@ Rules (`DEFAULT_RULES` holds every key and its default; a TOML file given with `
                 that logged its start left without its end; raised by the tailer (`fate`) when it sees the writer
                 leave while it watches, never for a run that was over before mstail read it.
 - `straggler`   one source's median step time (last `window` steps) above `ratio` x the median of the other
-                ranks' medians and at least `min_ms` slower: only sources of one run read in one format are
-                compared (`peers`), and never two files of one rank (needs 2+ ranks with step times).
+                ranks' medians and at least `min_ms` slower: only sources whose id names their rank (`rank_3`,
+                `worker_3`, `ID/rank3`), of one run read in one format, are compared (`peers`), and never two
+                files of one rank (needs 2+ ranks with step times).
 - `trend`       off by default: over the last `window` values of the loss, the second half's mean is above
                 the first half's by more than `divergence_rel` (divergence) or below it by less than
                 `plateau_rel` (plateau); checked every `every` records.
@@ -208,15 +209,17 @@ def _median_without(ranked: List[float], index: int) -> float:
     return at(middle) if count % 2 else (at(middle - 1) + at(middle)) / 2
 
 
-#: the rank a source id names (`rank_3`, `exp1/rank_3`, `worker_3`, `ID/rank3` of a launcher-tagged part)
-_RANK = re.compile(r"(?:rank|device|worker|npu|gpu|card)[_.-]?(\d+)(?:#\d+)?$", re.IGNORECASE)
+#: the rank a source id names (`rank_3`, `exp1/rank_3`, `worker_3`, `ID/rank3` or `ID/default3` of a launcher-tagged
+#: part)
+_RANK = re.compile(r"(?:(?:rank|device|worker|npu|gpu|card)[_.-]?|/default)(\d+)(?:#\d+)?$", re.IGNORECASE)
 
 
 @lru_cache(maxsize=1 << 14)  # asked for every source at every tick
-def _rank(source: str) -> str:
-    """The rank a source belongs to: the number its id names, else the id itself (a rank of its own)."""
+def _rank(source: str) -> Optional[str]:
+    """The rank a source belongs to: the number its id names, else None (`exp/lr1e-4`: a log of its own, maybe of
+    another experiment, never compared)."""
     match = _RANK.search(source)
-    return match.group(1) if match else source
+    return match.group(1) if match else None
 
 
 _EXCEPTION_LINE = re.compile(r"^\s*(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit|Warning)\b")
@@ -844,7 +847,7 @@ class AlertEngine:
         rule = self.rules.rules["straggler"]
         groups: Dict[Any, Dict[str, float]] = {}
         for source, st in self._sources.items():
-            if len(st.step_ms) >= rule["min_window"]:
+            if len(st.step_ms) >= rule["min_window"] and _rank(source) is not None:
                 groups.setdefault(self._groups.get(source), {})[source] = statistics.median(st.step_ms)
         for medians in groups.values():
             self._stragglers_among(medians, rule, now, out)

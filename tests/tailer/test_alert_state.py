@@ -32,12 +32,12 @@ def _records(source: str, steps: range, ms: float = 500.0) -> List[Dict[str, Any
 
 def _stream(first: range, then: range) -> List[Dict[str, Any]]:
     items: List[Dict[str, Any]] = []
-    for a, b in zip(_records("r0", first), _records("r1", first, ms=800.0)):
+    for a, b in zip(_records("rank_0", first), _records("rank_1", first, ms=800.0)):
         items += [a, b]
-    items.append({"source": "r1", "kind": "error", "step": first[-1], "message": "Traceback (most recent call last):\n"
+    items.append({"source": "rank_1", "kind": "error", "step": first[-1], "message": "Traceback (most recent call last):\n"
                   "  File \"x.py\", line 1\nRuntimeError: device lost"})
-    spike = [dict(r, loss=9.0) if r["step"] == then[0] + 2 else r for r in _records("r0", then)]
-    return items + spike + _records("r1", then, ms=800.0)
+    spike = [dict(r, loss=9.0) if r["step"] == then[0] + 2 else r for r in _records("rank_0", then)]
+    return items + spike + _records("rank_1", then, ms=800.0)
 
 
 def _feed(engine: AlertEngine, items: List[Dict[str, Any]], ticks: bool = True) -> List[Dict[str, Any]]:
@@ -47,7 +47,7 @@ def _feed(engine: AlertEngine, items: List[Dict[str, Any]], ticks: bool = True) 
         now = T0 + data.get("step", 0) + 0.5
         changes += engine.observe(data["source"], data, now)
         if ticks:
-            changes += engine.tick(now, {"r0": "following", "r1": "following"}, lambda source: True)
+            changes += engine.tick(now, {"rank_0": "following", "rank_1": "following"}, lambda source: True)
     return changes
 
 
@@ -68,7 +68,7 @@ def test_a_restored_engine_judges_the_next_records_as_one_that_never_stopped() -
     assert any(c["rule"] == "loss_spike" and c["state"] == "firing" for c in came_back)  # its window spans the restart
     assert "straggler" in {a["rule"] for a in restored.table()["active"]}  # fired before, judged on after it
     assert restored.table() == kept.table() and restored.snapshot() == kept.snapshot()
-    assert restored.hang_bound("r0") == kept.hang_bound("r0")
+    assert restored.hang_bound("rank_0") == kept.hang_bound("rank_0")
 
 
 def test_a_snapshot_whose_windows_kept_a_running_sum_still_restores() -> None:

@@ -45,3 +45,25 @@ def test_a_ranks_info_log_and_its_jsonl_are_not_compared_but_other_ranks_are(
 
     wait_until(stragglers, 10, message="the slow rank's straggler alert")
     assert stragglers() == {ids["output/metrics/rank_2.jsonl"]}
+
+
+def test_logs_that_name_no_rank_are_never_compared(tmp_path: Path, mstail_server: Any) -> None:
+    """Two experiments kept in one folder (`exp/lr1e-4`, `exp/lr3e-4_bs64`) are no ranks of one run: no straggler
+    between them, however different their step times; ranks of a run beside them still are compared."""
+    runs = {"exp/lr1e-4.jsonl": 100, "exp/lr3e-4_bs64.jsonl": 600,
+            "job/rank_0.jsonl": 100, "job/rank_1.jsonl": 100, "job/rank_2.jsonl": 600}
+    for name in runs:
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+    server = mstail_server(args=("--logdir", str(tmp_path)))
+    writers = [subprocess.Popen([sys.executable, "-c", JSONL_WRITER, str(tmp_path / name), str(ms), str(STEPS)])
+               for name, ms in runs.items()]
+    for proc in writers:
+        assert proc.wait(timeout=30) == 0
+    server.wait_records(len(runs) * STEPS)
+    ids = {Path(s["path"]).relative_to(tmp_path).as_posix(): s["id"] for s in server.get_json("/api/sources")}
+
+    def stragglers() -> Any:
+        return {a["source"] for a in server.get_json("/api/alerts")["active"] if a["rule"] == "straggler"}
+
+    wait_until(stragglers, 10, message="the slow rank's straggler alert")
+    assert stragglers() == {ids["job/rank_2.jsonl"]}
