@@ -714,15 +714,16 @@ class Tailer:
             self.hub.publish(ItemsMessage(batch, sent))
 
     def _see(self, source: _Source, source_id: str, items: List[Item]) -> RunEvidence:
-        """Take what a pass's items say of how a source's run ends (its events; lines read live: its end is watched)."""
+        """Take what a pass's items say of how a source's run ends (its events; lines written live: its end is
+        watched)."""
         evidence = self._evidence.get(source_id)
         if evidence is None:
             evidence = self._evidence[source_id] = RunEvidence()
         for item in items:
             if item.kind == "event":
                 evidence.see(item.data)
-        if items and not source.in_history:
-            source.witnessed = True
+        if not source.witnessed and any(not self._history(source, item) for item in items):
+            source.witnessed = True  # (lines the parser held back at the end of the history, flushed later, are not)
         return evidence
 
     def _fate_changed(self, source: _Source, source_id: str, info: Any, now: float) -> List[Dict[str, Any]]:

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -305,3 +307,16 @@ def test_a_restart_remembers_how_a_run_ended(tmp_path: Path, mstail_server: Any)
     # nobody writes the file: without the end it would be "stopped" 10 s after the start
     wait_until(lambda: [s["state"] for s in again.get_json("/api/sources")] == ["finished"], 15, message="finished")
     assert again.get_json("/api/sources")[0]["end_reason"] == "logged its end (step 5)"
+
+
+def test_a_crash_logged_before_mstail_started_is_died_without_an_alert(tmp_path: Path, mstail_server: Any) -> None:
+    """README: `died` is not for a run that was over before mstail read it. The crash's traceback ends the file, so
+    the parser holds it until its grace period ends, after the history was read: it is still history."""
+    crashed = tmp_path / "crashed.log"
+    shutil.copyfile(ROOT / "sample_logs" / "mindformers_v1.8_nonsink_worker_0.log", crashed)
+    two_days_ago = time.time() - 2 * 86400
+    os.utime(crashed, (two_days_ago, two_days_ago))
+    server = mstail_server(str(crashed))
+    wait_until(lambda: [s["state"] for s in server.get_json("/api/sources")] == ["died"], 30, message="died")
+    assert "RuntimeError: Call aclnnMatmul failed" in server.get_json("/api/sources")[0]["end_reason"]
+    assert "died" not in {a["rule"] for a in server.get_json("/api/alerts")["active"]}
