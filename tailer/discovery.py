@@ -147,20 +147,37 @@ class PatternFilter:
 NEAREST_MAX_ENTRIES = 2000
 
 
-def nearest_file(path: Path) -> Optional[str]:
-    """The name of the file in `path`'s folder closest to its name (difflib's similarity: a typo, a wrong rank or
-    extension), among the first NEAREST_MAX_ENTRIES entries; None when the folder holds no file."""
+def nearest_file(path: Path, folders: bool = False) -> Optional[str]:
+    """The name of the file (or, with `folders`, the file or folder) in `path`'s folder closest to its name
+    (difflib's similarity: a typo, a wrong rank or extension), among the first NEAREST_MAX_ENTRIES entries; None
+    when the folder holds none."""
     names = []
     try:
         with os.scandir(path.parent) as listing:
             for entry in itertools.islice(listing, NEAREST_MAX_ENTRIES):
                 with contextlib.suppress(OSError):
-                    if entry.is_file():
+                    if entry.is_file() or (folders and entry.is_dir()):
                         names.append(entry.name)
     except OSError:
         return None
     best = difflib.get_close_matches(path.name, names, n=1, cutoff=0.0)
     return visible(best[0]) if best else None
+
+
+def nearest_path(pattern: str) -> Optional[Path]:
+    """Where a glob that matches nothing stops matching: down its parts while each names something (a wildcard part:
+    its first match), then the entry nearest to the first part that names nothing (`out/log/rnak_*/info.log` ->
+    `out/log/rank_0`); None when that folder is empty."""
+    parts = Path(os.path.expanduser(pattern)).parts
+    current = Path(parts[0]) if os.path.isabs(parts[0]) else Path(".")
+    for part in parts[1:] if os.path.isabs(parts[0]) else parts:
+        found = sorted(glob.glob(os.path.join(glob.escape(str(current)), part)))[:1] if has_glob(part) else (
+            [str(current / part)] if (current / part).exists() else [])
+        if not found:
+            nearest = nearest_file(current / part, folders=True)
+            return current / nearest if nearest else None
+        current = Path(found[0])
+    return None
 
 
 def rotated_backups(path: Path) -> List[Path]:

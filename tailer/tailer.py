@@ -38,7 +38,7 @@ from .catchup import BULK_MIN_BYTES, CatchUp, children_allowed, eligible, left_t
 from .checkpoint import SourceCheckpoint
 from .config import Config
 from .discovery import (PatternFilter, SourceNamer, WatchRoots, expand, glob_free_prefix, has_glob, nearest_file,
-                        visible)
+                        nearest_path, visible)
 from .eventfollow import EventFilesFollower
 from .frames import event_source
 from .follower import FileFollower
@@ -207,6 +207,7 @@ class Tailer:
         self._pass_started: Optional[float] = None  # monotonic start of the pass in progress
         self._write_error: Optional[str] = None  # the history write failure last reported
         self._missing_checked = False
+        self._unmatched: Dict[str, str] = {}  # glob -> what `_report_unmatched` said of it (until it matches a file)
         self._children = 0  # catch-up children running (`_start_catch_up`)
         self._ahead: Optional[Tuple[List[Tuple[_Source, List[Item]]], bool]] = None  # `read_ahead`'s, undelivered
 
@@ -232,7 +233,12 @@ class Tailer:
         """Register files the patterns name now, and run files below the folders; returns the new ones (runs in
         the pass thread)."""
         new = []
-        every = [(path, forced) for pattern, forced in self._patterns for path in expand(pattern, self._followed)]
+        every = []
+        for pattern, forced in self._patterns:
+            paths = expand(pattern, self._followed)
+            if paths and self._unmatched:
+                self._unmatched.pop(pattern, None)
+            every += [(path, forced) for path in paths]
         # A file followed already is passed over by its name (a thousand rank files: no stat, no path work each);
         # event files are not (each one's events wake its folder's source, new ones too).
         found, event_files = self._event_sources([(path, forced) for path, forced in every
@@ -432,7 +438,8 @@ class Tailer:
         if db.write_error is not None:
             problems.append(f"the history cannot be written ({db.write_error}); {db.unsaved} items kept in memory")
         return {"passes": self.passes, "tailing_failures": self.failures, "last_tailing_failure": self.last_failure,
-                "unsaved": db.unsaved, "problems": problems, "waiting_for_runs": [str(f) for f in self._runs.empty]}
+                "unsaved": db.unsaved, "problems": problems, "waiting_for_runs": [str(f) for f in self._runs.empty],
+                "unmatched_patterns": list(self._unmatched.values())}
 
     async def _sleep(self, stop: asyncio.Event, wake: asyncio.Event, timeout: float) -> None:
         if self._planner.holding:
@@ -863,14 +870,27 @@ class Tailer:
                 log.warning("nothing at %s yet: %s does not exist (the nearest existing folder is %s); waiting",
                             pattern, folder, existing_ancestor(pattern))
                 continue
+            if has_glob(str(path)):
+                self._report_unmatched(pattern)
+                continue
             source = self._sources.get(path.absolute())
-            if has_glob(str(path)) or source is None or source.follower.state != "waiting" or path.exists():
+            if source is None or source.follower.state != "waiting" or path.exists():
                 continue
             nearest = nearest_file(path)
             source.missing = f"no file {path.name} in {folder} after {MISSING_AFTER_S:g} s" + (
                 f"; the nearest there is {nearest}" if nearest else f"; {folder} holds no file")
             log.warning("nothing at %s yet: %s; waiting", visible(pattern), visible(source.missing))
             self._planner.pending.add(source)  # its card says so with the next pass
+
+    def _report_unmatched(self, pattern: str) -> None:
+        """A glob that matches nothing MISSING_AFTER_S after the start (`rnak_*`): said once on stderr, with the
+        nearest existing path, and listed on /healthz (`unmatched_patterns`) until a file it names appears."""
+        if expand(pattern, self._followed):
+            return
+        nearest = nearest_path(pattern)
+        self._unmatched[pattern] = f"nothing matches {visible(pattern)} after {MISSING_AFTER_S:g} s" + (
+            f"; the nearest existing path is {visible(str(nearest))}" if nearest else "")
+        log.warning("%s; waiting", self._unmatched[pattern])
 
     @staticmethod
     def _history(source: _Source, item: Item) -> bool:

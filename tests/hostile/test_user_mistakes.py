@@ -454,3 +454,21 @@ def test_a_mistyped_log_is_named_with_the_nearest_file_or_folder(tmp_path: Path,
     typo.write_text(loss_lines(1, 3))  # the file comes after all: followed, and the card's problem goes
     server.wait_records(3)
     wait_until(lambda: problem() is None, 10, message="the problem gone once the file is there")
+
+
+@pytest.mark.timeout(90)
+def test_a_mistyped_glob_is_named_with_the_nearest_path(tmp_path: Path, mstail_server) -> None:  # type: ignore[no-untyped-def]
+    folder = tmp_path / "output" / "log" / "rank_0"
+    folder.mkdir(parents=True)
+    (folder / "info.log").write_text(loss_lines(1, 5))
+    typo = tmp_path / "output" / "log" / "rnak_*" / "info.log"
+    server = mstail_server(typo)
+    said = f"nothing matches {typo} after 10 s; the nearest existing path is {folder}"
+    wait_until(lambda: server.get_json("/healthz")["unmatched_patterns"] == [said], 30, interval=0.2,
+               message="/healthz naming the glob and the nearest path")
+    time.sleep(1.5)  # more passes: said once
+    assert server.stderr.count(f"{said}; waiting") == 1, server.stderr
+    (tmp_path / "output" / "log" / "rnak_1").mkdir()
+    (tmp_path / "output" / "log" / "rnak_1" / "info.log").write_text(loss_lines(1, 3))  # it matches after all
+    server.wait_records(3)
+    wait_until(lambda: server.get_json("/healthz")["unmatched_patterns"] == [], 10, message="gone once it matches")
