@@ -185,7 +185,7 @@ def load_derived(path: Optional[str]) -> Derived:
     if unknown:
         raise DerivedError(f"{path}: unknown key(s) {', '.join(sorted(unknown))} (perplexity, constants, series)")
     perplexity = table.get("perplexity", True)
-    if isinstance(perplexity, list) and all(isinstance(name, str) and name and name not in RESERVED
+    if isinstance(perplexity, list) and all(isinstance(name, str) and metric_key(name) == name and name not in RESERVED
                                             for name in perplexity):
         perplexity = tuple(dict.fromkeys(perplexity))
     elif not isinstance(perplexity, bool):

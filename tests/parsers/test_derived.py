@@ -152,6 +152,7 @@ def test_load_derived_file_and_its_errors(tmp_path: Path) -> None:
                       ("[constants]\nk = \"a\"\n", "must be a number"), ("colour = 1\n", "unknown key"),
                       ("perplexity = 1\n", "true, false or a list"), ("[series\n", "not valid TOML"),
                       ("perplexity = [\"step\"]\n", "true, false or a list"),
+                      ("perplexity = [\"a\\u001b_loss\"]\n", "true, false or a list"),
                       ("[series]\nx = \"open('f')\"\n", "series x: `open")]:
         bad = tmp_path / "bad.toml"
         bad.write_text(text, encoding="utf-8")
