@@ -69,7 +69,7 @@ class _OpenFile:
         self.path = path
         # O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused just below, as is any other
         # non-regular file. On a regular file the flag changes nothing.
-        self.fd = os.open(path, _READ) if confine is None else _open_within(path, confine)
+        self.fd = open_confined(path, confine)
         st = os.fstat(self.fd)
         if not stat.S_ISREG(st.st_mode):
             os.close(self.fd)
@@ -147,7 +147,13 @@ class _OpenFile:
         os.close(self.fd)
 
 
-def _open_within(path: Path, confine: str) -> int:
+def open_confined(path: Union[str, Path], confine: Optional[str]) -> int:
+    """`path` opened for reading with no wait (opening a FIFO waits for no writer), and, with `confine`, only if
+    its real path stays below that folder (`_open_within`; else OutsideFolder, unopened)."""
+    return os.open(path, _READ) if confine is None else _open_within(path, confine)
+
+
+def _open_within(path: Union[str, Path], confine: str) -> int:
     """`path` opened for reading, never opening anything whose real path leaves the folder `confine` (a real path):
     the path's real path is checked first, then opened one part at a time from `confine` without following any link
     (one swapped in after the check is refused, not opened), and the file opened must be the one checked. A
@@ -179,7 +185,7 @@ def _open_within(path: Path, confine: str) -> int:
     return fd
 
 
-def _outside(path: Path, confine: str) -> OutsideFolder:
+def _outside(path: Union[str, Path], confine: str) -> OutsideFolder:
     return OutsideFolder(errno.EACCES, f"a link out of {confine}, not opened (--follow-symlinks opens it)", str(path))
 
 
