@@ -326,7 +326,8 @@ class RunFinder:
                               "not followed (give a folder closer to the runs)")
                     break
                 path = root.joinpath(*parts)
-                if kind == "jsonl" and not self._is_callback(path, confine) or kind == "events" and parts[:-1] in event_folders:
+                if (kind == "jsonl" and not self._is_callback(path, confine)
+                        or kind == "events" and parts[:-1] in event_folders):
                     continue  # (a folder of event files is one source: each writer's new file continues it)
                 if kind == "events":
                     event_folders.add(parts[:-1])
