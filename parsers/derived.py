@@ -42,7 +42,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Tuple, TypeVar, Union
 
-from .record import RESERVED, Item
+from .record import MAX_NAME_CHARS, RESERVED, Item, metric_key
 
 EXPRESSION_MAX = 500  # characters of one expression (Python's parser must never see a pathological input)
 NODES_MAX = 100  # nodes of one expression tree
@@ -185,7 +185,7 @@ def load_derived(path: Optional[str]) -> Derived:
     if unknown:
         raise DerivedError(f"{path}: unknown key(s) {', '.join(sorted(unknown))} (perplexity, constants, series)")
     perplexity = table.get("perplexity", True)
-    if isinstance(perplexity, list) and all(isinstance(name, str) and name and name not in RESERVED
+    if isinstance(perplexity, list) and all(isinstance(name, str) and metric_key(name) == name and name not in RESERVED
                                             for name in perplexity):
         perplexity = tuple(dict.fromkeys(perplexity))
     elif not isinstance(perplexity, bool):
@@ -195,12 +195,14 @@ def load_derived(path: Optional[str]) -> Derived:
     if not isinstance(constants, dict) or not isinstance(series, dict):
         raise DerivedError(f"{path}: [constants] and [series] must be tables")
     for name, value in constants.items():
+        _check_name(path, "constant", name)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not _fits(value):
             raise DerivedError(f"{path}: constant {name}: must be a number")
     losses = LM_LOSSES if perplexity is True else perplexity or ()
     _check_constants(path, constants, series, losses)
     compiled: List[Series] = []
     for name, text in series.items():
+        _check_name(path, "series", name)
         if name in RESERVED:
             raise DerivedError(f"{path}: series {name}: a reserved key ({', '.join(sorted(RESERVED))})")
         if not isinstance(text, str):
@@ -212,6 +214,14 @@ def load_derived(path: Optional[str]) -> Derived:
         _check_order(path, compiled[-1], series)
     return Derived(perplexity=perplexity, series=tuple(compiled),
                    constants=tuple(sorted((k, float(v)) for k, v in constants.items())))
+
+
+def _check_name(path: str, kind: str, name: str) -> None:
+    """A series' name is a metric's, kept as it is (`metric_key`, as a format's field names are), and so is a
+    constant's (it may stand where a metric's name does)."""
+    if metric_key(name) != name:
+        raise DerivedError(f"{path}: {kind} {name!r}: cannot be a metric name (blank, over {MAX_NAME_CHARS} "
+                           "characters, control characters, or a name the page's objects cannot hold)")
 
 
 def _check_order(path: str, declared: Series, series: Mapping[str, Any]) -> None:

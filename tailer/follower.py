@@ -28,6 +28,7 @@ log = logging.getLogger("mstail.follower")
 HEAD_BYTES = 1024  # identity signature: the first KiB, re-taken as the file grows (small files count too)
 SAVED_SEEN = 256  # files remembered in a checkpoint: more than any handler keeps as backups
 LISTINGS = 4  # tries at listing the backups with no rollover while their files are opened
+_READ = os.O_RDONLY | os.O_NONBLOCK
 
 def _signature(head: bytes) -> Signature:
     return len(head), hashlib.blake2b(head, digest_size=12).hexdigest()
@@ -68,15 +69,11 @@ class _OpenFile:
         self.path = path
         # O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused just below, as is any other
         # non-regular file. On a regular file the flag changes nothing.
-        self.fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        self.fd = open_confined(path, confine)
         st = os.fstat(self.fd)
         if not stat.S_ISREG(st.st_mode):
             os.close(self.fd)
             raise NotARegularFile(errno.EINVAL, f"{kind_of(st.st_mode)}, not a regular file", str(path))
-        if confine is not None and not within(_real_path(self.fd, path), confine):
-            os.close(self.fd)
-            raise OutsideFolder(errno.EACCES, f"a link out of {confine}, not opened (--follow-symlinks opens it)",
-                                str(path))
         self.identity = (st.st_dev, st.st_ino)
         self.splitter = splitter(0, max_line_bytes)  # a LineSplitter, or an event file's FrameSplitter (same shape)
         self.pos = 0  # bytes handed to the splitter
@@ -150,13 +147,46 @@ class _OpenFile:
         os.close(self.fd)
 
 
-def _real_path(fd: int, path: Path) -> str:
-    """The real path of the file open as `fd` (as the kernel has it: no link swapped in after the open can change it),
-    or of `path` where /proc is not there."""
+def open_confined(path: Union[str, Path], confine: Optional[str]) -> int:
+    """`path` opened for reading with no wait (opening a FIFO waits for no writer), and, with `confine`, only if
+    its real path stays below that folder (`_open_within`; else OutsideFolder, unopened)."""
+    return os.open(path, _READ) if confine is None else _open_within(path, confine)
+
+
+def _open_within(path: Union[str, Path], confine: str) -> int:
+    """`path` opened for reading, never opening anything whose real path leaves the folder `confine` (a real path):
+    the path's real path is checked first, then opened one part at a time from `confine` without following any link
+    (one swapped in after the check is refused, not opened), and the file opened must be the one checked. A
+    non-regular file is refused unopened (opening a FIFO for reading releases its writer)."""
+    real = os.path.realpath(path)
+    if not within(real, confine):
+        raise _outside(path, confine)
+    checked = os.stat(real)
+    if not stat.S_ISREG(checked.st_mode):
+        raise NotARegularFile(errno.EINVAL, f"{kind_of(checked.st_mode)}, not a regular file", str(path))
+    parts = Path(os.path.relpath(real, confine)).parts
+    folder = os.open(confine, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        return os.readlink(f"/proc/self/fd/{fd}")
-    except OSError:
-        return os.path.realpath(path)
+        for part in parts[:-1]:
+            below = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=folder)
+            os.close(folder)
+            folder = below
+        fd = os.open(parts[-1], _READ | os.O_NOFOLLOW, dir_fd=folder)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):  # a part became a link since the check
+            raise _outside(path, confine) from None
+        raise
+    finally:
+        os.close(folder)
+    opened = os.fstat(fd)
+    if (opened.st_dev, opened.st_ino) != (checked.st_dev, checked.st_ino):
+        os.close(fd)
+        raise _outside(path, confine)  # another file was put there since the check
+    return fd
+
+
+def _outside(path: Union[str, Path], confine: str) -> OutsideFolder:
+    return OutsideFolder(errno.EACCES, f"a link out of {confine}, not opened (--follow-symlinks opens it)", str(path))
 
 
 class FileFollower:
@@ -529,7 +559,7 @@ class FileFollower:
         """Swap a stale descriptor for a new one when the path still names the same file; a stale file the
         path no longer names cannot be read any more and is given up (a draining one) or rotated away."""
         try:
-            fd = os.open(self.path, os.O_RDONLY)
+            fd = os.open(self.path, os.O_RDONLY) if self.confine is None else _open_within(self.path, self.confine)
             st = os.fstat(fd)
         except OSError:
             return False

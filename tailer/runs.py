@@ -37,6 +37,7 @@ from mstail.parsers import Format, SourceParser
 from mstail.parsers.interleave import InterleavedParser
 
 from .discovery import ROTATED, visible, within
+from .follower import open_confined
 from .frames import event_file_kind
 from .lines import LineSplitter
 
@@ -168,8 +169,9 @@ class _HeadJudge:
     def start_walk(self) -> None:
         self._until = math.inf if self.time_s is None else time.monotonic() + self.time_s
 
-    def __call__(self, path: str, info: os.stat_result) -> Union[bool, None, str]:
-        """The verdict on a file (`info`: its stat; `recognised`), or LATER when this walk's time for it is over."""
+    def __call__(self, path: str, info: os.stat_result, confine: Optional[str]) -> Union[bool, None, str]:
+        """The verdict on a file (`info`: its stat; `recognised`; `confine`: the folder its real path must stay in,
+        `open_confined`), or LATER when this walk's time for it is over."""
         known = self._seen.get(path)
         judged = min(info.st_size, HEAD_BYTES)
         if known is not None and known[0] == info.st_ino and (known[2] is not False or known[1] == judged):
@@ -177,8 +179,7 @@ class _HeadJudge:
         if time.monotonic() >= self._until:
             return LATER
         try:
-            with open(path, "rb") as handle:
-                head = handle.read(HEAD_BYTES)
+            head = _head(path, HEAD_BYTES, confine)
         except OSError:
             return False
         verdict = recognised(head, self.formats, self.forced)
@@ -194,12 +195,21 @@ class _HeadJudge:
                                       or time.monotonic() - known[3] < RECHECK_S)
 
 
-def _callback_jsonl(path: Path) -> Optional[bool]:
+def _head(path: Union[str, Path], size: int, confine: Optional[str]) -> bytes:
+    """The first `size` bytes of a file found by the walk, opened as its follower would (`open_confined`: a file
+    swapped for a link out, or for a FIFO, since it was listed is not read, and never blocks the walk)."""
+    fd = open_confined(path, confine)
+    try:
+        return os.pread(fd, size, 0)
+    finally:
+        os.close(fd)
+
+
+def _callback_jsonl(path: Path, confine: Optional[str]) -> Optional[bool]:
     """Whether a `.jsonl` file holds mstail.callback records: its first line is a JSON object with a `step` or a
     `kind`. None while it has no whole first line yet (a run just started: asked again at the next walk)."""
     try:
-        with open(path, "rb") as handle:
-            head = handle.read(JSONL_HEAD_BYTES)
+        head = _head(path, JSONL_HEAD_BYTES, confine)
     except OSError:
         return None
     end = head.find(b"\n")
@@ -316,7 +326,8 @@ class RunFinder:
                               "not followed (give a folder closer to the runs)")
                     break
                 path = root.joinpath(*parts)
-                if kind == "jsonl" and not self._is_callback(path) or kind == "events" and parts[:-1] in event_folders:
+                if (kind == "jsonl" and not self._is_callback(path, confine)
+                        or kind == "events" and parts[:-1] in event_folders):
                     continue  # (a folder of event files is one source: each writer's new file continues it)
                 if kind == "events":
                     event_folders.add(parts[:-1])
@@ -333,10 +344,10 @@ class RunFinder:
                       "same steps and are left out (--log PATH follows one too)", logging.INFO)
         return kept
 
-    def _is_callback(self, path: Path) -> bool:
+    def _is_callback(self, path: Path, confine: Optional[str]) -> bool:
         if path in self._not_callback:
             return False
-        verdict = _callback_jsonl(path)
+        verdict = _callback_jsonl(path, confine)
         if verdict is False and len(self._not_callback) < 100_000:
             self._not_callback.add(path)
         return bool(verdict)
@@ -354,13 +365,14 @@ class RunFinder:
                     "at again as it grows; see why: `mstail parse FILE --explain`, or give --pattern 'REGEX' with "
                     "named groups)", ", ".join(map(visible, new[:MAX_NAMED])), more)
 
-    def _kind_of(self, entry: "os.DirEntry[str]") -> Optional[str]:
-        """`_kind`, or `text` for a text log named by no convention whose head a format recognises."""
+    def _kind_of(self, entry: "os.DirEntry[str]", real_root: str) -> Optional[str]:
+        """`_kind`, or `text` for a text log named by no convention whose head a format recognises (read only below
+        `real_root`, unless `follow_symlinks`)."""
         kind = _kind(entry.path)
         if kind is not None or self._judge is None or not _text_log(entry.name):
             return kind
         try:
-            verdict = self._judge(entry.path, entry.stat())
+            verdict = self._judge(entry.path, entry.stat(), None if self.follow_symlinks else real_root)
         except OSError:
             return None
         if verdict is LATER:
@@ -425,7 +437,7 @@ class RunFinder:
                         continue
                     folders.append((entry.path, below + (entry.name,)))
                 elif is_file:
-                    kind = self._kind_of(entry)
+                    kind = self._kind_of(entry, real_root)
                     if kind is not None:
                         yield below + (entry.name,), kind
             stack.extend(reversed(folders))

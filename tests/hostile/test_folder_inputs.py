@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, List, Optional
 
 import pytest
 
@@ -144,3 +146,47 @@ def test_links_out_of_a_followed_folder_are_not_opened(mstail_server: Any, tmp_p
     opened = mstail_server(args=[str(runs), "--follow-symlinks", "--no-state"])
     wait_until(lambda: SECRET in _served(opened), 20, message="the linked files read with --follow-symlinks")
     assert len(opened.get_json("/api/sources")) == 4
+
+
+def _fifo_writer(fifo: Path) -> "subprocess.Popen[bytes]":
+    """A process blocked in opening `fifo` for writing until some process opens it for reading."""
+    os.mkfifo(fifo)
+    return subprocess.Popen([sys.executable, "-c", f"import os; os.write(os.open({str(fifo)!r}, os.O_WRONLY), b'x')"])
+
+
+def _problems(server: Any) -> Optional[List[str]]:
+    """Every source's problem, once each has one."""
+    problems = [source["problem"] for source in server.get_json("/api/sources")]
+    return problems if all(problems) else None
+
+
+def test_a_followed_log_swapped_for_a_link_out_is_not_opened(mstail_server: Any, tmp_path: Path,
+                                                             wait_until: Any) -> None:
+    """After `mstail DIR` follows a log, the log is swapped for a link to a FIFO outside DIR, and a rank folder for a
+    link to a folder outside holding one: both are refused without being opened (the FIFOs' writers stay blocked;
+    an open for reading, even to refuse the file after it, would release them)."""
+    outside, runs = tmp_path / "outside", tmp_path / "runs"
+    (outside / "logs").mkdir(parents=True)
+    logs = {run: runs / run / "msrun_log" for run in ("exp1", "exp2")}
+    for folder in logs.values():
+        folder.mkdir(parents=True)
+    server = mstail_server(args=[str(runs), "--no-state"])
+    writer = spawn_writer([folder / "worker_0.log" for folder in logs.values()], steps=STEPS, interval_s=0.02)
+    assert writer.wait(timeout=30) == 0
+    server.wait_records(2 * STEPS)
+    blocked = [_fifo_writer(outside / "secret.fifo"), _fifo_writer(outside / "logs/worker_0.log")]
+    try:
+        (logs["exp1"] / "worker_0.log").rename(logs["exp1"] / "worker_0.log.1")
+        (logs["exp1"] / "worker_0.log").symlink_to(outside / "secret.fifo")
+        logs["exp2"].rename(tmp_path / "moved")  # (out of DIR: not a run found)
+        logs["exp2"].symlink_to(outside / "logs")
+        problems = wait_until(lambda: _problems(server), 20, message="both swapped-in links refused")
+        for process in blocked:
+            with pytest.raises(subprocess.TimeoutExpired):
+                process.wait(timeout=2)  # (opened by a reader: it writes and exits at once)
+        assert all(problem.startswith("a link out of") for problem in problems), problems
+        assert server.get_json("/healthz")["status"] == "ok"
+    finally:
+        for process in blocked:
+            process.kill()
+            process.wait()

@@ -152,6 +152,7 @@ def test_load_derived_file_and_its_errors(tmp_path: Path) -> None:
                       ("[constants]\nk = \"a\"\n", "must be a number"), ("colour = 1\n", "unknown key"),
                       ("perplexity = 1\n", "true, false or a list"), ("[series\n", "not valid TOML"),
                       ("perplexity = [\"step\"]\n", "true, false or a list"),
+                      ("perplexity = [\"a\\u001b_loss\"]\n", "true, false or a list"),
                       ("[series]\nx = \"open('f')\"\n", "series x: `open")]:
         bad = tmp_path / "bad.toml"
         bad.write_text(text, encoding="utf-8")
@@ -378,8 +379,15 @@ def test_perplexity_of_the_losses_a_file_names(tmp_path: Path) -> None:
     ('[constants]\nlr = 0.1\n[series]\nscaled = "lr * 2"\n', "constant lr: named like a metric of the built-in formats"),
     ('[constants]\nseq_length = 2\nscaled = 3\n[series]\nscaled = "loss * seq_length"\n', "constant scaled: named like a series"),
     ('[constants]\nperplexity = 3\n', "constant perplexity: named like a perplexity"),
+    # names the metric-name sanitiser would change (a series is a metric; a constant stands where one may)
+    ('[series]\n"" = "loss * 2"\n', "series '': cannot be a metric name"),
+    ('[series]\n"__proto__" = "loss * 2"\n', "series '__proto__': cannot be a metric name"),
+    ('[series]\n"a\\u001b[2J" = "loss * 2"\n', r"series 'a\\x1b\[2J': cannot be a metric name"),
+    (f'[series]\n{"x" * 257} = "loss * 2"\n', "series 'x+': cannot be a metric name"),
+    ('[constants]\n"k\\n" = 2\n', r"constant 'k\\n': cannot be a metric name"),
 ])
-def test_an_order_cycle_or_shadowing_constant_is_a_one_line_error(tmp_path: Path, text: str, message: str) -> None:
+def test_a_bad_name_an_order_cycle_or_shadowing_constant_is_a_one_line_error(tmp_path: Path, text: str,
+                                                                              message: str) -> None:
     spec = tmp_path / "derived.toml"
     spec.write_text(text, encoding="utf-8")
     with pytest.raises(DerivedError, match=f"^{re.escape(str(spec))}: {message}") as caught:
