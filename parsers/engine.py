@@ -374,8 +374,8 @@ class SourceParser:
         """`feed` of a line matched already to a record or attach rule of the locked format (`parsers.hotlines`, which
         says when that is the match `feed` finds) while no multi-line event is open: its items and counts, the
         same. `groups`: the rule's (with `texts`, of a rule with no epoch length, its step counters and its
-        extractors' groups are enough: `COUNTER_GROUPS`); `clock`, `stamp`: the prefix's time parser and time text; `texts`:
-        the rule's field texts (`Texts`), or None."""
+        extractors' groups are enough: `COUNTER_GROUPS`); `clock`, `stamp`: the prefix's time parser and time text;
+        `texts`: the rule's field texts (`Texts`), or None."""
         self.state.counts["lines"] += 1
         if self.last_slow:
             self.last_slow = []

@@ -315,8 +315,8 @@ def _pairs(spec: Any, regex: Regex, origin: str, rule: str) -> "_Pairs":
     group = spec.get("group")
     groups = tuple(group) if isinstance(group, list) and group else (group,)
     if not all(isinstance(name, str) and name in regex.groupindex for name in groups):
-        raise FormatError(origin, f"pairs.group must name a group of the rule's regex (or a list of them), not {group!r}",
-                          rule)
+        raise FormatError(origin, f"pairs.group must name a group of the rule's regex (or a list of them), not "
+                          f"{group!r}", rule)
     pattern = _compile(_required_str(spec, "regex", origin, rule), origin, rule)
     if not {"name", "value"} <= set(pattern.groupindex):
         raise FormatError(origin, "pairs.regex needs (?P<name>...) and (?P<value>...) groups", rule)
