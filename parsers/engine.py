@@ -63,8 +63,8 @@ _INT64 = 1 << 63
 #: the match's group numbers (`parsers.hotlines`), no lookup by name (`SourceParser.values`).
 Texts = Sequence[Optional[str]]
 #: The groups the record path (`record_line`, `attach_line`) reads by name from a rule's groups when it is handed the
-#: field texts (`Texts`) and the rule has no extractors and no epoch length: the step counters (`_global_step`,
-#: `_start_record`). `parsers.hotlines` hands out only these then, not a dict of every group.
+#: field texts (`Texts`) and the rule has no epoch length: the step counters (`_global_step`, `_start_record`), and
+#: the groups its extractors list (`[rule.pairs]`'s). `parsers.hotlines` hands out only these then, not every group.
 COUNTER_GROUPS = ("total_steps", "step", "step_in_epoch", "epoch", "epochs", "steps_per_epoch")
 
 
@@ -373,9 +373,9 @@ class SourceParser:
                  stamp: Optional[str], texts: Optional[Texts], line_no: int, now: float) -> List[Item]:
         """`feed` of a line matched already to a record or attach rule of the locked format (`parsers.hotlines`, which
         says when that is the match `feed` finds) while no multi-line event is open: its items and counts, the
-        same. `groups`: the rule's (with `texts`, of a rule with no extractors and no epoch length, its step
-        counters are enough: `COUNTER_GROUPS`); `clock`, `stamp`: the prefix's time parser and time text; `texts`:
-        the rule's field texts (`Texts`), or None."""
+        same. `groups`: the rule's (with `texts`, of a rule with no epoch length, its step counters and its
+        extractors' groups are enough: `COUNTER_GROUPS`); `clock`, `stamp`: the prefix's time parser and time text;
+        `texts`: the rule's field texts (`Texts`), or None."""
         self.state.counts["lines"] += 1
         if self.last_slow:
             self.last_slow = []

@@ -128,12 +128,14 @@ def _field_numbers(rule: Rule, hot: "re.Pattern[str]") -> Tuple[int, ...]:
 
 def _counters(rule: Rule, hot: "re.Pattern[str]", numbers: Tuple[int, ...]
               ) -> Optional[Tuple[Tuple[str, ...], Tuple[int, ...]]]:
-    """The names and group numbers in `hot` of the step counters it has (`engine.COUNTER_GROUPS`): all the record
-    path reads of a rule's groups when it is handed the field texts (`numbers`) and the rule has no extractors and no
-    epoch length; else None (it is handed every group)."""
-    if not numbers or rule.extract or rule.epoch_length:
+    """The names and group numbers in `hot` of the step counters it has (`engine.COUNTER_GROUPS`) and of the groups its
+    extractors read (their `groups`, as `[rule.pairs]` lists them): all the record path reads of a rule's groups when
+    it is handed the field texts (`numbers`) and the rule has no epoch length; else None (it is handed every group)."""
+    read = [getattr(extract, "groups", None) for extract in rule.extract]
+    if not numbers or rule.epoch_length or None in read:
         return None
-    names = tuple(name for name in COUNTER_GROUPS if name in hot.groupindex)
+    names = tuple(name for name in COUNTER_GROUPS if name in hot.groupindex) + tuple(
+        name for groups in read for name in groups if name in hot.groupindex)
     return names, tuple(hot.groupindex[name] for name in names)
 
 

@@ -162,8 +162,9 @@ def _rule(data: Mapping[str, Any], origin: str, index: int) -> Rule:
     fields = _fields(fields_table, regex, origin, name)
     extract = _pydict_fields(fields_table, regex, origin, name)
     if "pairs" in data:
-        extract += (_pairs(data["pairs"], regex, origin, name),)
-        fields = tuple(f for f in fields if f.group != data["pairs"]["group"])  # the pairs' text is no metric
+        pairs = _pairs(data["pairs"], regex, origin, name)
+        extract += (pairs,)
+        fields = tuple(f for f in fields if f.group not in pairs.groups)  # the pairs' text is no metric
     if kind == "record" and not ({"step", "step_in_epoch"} & set(regex.groupindex)):
         raise FormatError(
             origin, "no step source: a record rule needs a (?P<step>...) or (?P<step_in_epoch>...) group", name
@@ -305,14 +306,17 @@ def _pydict_extractor(group: str, prefix: str, rename: Dict[str, str]) -> Extrac
     return extract
 
 
-def _pairs(spec: Any, regex: Regex, origin: str, rule: str) -> Extractor:
-    """`[rule.pairs]`: `name: value` pairs found repeatedly in one group (MindFormers' `mtp_1_loss: 6.74, ...`)."""
+def _pairs(spec: Any, regex: Regex, origin: str, rule: str) -> "_Pairs":
+    """`[rule.pairs]`: `name: value` pairs found repeatedly in one group, or in each of a list of groups (parts of a
+    line between the fields a rule names: MindFormers' `mtp_1_loss: 6.74, ...`)."""
     if not isinstance(spec, dict):
         raise FormatError(origin, "pairs must be a table ([rule.pairs])", rule)
     _reject_unknown(spec, _PAIRS_KEYS, origin, rule, "key of pairs")
     group = spec.get("group")
-    if not isinstance(group, str) or group not in regex.groupindex:
-        raise FormatError(origin, f"pairs.group must name a group of the rule's regex, not {group!r}", rule)
+    groups = tuple(group) if isinstance(group, list) and group else (group,)
+    if not all(isinstance(name, str) and name in regex.groupindex for name in groups):
+        raise FormatError(origin, f"pairs.group must name a group of the rule's regex (or a list of them), not "
+                          f"{group!r}", rule)
     pattern = _compile(_required_str(spec, "regex", origin, rule), origin, rule)
     if not {"name", "value"} <= set(pattern.groupindex):
         raise FormatError(origin, "pairs.regex needs (?P<name>...) and (?P<value>...) groups", rule)
@@ -331,7 +335,7 @@ def _pairs(spec: Any, regex: Regex, origin: str, rule: str) -> Extractor:
         raise FormatError(origin, "pairs.fields must be a table (name = \"type\" or a field table)", rule)
     fields = {name: _field(name, _field_spec(table, name, origin, rule), f"pairs.fields.{name}", origin, rule)
               for name in table}
-    return _Pairs(group, pattern, names, CONVERTERS[type_name], prefix, lower, fields)
+    return _Pairs(groups, pattern, names, CONVERTERS[type_name], prefix, lower, fields)
 
 
 #: What a pair's name becomes a metric name by: each run of other characters than letters, digits and `_` is one `_`
@@ -346,30 +350,40 @@ MAX_PAIR_NAME = 256
 
 
 class _Pairs:
-    """The extractor of a `[rule.pairs]` table (an `Extractor`): the first MAX_PAIRS pairs of its group; `regexes`
-    lists its regexes as `Format.regexes` does. A user's regex that runs out of time raises TimeoutError through it
-    (the engine counts the line).
+    """The extractor of a `[rule.pairs]` table (an `Extractor`): the first MAX_PAIRS pairs of each of its `groups`
+    (a name read in an earlier group is not read again); `regexes` lists its regexes as `Format.regexes` does. A
+    user's regex that runs out of time raises TimeoutError through it (the engine counts the line).
 
     A pair's metric name: its `name` text (lower-cased with `lower`), and its `unit` group's text if the regex has one
     and it took part ("step time" + "s" -> "step time s"), each run of characters other than letters, digits and `_`
     made one `_` ("step_time_s"); then `fields` (that name -> a field table: type, rename, unit, scale, null) says how
     its value converts and what it is called; names not there convert with the pairs' `type`. `prefix` comes first."""
 
-    def __init__(self, group: str, pattern: Regex, names: Optional[Regex], convert: Callable[[str, str], Value],
-                 prefix: str, lower: bool = False, fields: Optional[Dict[str, Field]] = None) -> None:
-        self.group, self.pattern, self.names, self.convert, self.prefix = group, pattern, names, convert, prefix
+    def __init__(self, groups: Tuple[str, ...], pattern: Regex, names: Optional[Regex],
+                 convert: Callable[[str, str], Value], prefix: str, lower: bool = False,
+                 fields: Optional[Dict[str, Field]] = None) -> None:
+        self.groups, self.pattern, self.names, self.convert, self.prefix = groups, pattern, names, convert, prefix
         self.lower, self.fields, self.unit = lower, fields or {}, "unit" in pattern.groupindex
         self.regexes = (("pairs.regex", "finditer", pattern),) + (
             (("pairs.names", "fullmatch", names),) if names is not None else ())
 
     def __call__(self, groups: Dict[str, Optional[str]]) -> Tuple[Dict[str, Value], int, int]:
-        text = groups.get(self.group)
         values: Dict[str, Value] = {}
+        errors = missed = 0
+        for group in self.groups:
+            text = groups.get(group)
+            if text:
+                failed, taken = self._read(text, values)
+                errors += failed
+                missed += _missed(text, taken)
+        return values, errors, missed
+
+    def _read(self, text: str, values: Dict[str, Value]) -> Tuple[int, List[Tuple[int, int]]]:
+        """The pairs of one group's `text` into `values`: how many failed to convert, and the spans the pairs regex
+        took (`_missed`)."""
         errors = 0
-        if not text:
-            return values, errors, 0
         names, fields = self.names, self.fields
-        taken: List[Tuple[int, int]] = []  # the spans the pairs regex took (`_missed`)
+        taken: List[Tuple[int, int]] = []
         for found in itertools.islice(self.pattern.finditer(text), MAX_PAIRS):
             taken.append(found.span())
             printed = found.group("name")
@@ -389,7 +403,7 @@ class _Pairs:
                     self.convert(found.group("value"), "")
             except (ValueError, OverflowError):
                 errors += 1
-        return values, errors, _missed(text, taken)
+        return errors, taken
 
 
 def _missed(text: str, taken: List[Tuple[int, int]]) -> int:

@@ -33,9 +33,11 @@ def agree(fmt: Format, text: str) -> Optional[bool]:
     found = engine(fmt, text)
     if found is None or found.rule is not rule or found.stamp != stamp or found.clock is not clock:
         return False
-    # every group, or (a rule whose fields are handed by number) the step counters the regex has: the same texts
+    # every group, or (a rule whose fields are handed by number) the step counters the regex has and the groups its
+    # extractors read: the same texts
+    read = set(COUNTER_GROUPS).union(*(extract.groups for extract in rule.extract))  # type: ignore[attr-defined]
     wanted = found.groups if len(groups) == len(found.groups) else \
-        {name: value for name, value in found.groups.items() if name in COUNTER_GROUPS}
+        {name: value for name, value in found.groups.items() if name in read}
     return groups == wanted
 
 
@@ -135,7 +137,8 @@ def test_field_texts_read_by_group_number_give_the_values_read_by_name(loss: str
         text = STEP.format(step=step, loss=loss, ms=ms, lr=lr, norm=norm)
         rule, groups, clock, stamp, texts = hot.match(text)  # type: ignore[misc]
         assert texts is not None and len(texts) == len(rule.fields)
-        assert set(groups) == {"epoch", "epochs", "step_in_epoch", "steps_per_epoch"}  # the counters alone
+        # the counters and the parts its pairs read alone
+        assert set(groups) == {"epoch", "epochs", "step_in_epoch", "steps_per_epoch", "_extra", "_mid", "_more"}
         got = by_number.feed_hot(rule, groups, clock, stamp, texts, step, 0.0)
         want = by_name.feed_hot(rule, engine(fmt, text).groups, clock, stamp, None, step, 0.0)  # every group
         assert json.dumps(got) == json.dumps(want), text

@@ -209,12 +209,12 @@ VARIANTS = [
          "grad_norm": 1.6002668, "throughput_tflops": 134.005},
     ),
     (
-        "unreleased r1.7.0-beta1 aux_loss, and a separate loss no release prints yet",
+        "unreleased r1.7.0-beta1 aux_loss, and a separate loss no release prints yet (kept under its name)",
         HEAD_V17 % (2, 3, 5, 400) + "loss: %5.3f, " % 7.766 + "lm_loss: %5.3f, " % 5.845 + "aux_loss: %5.3f, " % 0.013
         + "z_loss: %5.3f, " % 0.5 + TAIL_V17 % (512, "0.0002178", "False", "1.0", "[1.6002668]", ""),
         405, 2,
-        {"loss": 7.766, "lm_loss": 5.845, "aux_loss": 0.013, "step_time_ms": 512, "lr": 0.0002178, "overflow": 0,
-         "loss_scale": 1.0, "grad_norm": 1.6002668},
+        {"loss": 7.766, "lm_loss": 5.845, "aux_loss": 0.013, "z_loss": 0.5, "step_time_ms": 512, "lr": 0.0002178,
+         "overflow": 0, "loss_scale": 1.0, "grad_norm": 1.6002668},
     ),
     (
         "<= v0.6",
@@ -317,6 +317,68 @@ def test_overflow_and_global_norm_renderings() -> None:
     assert [(r["overflow"], r["grad_norm"], r["loss_scale"]) for r in records] == [
         (1, 1.5, 65536.0), (1, 1.2, 32768.0), (0, None, 32768.0)
     ]
+
+
+# -- fields the format does not name ---------------------------------------------------------------------------------
+# A step line as MindFormers v1.4+ prints it, with `name: number` / `name=number` parts no release prints (a fork's
+# callback, a later release), in each place one can stand: the step is kept whole, those parts become metrics.
+KNOWN = {"loss": 4.99, "loss_avg": 4.99, "step_time_ms": 31, "lr": 0.0005, "overflow": 0, "loss_scale": 65536.0,
+         "grad_norm": 2.0170105, "throughput_tflops": 0.0}
+
+
+@pytest.mark.parametrize("message,extra", [
+    ("{ Epoch:[  1/  1], step:[    1/  100], loss:[4.990000/4.990000], per_step_time: 31ms, lr: 0.0005, "
+     "overflow cond: False, loss_scale: 65536.0, global_norm: [2.0170105], train_throughput_per_npu: 0.000T, "
+     "tokens_per_s: 1234.5", {"tokens_per_s": 1234.5}),
+    ("{ Epoch:[  1/  1], step:[    1/  100], loss:[4.990000/4.990000], per_step_time: 31ms, lr: 0.0005, "
+     "overflow cond: False, loss_scale: 65536.0, global_norm: [2.0170105], train_throughput_per_npu: 0.000T, "
+     "my_metric: 1.5, other=2", {"my_metric": 1.5, "other": 2.0}),
+    ("{ Epoch:[  1/  1], step:[    1/  100], loss:[4.990000/4.990000], per_step_time: 31ms, lr: 0.0005, "
+     "tokens_per_s: 1234.5, overflow cond: False, loss_scale: 65536.0, global_norm: [2.0170105], "
+     "train_throughput_per_npu: 0.000T", {"tokens_per_s": 1234.5}),
+    ("{ Epoch:[  1/  1], step:[    1/  100], loss:[4.990000/4.990000], my_loss=0.25, per_step_time: 31ms, "
+     "lr: 0.0005, overflow cond: False, loss_scale: 65536.0, global_norm: [2.0170105], "
+     "train_throughput_per_npu: 0.000T", {"my_loss": 0.25}),
+    # a field this format names, printed after one it does not: read under its own metric name still
+    ("{ Epoch:[  1/  1], step:[    1/  100], loss:[4.990000/4.990000], per_step_time: 31ms, lr: 0.0005, "
+     "overflow cond: False, loss_scale: 65536.0, tokens_per_s: 1234.5, global_norm: [2.0170105], "
+     "train_throughput_per_npu: 0.000T", {"tokens_per_s": 1234.5}),
+])
+def test_a_step_line_with_fields_the_format_does_not_name_is_kept(message: str, extra: dict) -> None:
+    line = PREFIXES["file_v10"](message)
+    assert "mindformers" in line  # not the generic reader's lines: the format's own
+    records, _, parser = parse([line])
+    assert len(records) == 1 and parser.state.format == "mindformers"
+    assert_metrics(records[0], {**KNOWN, **extra})
+    assert records[0]["step"] == 1 and records[0]["time"] == local_ts(TS)
+    assert parser.counts["unmatched_metric_lines"] == 0 and parser.counts["field_errors"] == 0
+
+
+def test_a_part_of_a_step_line_it_cannot_read_is_counted_and_the_step_kept() -> None:
+    line = PREFIXES["file_v10"](
+        "{ Epoch:[  1/  1], step:[    1/  100], loss:[4.990000/4.990000], per_step_time: 31ms, lr: 0.0005, "
+        "overflow cond: False, loss_scale: 65536.0, global_norm: [2.0170105], train_throughput_per_npu: 0.000T, "
+        "data_time: 1.5 ms, note: warm")
+    records, _, parser = parse([line])
+    assert_metrics(records[0], KNOWN)  # "1.5 ms" is no number as printed: counted, not guessed; "warm" no metric
+    assert parser.counts["unmatched_metric_lines"] == 1 and parser.counts["field_errors"] == 0
+
+
+@pytest.mark.parametrize("extra_from", [5, 0])  # half the steps carry a field the format does not name, or all
+def test_a_log_whose_step_lines_carry_extra_fields_is_read_as_mindformers(extra_from: int) -> None:
+    lines = [PREFIXES["file_v10"](".........Starting Training Model..........")]
+    for step in range(1, 11):
+        message = NONSINK % (1, 1, step, 100, 4.99, 4.99, 31, "0.0005", "False", "65536.0") \
+            + GLOBAL_NORM % "[2.0170105]" + THROUGHPUT % 0.0
+        lines += [PREFIXES["file_v10"](message + (", my_metric: 1.5, other=2" if step > extra_from else "")),
+                  PREFIXES["file_v10"](progress(step, 56.59756, 60))]
+    records, _, parser = parse(lines)
+    assert parser.state.format == "mindformers" and [r["step"] for r in records] == list(range(1, 11))
+    for record in records:
+        extra = {"my_metric": 1.5, "other": 2.0} if record["step"] > extra_from else {}
+        assert_metrics(record, {**KNOWN, "samples_per_s": 56.59756, **extra})
+        assert record["time"] == local_ts(TS)
+    assert parser.counts["unmatched_metric_lines"] == 0 and parser.counts["field_errors"] == 0
 
 
 # -- global step, progress line, segments ------------------------------------------------------------------------------

@@ -162,14 +162,31 @@ def test_grad_norm_none_is_null_but_a_real_nan_is_nan() -> None:
 
 
 def test_a_later_separate_loss_is_kept_under_its_own_name() -> None:
-    """A `<name>_loss: v` part this format does not name yet (after the MTP losses) becomes a metric of that name;
-    a part that is not a loss is skipped without losing the line."""
+    """A `<name>_loss: v` part this format does not name yet (after the MTP losses) becomes a metric of that name,
+    as does any other `name: number` part, without losing the line."""
     line = pynative_line(9, 10, 2.0, 500, version="r2.0", mtp=(2.5,), lr=1e-4, grad_norm=1.0)
     line = line.replace("mtp_1_loss:   2.500000", "mtp_1_loss:   2.500000, z_loss:   0.010000, router_entropy: 3.5")
     records, _, parser = parse([PREFIXES["file_v10"](line)])
-    assert_metrics(records[0], {"loss": 2.0, "step_time_ms": 500, "mtp_1_loss": 2.5, "z_loss": 0.01, "lr": 1e-4,
-                                "grad_norm": 1.0})
-    assert parser.counts["field_errors"] == 0
+    assert_metrics(records[0], {"loss": 2.0, "step_time_ms": 500, "mtp_1_loss": 2.5, "z_loss": 0.01,
+                                "router_entropy": 3.5, "lr": 1e-4, "grad_norm": 1.0})
+    assert parser.counts["field_errors"] == 0 and parser.counts["unmatched_metric_lines"] == 0
+
+
+@pytest.mark.parametrize("where,extra,counted", [
+    ("throughput", {"tokens_per_s": 1234.5, "other": 2.0}, 0),  # after the last field: kept
+    ("lr", {"tokens_per_s": 1234.5, "other": 2.0}, 0),  # between lr and grad_norm: kept, grad_norm still read
+    ("throughput", {}, 1),  # a number it cannot read: counted, the step kept
+])
+def test_parts_after_the_named_fields_are_kept_or_counted(where: str, extra: dict, counted: int) -> None:
+    line = pynative_line(9, 10, 2.0, 500, version="r1.9", lr=1e-4, grad_norm=1.0, throughput=156.99)
+    part = ", tokens_per_s: 1234.5, other: 2" if extra else ", data_time: 1.5 ms"
+    anchor = "T }" if where == "throughput" else "e-04"
+    assert anchor in line
+    records, _, parser = parse([PREFIXES["file_v10"](line.replace(anchor, anchor[:-2] + part + anchor[-2:]
+                                                                  if where == "throughput" else anchor + part))])
+    assert_metrics(records[0], {"loss": 2.0, "step_time_ms": 500, "lr": 1e-4, "grad_norm": 1.0,
+                                "throughput_tflops": 156.99, **extra})
+    assert parser.counts["field_errors"] == 0 and parser.counts["unmatched_metric_lines"] == counted
 
 
 def test_training_state_and_max_logits_monitors_are_not_steps() -> None:

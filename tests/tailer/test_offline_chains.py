@@ -39,7 +39,10 @@ def mixed_log() -> List[str]:
         for _ in range(12):
             step += 1
             in_epoch = (step - 1) % 12 + 1
-            lines.append(FILE(v18_line(epoch, 2, in_epoch, 12, 3.0 - step / 100, avg=3.0, gn="[nan]" if step == 5 else "[1.5]")))
+            line = v18_line(epoch, 2, in_epoch, 12, 3.0 - step / 100, avg=3.0, gn="[nan]" if step == 5 else "[1.5]")
+            if step in (3, 8):  # fields the format does not name: a metric (3), a part it cannot read, counted (8)
+                line += ", tokens_per_s: 1234.5" if step == 3 else ", data_time: 1.5 ms, other=2"
+            lines.append(FILE(line))
             if step % 4:
                 lines.append(FILE("    Epoch:[  1/  2], step:[    3/   12] local_norm/w: 0.1234"))  # ignore, in between
             if step != 7:  # step 7 waits for a progress line that never comes
