@@ -202,11 +202,11 @@ class _Prefix:
         end = min(size // _BLOCK + 1, max(end, self.end + max(self.end - self.first, _MIN_PREFIX // _BLOCK)))
         start = self.origin + self.end * _BLOCK - self.base
         data = self.buffer[start:start + (end - self.end) * _BLOCK]
-        crc = self._carry
-        starts = np.empty(end - self.end, dtype=np.uint32)
-        for index in range(end - self.end):
-            starts[index] = crc ^ _INIT
-            crc = google_crc32c.extend(crc, data[index * _BLOCK:(index + 1) * _BLOCK])
+        crc, extend, registers = self._carry, google_crc32c.extend, []
+        for at in range(0, (end - self.end) * _BLOCK, _BLOCK):  # a C call a block: the loop's cost is the calls
+            registers.append(crc)
+            crc = extend(crc, data[at:at + _BLOCK])
+        starts = np.array(registers, dtype=np.uint32) ^ np.uint32(_INIT)
         self._carry = crc
         count = end - self.end
         rows = np.zeros(count * _BLOCK, dtype=np.uint8)
