@@ -34,7 +34,7 @@ import os
 import re
 import struct
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, List, NamedTuple, Optional, Tuple
+from typing import TYPE_CHECKING, List, NamedTuple, Optional, Tuple
 
 import google_crc32c
 
@@ -101,7 +101,8 @@ class FrameSplitter:
         self._lost = False  # looking for the next valid frame after a checksum failed
         self._big_start = 0  # file offset of the big frame being passed over
         self._watch = b""  # its last bytes passed (at most a frame's): where a valid frame may start
-        self._prefix: Any = None  # the frame search's registers of the buffer, kept while it waits for more bytes
+        self._scan: Optional[FrameScan] = None  # the frame search of the buffer, kept while it waits for more bytes
+        self._watch_scan: Optional[FrameScan] = None  # the frame search of `_watch`, kept as it slides on
         self.next_number = first_number
         self.bad_frames = 0  # checksums that failed (each a place where the search for the next valid frame began)
         self.skipped_bytes = 0  # bytes passed over while looking for the next valid frame
@@ -139,7 +140,7 @@ class FrameSplitter:
         big: Optional[bytes] = None  # what follows the first byte of a big frame met
         while len(buffer) - pos >= HEADER_BYTES:
             if self._lost:
-                scan = scan or _scan(buffer, limit, self._buffer_start, self._prefix)
+                scan = scan or _scan(buffer, limit, self._buffer_start, self._scan)
                 pos = self._resync(scan, pos)
                 if self._lost:
                     break  # no valid frame starts in what there is: wait for more bytes
@@ -154,14 +155,14 @@ class FrameSplitter:
                 pos = len(buffer)
                 break
             if end > len(buffer):
-                scan = scan or _scan(buffer, limit, self._buffer_start, self._prefix)
+                scan = scan or _scan(buffer, limit, self._buffer_start, self._scan)
                 found = scan.first_valid(pos + 1)
                 if found is None:
                     break  # a torn tail: the frame's bytes are still coming
                 pos = self._bad(pos, found, lost=False)  # frames start inside it: it claimed bytes it does not have
                 continue
             if length >= _SCAN_FROM and wasted > len(buffer):  # crafted lengths: each checked at a constant cost
-                scan = scan or _scan(buffer, limit, self._buffer_start, self._prefix)
+                scan = scan or _scan(buffer, limit, self._buffer_start, self._scan)
                 valid = scan.first_valid(pos) == pos
             else:
                 data_crc = _FOOTER.unpack_from(buffer, end - FOOTER_BYTES)[0]
@@ -177,8 +178,8 @@ class FrameSplitter:
             pos = end
         del self._buffer[:pos]
         self._buffer_start += pos
-        # registers of what waits for more bytes (claims past them) are kept for the next feed, not computed again
-        self._prefix = scan.prefix if scan is not None and self._buffer and big is None else None
+        # what waits for more bytes (claims past them) is kept for the next feed, not searched again
+        self._scan = scan if scan is not None and self._buffer and big is None else None
         if big is None:
             return False
         self._buffer_start = self._big_start + 1
@@ -217,22 +218,24 @@ class FrameSplitter:
         window_start = self._buffer_start - len(self._watch)
         found = None
         if len(window) >= HEADER_BYTES + FOOTER_BYTES:
-            found = _scan(window, self.max_line_bytes).first_valid(0)
+            self._watch_scan = _scan(window, self.max_line_bytes, window_start, self._watch_scan)
+            found = self._watch_scan.first_valid(0)
         if found is not None:
             self.big_frames -= 1
             self._bad(self._big_start, window_start + found, lost=False)
-            self._skip, self._watch, self._buffer_start = 0, b"", window_start + found
+            self._skip, self._watch, self._watch_scan, self._buffer_start = 0, b"", None, window_start + found
             return window[found:] + data[len(taken):]
         self._skip -= len(taken)
         self._buffer_start += len(taken)
         self._watch = window[-(self.max_line_bytes + HEADER_BYTES + FOOTER_BYTES):] if self._skip else b""
+        self._watch_scan = self._watch_scan if self._skip else None
         return data[len(taken):]
 
 
-def _scan(buffer: bytes, limit: int, base: int = 0, prefix: Any = None) -> "FrameScan":
+def _scan(buffer: bytes, limit: int, base: int = 0, previous: Optional[FrameScan] = None) -> "FrameScan":
     from .framescan import FrameScan  # numpy: only once damage or a torn frame is met
 
-    return FrameScan(buffer, limit, base, prefix)
+    return FrameScan(buffer, limit, base, previous)
 
 
 def frame(payload: bytes) -> bytes:

@@ -9,8 +9,9 @@ linear over GF(2): the CRC of bytes [a, b) is the prefix register at b xor the r
 bytes, and advancing over n zero bytes is a table look-up per byte of n), so each candidate costs the same whatever
 it claims, and the candidates of a stretch are all checked in a handful of array operations.
 
-`FrameScan(buffer, limit, base, prefix)` answers for one buffer (the splitter's, during one `feed`; `base` its
-file offset, `prefix` the registers kept from the file's last buffer while it waited for more bytes):
+`FrameScan(buffer, limit, base, previous)` answers for one buffer (the splitter's, during one `feed`; `base` its
+file offset, `previous` the scan of the file's last buffer while it waited for more bytes, whose registers and
+classified offsets are kept: a live file read 8 KiB at a time costs what the same bytes cost read at once):
 `first_valid(start)`, the first offset from `start` where a whole frame of at most `limit` bytes has both checksums holding, and
 `first_waiting(start)`, the first offset where a frame's length checksum holds but its bytes run past the buffer.
 Offsets are classified in windows that grow as the queries (always from a later offset) move on, so a buffer costs
@@ -19,15 +20,17 @@ one pass however many times it is asked.
 
 from __future__ import annotations
 
+import heapq
 from bisect import bisect_left
-from typing import List, Optional
+from collections import deque
+from typing import Deque, List, Optional, Tuple
 
 import google_crc32c
 import numpy as np
 
 _POLY = 0x82F63B78  # CRC-32C, reflected
 _INIT = 0xFFFFFFFF
-_BLOCK = 256  # bytes per block of prefix registers: a block's offset within it is one byte of a shift
+_BLOCK = 32  # bytes per block of prefix registers: a block's offset within it is one byte of a shift
 #: the first window of offsets classified; each next one is twice the last
 _MIN_WINDOW = 1 << 14
 #: the first stretch of prefix registers computed; each extension at least doubles what there is
@@ -151,7 +154,9 @@ class _Prefix:
         self.origin = origin
         self.first = self.end = 0  # blocks [first, end) known; block k: the file's bytes from origin + k * _BLOCK
         self.whole = 0  # blocks whose bytes were all there (the one after may be known with bytes missing)
-        self.inner = np.empty((_BLOCK // 2, 0), dtype=np.uint32)  # [i, k]: the register at byte 2i of block first + k
+        self._store = np.empty((_BLOCK // 2, 0), dtype=np.uint32)  # grown by doubling, `inner` a view of it
+        self._column = 0  # the store's column of block `first`
+        self.inner = self._store  # [i, k]: the register at byte 2i of block first + k
         self._carry = 0  # the CRC at block `end`'s start
 
     def attach(self, buffer: bytes, base: int) -> "_Prefix":
@@ -162,7 +167,8 @@ class _Prefix:
         if self.end > self.first and self.first <= keep < self.whole and self.origin + self.whole * _BLOCK >= base:
             if self.whole < self.end:
                 self._carry = int(self.inner[0, self.whole - self.first]) ^ _INIT
-            self.inner = self.inner[:, keep - self.first:self.whole - self.first]
+            self._column += keep - self.first
+            self.inner = self._store[:, self._column:self._column + self.whole - keep]
             self.first, self.end = keep, self.whole
         else:
             self.__init__(base)  # type: ignore[misc]
@@ -186,7 +192,8 @@ class _Prefix:
     def _cover(self, first: int, end: int) -> None:
         if first < self.first or self.end == self.first:
             self.first = self.end = first
-            self.inner = np.empty((_BLOCK // 2, 0), dtype=np.uint32)
+            self._store = self.inner = np.empty((_BLOCK // 2, 0), dtype=np.uint32)
+            self._column = 0
             skip = self.origin - self.base  # origin is base unless blocks were kept, and then none is empty
             self._carry = google_crc32c.value(self.buffer[skip:skip + first * _BLOCK])
         if end <= self.end:
@@ -195,11 +202,11 @@ class _Prefix:
         end = min(size // _BLOCK + 1, max(end, self.end + max(self.end - self.first, _MIN_PREFIX // _BLOCK)))
         start = self.origin + self.end * _BLOCK - self.base
         data = self.buffer[start:start + (end - self.end) * _BLOCK]
-        crc = self._carry
-        starts = np.empty(end - self.end, dtype=np.uint32)
-        for index in range(end - self.end):
-            starts[index] = crc ^ _INIT
-            crc = google_crc32c.extend(crc, data[index * _BLOCK:(index + 1) * _BLOCK])
+        crc, extend, registers = self._carry, google_crc32c.extend, []
+        for at in range(0, (end - self.end) * _BLOCK, _BLOCK):  # a C call a block: the loop's cost is the calls
+            registers.append(crc)
+            crc = extend(crc, data[at:at + _BLOCK])
+        starts = np.array(registers, dtype=np.uint32) ^ np.uint32(_INIT)
         self._carry = crc
         count = end - self.end
         rows = np.zeros(count * _BLOCK, dtype=np.uint8)
@@ -218,29 +225,60 @@ class _Prefix:
             np.take(pairs, index, out=looked_up)
             np.right_shift(inner[i], 16, out=inner[i + 1])
             np.bitwise_xor(inner[i + 1], looked_up, out=inner[i + 1])
-        self.inner = np.concatenate([self.inner, inner], axis=1)
+        self._append(inner)
         self.end = end
         self.whole = min(end, size // _BLOCK)
+
+
+    def _append(self, columns: np.ndarray) -> None:
+        """The known registers and `columns` after them; the store grows by doubling, so appending costs what is
+        appended, not what is kept (a stretch waiting for bytes grows by a read's worth at a time)."""
+        kept, count = self.end - self.first, columns.shape[1]
+        if self._column + kept + count > self._store.shape[1]:
+            store = np.empty((_BLOCK // 2, 2 * (kept + count)), dtype=np.uint32)
+            store[:, :kept] = self._store[:, self._column:self._column + kept]
+            self._store, self._column = store, 0
+        self._store[:, self._column + kept:self._column + kept + count] = columns
+        self.inner = self._store[:, self._column:self._column + kept + count]
 
 
 class FrameScan:
     """The offsets of one buffer where frames start (see the module's doc). `limit`: the longest frame data taken."""
 
-    def __init__(self, buffer: bytes, limit: int, base: int = 0, prefix: Optional[_Prefix] = None) -> None:
-        """`base`: the file offset of the buffer's start; `prefix`: the registers kept from the file's last buffer."""
+    def __init__(self, buffer: bytes, limit: int, base: int = 0, previous: Optional["FrameScan"] = None) -> None:
+        """`base`: the file offset of the buffer's start; `previous`: the scan of the file's last buffer (from no
+        later an offset), whose prefix registers and classified offsets are kept: only the bytes that arrived since
+        are classified, and a frame that waited for its bytes is checked once they are all there."""
         self.buffer = buffer
         self.limit = limit
         self.base = base
         size = len(buffer)
         self._last = size - 12  # the last offset a whole header fits at
-        self.prefix = (prefix or _Prefix(base)).attach(buffer, base)
         self._lo = self._hi = 0  # offsets [lo, hi) classified
         self._valid: List[int] = []  # the offsets found in [lo, hi), in order
-        self._waiting: List[int] = []
+        self._waiting = _Waiting()  # the frames starting in [lo, hi) whose bytes run past the buffer
         u8 = np.frombuffer(buffer, dtype=np.uint8)
         self._u8 = u8
         self._lengths = np.ndarray((max(0, size - 7),), dtype="<u8", buffer=buffer, strides=(1,))
         self._words = np.ndarray((max(0, size - 3),), dtype="<u4", buffer=buffer, strides=(1,))
+        kept = previous is not None and previous.limit == limit and base >= previous.base
+        self.prefix = (previous.prefix if kept else _Prefix(base)).attach(buffer, base)  # type: ignore[union-attr]
+        if kept:
+            self._keep(previous, base - previous.base)  # type: ignore[arg-type]
+
+    def _keep(self, previous: "FrameScan", moved: int) -> None:
+        """Take over what `previous` classified (its offsets `moved` bytes later in this buffer); check the frames
+        that waited for bytes now all there."""
+        self._lo, self._hi = max(0, previous._lo - moved), max(0, previous._hi - moved)
+        self._valid = previous._valid[bisect_left(previous._valid, moved):]
+        if moved:
+            self._valid = [offset - moved for offset in self._valid]
+        self._waiting = previous._waiting
+        self._waiting.drop_before(self.base)
+        arrived, ends = self._waiting.arrived(self.base + len(self.buffer))
+        if arrived.size:
+            valid = self._data_holds(arrived - self.base, ends - arrived - 16).tolist()
+            self._valid = sorted(self._valid + valid) if valid else self._valid
 
     def first_valid(self, start: int) -> Optional[int]:
         """The first offset from `start` where a whole frame whose two checksums hold starts, else None."""
@@ -257,12 +295,13 @@ class FrameScan:
         self._from(start)
         while self._hi <= self._last:
             self._classify(self._hi, self._hi + max(_MIN_WINDOW, self._hi - self._lo))
-        return _first(self._waiting, start)
+        found = self._waiting.first(self.base + start)
+        return None if found is None else found - self.base
 
     def _from(self, start: int) -> None:
-        if not self._lo <= start <= self._hi:  # a query past what is classified: classify from it
+        if not self._lo <= start <= self._hi:  # a query outside what is classified: classify from it
             self._lo = self._hi = start
-            self._valid, self._waiting = [], []
+            self._valid, self._waiting = [], _Waiting()
 
     def _classify(self, lo: int, hi: int) -> None:
         hi = min(hi, self._last + 1)
@@ -280,15 +319,70 @@ class FrameScan:
         offsets = offsets + lo
         ends = offsets + 12 + lengths + 4
         whole = ends <= len(self.buffer)
-        self._waiting += offsets[~whole].tolist()
-        offsets, lengths = offsets[whole], lengths[whole]
+        self._waiting.add(offsets[~whole] + self.base, ends[~whole] + self.base)
+        self._valid += self._data_holds(offsets[whole], lengths[whole]).tolist()
+
+    def _data_holds(self, offsets: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        """Those of `offsets` (frames of `lengths` bytes of data, all in the buffer) whose data checksum holds."""
+        if not offsets.size:
+            return offsets
+        a = offsets + 12
+        b = a + lengths
+        before, after = np.split(self.prefix.at(np.concatenate([a, b]) + self.base), 2)  # one look-up: one pass
+        crc = shift(before ^ _INIT, lengths.astype(np.uint64)) ^ after ^ _INIT
+        return offsets[masked(crc) == self._words[b]]
+
+
+class _Waiting:
+    """Frames whose bytes run past the buffer (file offsets), in chunks of one classification each, a chunk sorted by
+    where its frames end, the chunks in a heap by their first end: the frames the bytes of a read complete are found
+    at a cost of their number, whatever waits (a stretch a megabyte long waits, read by read, as a live file grows)."""
+
+    def __init__(self) -> None:
+        self._chunks: Deque[List[np.ndarray]] = deque()  # [offsets, ends], in the order of the offsets
+        self._heap: List[Tuple[int, int, List[np.ndarray]]] = []  # (a chunk's first end, serial, the chunk)
+        self._serial = 0
+
+    def add(self, offsets: np.ndarray, ends: np.ndarray) -> None:
         if offsets.size:
-            a = offsets + 12
-            b = a + lengths
-            before, after = self.prefix.at(a + self.base), self.prefix.at(b + self.base)
-            crc = shift(before ^ _INIT, lengths.astype(np.uint64)) ^ after ^ _INIT
-            offsets = offsets[masked(crc) == self._words[b]]
-        self._valid += offsets.tolist()
+            order = np.argsort(ends, kind="stable")
+            chunk = [offsets[order], ends[order]]
+            self._chunks.append(chunk)
+            self._push(chunk)
+
+    def _push(self, chunk: List[np.ndarray]) -> None:
+        heapq.heappush(self._heap, (int(chunk[1][0]), self._serial, chunk))
+        self._serial += 1
+
+    def arrived(self, end: int) -> Tuple[np.ndarray, np.ndarray]:
+        """The offsets and ends of the frames ending by `end`, taken out."""
+        offsets, ends = [np.empty(0, dtype=np.int64)], [np.empty(0, dtype=np.int64)]
+        while self._heap and self._heap[0][0] <= end:
+            chunk = heapq.heappop(self._heap)[2]
+            cut = int(np.searchsorted(chunk[1], end, side="right"))
+            offsets.append(chunk[0][:cut])
+            ends.append(chunk[1][:cut])
+            chunk[0], chunk[1] = chunk[0][cut:], chunk[1][cut:]
+            if chunk[1].size:
+                self._push(chunk)
+        return np.concatenate(offsets), np.concatenate(ends)
+
+    def drop_before(self, offset: int) -> None:
+        """Forget the frames starting before `offset` (passed over: queries are from later and later offsets)."""
+        while self._chunks:
+            chunk = self._chunks[0]
+            if chunk[0].size and chunk[0].max() >= offset:
+                if chunk[0].min() < offset:
+                    kept = chunk[0] >= offset
+                    chunk[0], chunk[1] = chunk[0][kept], chunk[1][kept]  # its heap entry's end may now be early
+                return
+            chunk[0] = chunk[1] = np.empty(0, dtype=np.int64)
+            self._chunks.popleft()
+
+    def first(self, start: int) -> Optional[int]:
+        """The first offset from `start` of a frame waiting (the chunks hold stretches of offsets in order)."""
+        self.drop_before(start)
+        return int(self._chunks[0][0].min()) if self._chunks else None
 
 
 def _first(offsets: List[int], start: int) -> Optional[int]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import sys
 import threading
@@ -25,7 +26,7 @@ from mstail.tailer.frames import FrameSplitter, frame
 from mstail.tailer.offline.reading import Chain, parse_chain
 from tests.conftest import ROOT, wait_until
 
-from .crafted_events import CRAFTED, MB, good, version
+from .crafted_events import CRAFTED, MB, good, header, version
 
 #: CPU per MB of crafted input the issue allows (50 ms), with a margin for a loaded machine: quadratic costs are
 #: hundreds of times over it
@@ -70,6 +71,49 @@ def test_crafted_bytes_cost_cpu_linear_in_their_size_and_hide_no_frame_after_the
     cpu_ms, records = json.loads(done.stdout.decode().splitlines()[-1])
     assert [step for step, _ in records][-5:] == list(GOOD_AFTER), records[-10:]
     assert cpu_ms / max(size_mb, 1.0) <= CPU_MS_PER_MB, f"{name}: {cpu_ms:.0f} ms of CPU for {size_mb:.2f} MB"
+
+
+#: the live reader's slice of a file while it follows it (8 KiB; 64 KiB blocks while it catches up)
+LIVE_SLICE = 8192
+#: inputs whose headers wait for bytes: fake headers claiming just under the frame limit, headers claiming past the
+#: end, and a header claiming 100 MB (a big frame, passed over while watched) followed by random bytes
+WAITING = {"fake_headers": CRAFTED["fake_headers"], "past_the_end": CRAFTED["past_the_end"],
+           "big_claim_then_random": lambda size: header(100_000_000) + random.Random(31).randbytes(size)}
+
+
+def _fed_in_slices(path: Path, size: int) -> tuple:
+    """The frames of `path` fed to a `FrameSplitter` `size` bytes at a time, and the splitter."""
+    splitter, data, frames = FrameSplitter(), path.read_bytes(), []
+    for start in range(0, len(data), size):
+        frames += splitter.feed(data[start:start + size])
+    return frames, splitter
+
+
+def _measured_in_slices(path: str) -> None:
+    """In a process of its own: the CPU (ms) of feeding `path` to the splitter in the live reader's slices, and the
+    frames it gave, printed as JSON."""
+    _warm(Path(path).parent)
+    _fed_in_slices(Path(path).parent / "warm", LIVE_SLICE)
+    started = time.process_time()
+    frames, _ = _fed_in_slices(Path(path), LIVE_SLICE)
+    print(json.dumps([(time.process_time() - started) * 1000, len(frames)]))
+
+
+@pytest.mark.parametrize("name", sorted(WAITING))
+def test_waiting_headers_fed_in_live_slices_cost_cpu_linear_in_their_size(tmp_path: Path, name: str) -> None:
+    """Bytes a header claims wait for more as a live file grows: each read's bytes are searched once, not the whole
+    waiting stretch again (it was: 834 ms of CPU per MB of fake headers, growing with their size)."""
+    path = tmp_path / "events.out.tfevents.1700000000.host"
+    path.write_bytes(version() + WAITING[name](2 * MB) + good(GOOD_AFTER))
+    size_mb = path.stat().st_size / MB
+    env = {k: v for k, v in os.environ.items() if k != "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION"}
+    done = subprocess.run([sys.executable, "-c", "import sys; from tests.hostile.test_crafted_event_files import "
+                           "_measured_in_slices; _measured_in_slices(sys.argv[1])", str(path)], cwd=ROOT, env=env,
+                          capture_output=True, timeout=90, check=True)
+    cpu_ms, frames = json.loads(done.stdout.decode().splitlines()[-1])
+    assert frames == 1 + len(GOOD_AFTER)
+    assert cpu_ms / max(size_mb, 1.0) <= CPU_MS_PER_MB, f"{name}: {cpu_ms:.0f} ms of CPU for {size_mb:.2f} MB"
+    assert _fed_in_slices(path, LIVE_SLICE)[0] == _fed_in_slices(path, 1 << 30)[0]  # live equals offline
 
 
 def test_garbage_is_counted_as_it_is_passed_over() -> None:
