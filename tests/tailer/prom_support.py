@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import subprocess
 import time
 import urllib.parse
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-from tests.web.test_metrics import _NO_PROXY, _free_port
+from tests.conftest import _NO_PROXY
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 ALERTMANAGER = shutil.which("prometheus-alertmanager") or "/usr/bin/prometheus-alertmanager"
@@ -25,6 +26,12 @@ storage:
   tsdb:
     out_of_order_time_window: 1d
 """
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 class Server:
@@ -73,13 +80,16 @@ class Server:
         return answer["data"]["result"]
 
 
-def prometheus(folder: Path, config: str = RECEIVER_CONFIG) -> Server:
-    """Prometheus with its remote write receiver on, on a free loopback port (started)."""
+def prometheus(folder: Path, config: str = RECEIVER_CONFIG, receiver: bool = True) -> Server:
+    """Prometheus on a free loopback port with `config`, its remote write receiver on unless `receiver` is False
+    (started)."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "prometheus.yml").write_text(config, encoding="utf-8")
     port = _free_port()
     argv = [PROMETHEUS, f"--config.file={folder / 'prometheus.yml'}", f"--storage.tsdb.path={folder / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}", "--web.enable-remote-write-receiver", "--log.level=warn"]
+            f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"]
+    if receiver:
+        argv.append("--web.enable-remote-write-receiver")
     return Server("prometheus", argv, f"http://127.0.0.1:{port}", "/-/ready", folder).start()
 
 

@@ -102,7 +102,7 @@ def test_every_record_reaches_victoria_metrics_started_after_them(tmp_path: Path
 
 
 def _get_text(url: str) -> str:
-    from tests.web.test_metrics import _NO_PROXY
+    from tests.conftest import _NO_PROXY
 
     with _NO_PROXY.open(url, timeout=5) as response:
         return response.read().decode("utf-8")

@@ -7,12 +7,7 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
-import socket
-import subprocess
-import time
 import urllib.error
-import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any, Dict, Iterator, List
@@ -25,13 +20,12 @@ from mstail.tailer.hub import Hub
 from mstail.tailer.store import Store
 from mstail.web.metrics import MstailCollector, render
 
-from tests.conftest import wait_until
+from tests.conftest import _NO_PROXY, wait_until
+from tests.tailer.prom_support import Server, prometheus
 
 from .sse_client import collect, stream_seqs
 
 TOKEN = "metrics-token-0123456789abcdefABCDEF"
-PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
-_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def expected_loss(step: int, seed: int = 0) -> float:
@@ -162,75 +156,28 @@ def test_metrics_needs_the_token_when_there_is_one(tmp_path: Path, mstail_server
 
 
 # -- a real Prometheus -----------------------------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Prometheus:
-    def __init__(self, url: str, proc: "subprocess.Popen[bytes]", log: Path) -> None:
-        self.url, self.proc, self.log = url, proc, log
-
-    def query(self, promql: str) -> List[Dict[str, Any]]:
-        url = f"{self.url}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
-        with _NO_PROXY.open(url, timeout=5) as response:
-            answer = json.loads(response.read().decode("utf-8"))
-        assert answer["status"] == "success", answer
-        return answer["data"]["result"]
-
-
 @pytest.fixture
 def prometheus_for(tmp_path: Path) -> Iterator[Any]:
     """`prometheus_for(targets, token)` starts Prometheus on 127.0.0.1 scraping `targets` every second."""
-    started: List[Prometheus] = []
+    started: List[Server] = []
 
-    def start(targets: List[str], token: str) -> Prometheus:
-        folder = tmp_path / "prometheus"
-        (folder / "data").mkdir(parents=True)
-        config = folder / "prometheus.yml"
-        config.write_text(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-            "scrape_configs:\n"
-            "  - job_name: mstail\n"
-            "    scrape_interval: 1s\n"
-            "    scrape_timeout: 900ms\n"
-            "    authorization:\n"
-            f"      credentials: {token}\n"
-            "    static_configs:\n"
-            f"      - targets: [{', '.join(repr(t) for t in targets)}]\n",
-            encoding="utf-8",
-        )
-        port = _free_port()
-        log = folder / "prometheus.log"
-        with open(log, "wb") as out:
-            proc = subprocess.Popen(
-                [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={folder / 'data'}",
-                 f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=str(folder),
-            )
-        server = Prometheus(f"http://127.0.0.1:{port}", proc, log)
+    def start(targets: List[str], token: str) -> Server:
+        config = ("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+                  "scrape_configs:\n"
+                  "  - job_name: mstail\n"
+                  "    scrape_interval: 1s\n"
+                  "    scrape_timeout: 900ms\n"
+                  "    authorization:\n"
+                  f"      credentials: {token}\n"
+                  "    static_configs:\n"
+                  f"      - targets: [{', '.join(repr(t) for t in targets)}]\n")
+        server = prometheus(tmp_path / "prometheus", config, receiver=False)
         started.append(server)
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with _NO_PROXY.open(server.url + "/-/ready", timeout=2) as response:
-                    if response.status == 200:
-                        return server
-            except OSError:
-                pass
-            assert proc.poll() is None, f"prometheus exited with {proc.returncode}:\n{log.read_text()}"
-            assert time.monotonic() < deadline, f"prometheus not ready within 30 s:\n{log.read_text()}"
-            time.sleep(0.1)
+        return server
 
     yield start
     for server in started:
-        server.proc.terminate()
-        try:
-            server.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            server.proc.kill()
-            server.proc.wait(timeout=5)
+        server.stop()
 
 
 @pytest.mark.timeout(90)
