@@ -45,6 +45,7 @@ from mstail.parsers.record import RESERVED
 
 from .notices import Notices
 from .store import Store
+from .webhooks import shown_url
 
 log = logging.getLogger("mstail.remotewrite")
 
@@ -87,12 +88,6 @@ def read_url(option: str, value: Optional[str] = None, path: Optional[str] = Non
         return check_url(found[0], f"{option}-file {path}")
     text = environ.get(default_env, "").strip() if default_env else ""
     return check_url(text, f"${default_env}") if text else None
-
-
-def shown(url: str) -> str:
-    """The URL without path and query (they may hold a token) nor user and password."""
-    parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.hostname}{f':{parts.port}' if parts.port else ''}/..."
 
 
 def metric_name(metric: str) -> str:
@@ -205,7 +200,7 @@ class RemoteWrite:
 
     def stats(self) -> Dict[str, Any]:
         """/healthz's `remote_write` (and /metrics' `mstail_remote_write_*`)."""
-        return {"url": shown(self.url), "sent_seq": self.sent_seq,
+        return {"url": shown_url(self.url), "sent_seq": self.sent_seq,
                 "behind": max(0, self.store.last_seq - self.sent_seq), **self.counts,
                 "last_error": self.last_error, "failing_since": self.failing_since}
 
@@ -333,11 +328,11 @@ class RemoteWrite:
                 return True
             self.last_error = problem
             if problem.startswith("HTTP 4") and not problem.startswith("HTTP 429"):
-                self._notices.say(("refused", problem[:8]), f"remote write {shown(self.url)}: {problem}: a batch dropped")
+                self._notices.say(("refused", problem[:8]), f"remote write {shown_url(self.url)}: {problem}: a batch dropped")
                 return False
             if self.failing_since is None:
                 self.failing_since = time.time()
-            self._notices.say("failing", f"remote write {shown(self.url)}: {problem}; retrying (the samples wait in "
+            self._notices.say("failing", f"remote write {shown_url(self.url)}: {problem}; retrying (the samples wait in "
                               "the history)")
             self.counts["retries"] += 1
             await asyncio.sleep(delay)

@@ -51,9 +51,14 @@ class Target:
 
     @property
     def shown(self) -> str:
-        """The URL without path and query, which often hold the robot's secret token (logs, /healthz)."""
-        parts = urlsplit(self.url)
-        return f"{parts.scheme}://{parts.hostname}{f':{parts.port}' if parts.port else ''}/..."
+        """The URL as logs and /healthz show it (`shown_url`)."""
+        return shown_url(self.url)
+
+
+def shown_url(url: str) -> str:
+    """The URL without path and query (they often hold a secret token) nor user and password."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.hostname}{f':{parts.port}' if parts.port else ''}/..."
 
 
 def parse_target(value: str, where: Optional[str] = None) -> Target:
