@@ -26,7 +26,7 @@ import time
 from datetime import datetime, timezone
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from .remotewrite import rank_of
+from .discovery import rank_of
 from .webhooks import Target, Webhooks
 
 #: rules whose alerts are the job's, not a rank's (see the module's docstring)

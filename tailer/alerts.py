@@ -51,7 +51,6 @@ import re
 import statistics
 from bisect import bisect_left, insort
 from collections import Counter, deque
-from functools import lru_cache
 from itertools import compress, groupby, repeat
 from operator import contains, ne
 from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
@@ -61,6 +60,7 @@ from mstail.platform import tomllib
 from .alertruns import (MARGIN, Columns, Verdicts, judged_verdicts, norm_bound, overflow_verdicts, scale_verdicts,
                         spike_bound, window_verdicts)
 from .alertruns import number as _number
+from .discovery import rank_of
 
 
 Change = Dict[str, Any]
@@ -207,19 +207,6 @@ def _median_without(ranked: List[float], index: int) -> float:
         return ranked[k if k < index else k + 1]
     middle = count // 2
     return at(middle) if count % 2 else (at(middle - 1) + at(middle)) / 2
-
-
-#: the rank a source id names (`rank_3`, `exp1/rank_3`, `worker_3`, `ID/rank3` or `ID/default3` of a launcher-tagged
-#: part)
-_RANK = re.compile(r"(?:(?:rank|device|worker|npu|gpu|card)[_.-]?|/default)(\d+)(?:#\d+)?$", re.IGNORECASE)
-
-
-@lru_cache(maxsize=1 << 14)  # asked for every source at every tick
-def _rank(source: str) -> Optional[str]:
-    """The rank a source belongs to: the number its id names, else None (`exp/lr1e-4`: a log of its own, maybe of
-    another experiment, never compared)."""
-    match = _RANK.search(source)
-    return match.group(1) if match else None
 
 
 _EXCEPTION_LINE = re.compile(r"^\s*(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit|Warning)\b")
@@ -847,7 +834,7 @@ class AlertEngine:
         rule = self.rules.rules["straggler"]
         groups: Dict[Any, Dict[str, float]] = {}
         for source, st in self._sources.items():
-            if len(st.step_ms) >= rule["min_window"] and _rank(source) is not None:
+            if len(st.step_ms) >= rule["min_window"] and rank_of(source) is not None:
                 groups.setdefault(self._groups.get(source), {})[source] = statistics.median(st.step_ms)
         for medians in groups.values():
             self._stragglers_among(medians, rule, now, out)
@@ -855,7 +842,7 @@ class AlertEngine:
     def _stragglers_among(self, medians: Dict[str, float], rule: Dict[str, Any], now: float, out: List[Change]) -> None:
         """The straggler rule over the median step times of one run's sources of one format: each against the
         median of the other ranks' (a second file of its own rank is not another rank)."""
-        ranks = {source: _rank(source) for source in medians}
+        ranks = {source: rank_of(source) for source in medians}
         if len(set(ranks.values())) < 2:
             for source in medians:
                 self._resolve("straggler", source, now, out, "no other rank to compare with")

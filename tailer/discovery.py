@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import fnmatch
+import functools
 import glob
 import itertools
 import os
@@ -196,6 +197,19 @@ def rotated_backups(path: Path) -> List[Path]:
 def _key(path: Path) -> Path:
     """A file's key among the ids: its absolute path as the history keeps it (`visible`), so a restart finds it."""
     return Path(visible(str(path.absolute())))
+
+
+#: the rank a source id names: `rank_3`, `exp1/rank_3`, `worker_3`, `device-7`, `npu3`, `ID/rank3` or `ID/default3`
+#: of a launcher-tagged part (`#2`: a second file of that name)
+_RANK = re.compile(r"(?:^|[/_.-])(?:(?:rank|device|worker|npu|gpu|card)[_.-]?|default)(\d+)(?:#\d+)?$", re.IGNORECASE)
+
+
+@functools.lru_cache(maxsize=1 << 14)  # asked for every source at every alert tick and remote write batch
+def rank_of(source: str) -> Optional[str]:
+    """The rank a source id names, as a number's text (`rank_03` -> `3`), else None (`exp/lr1e-4`: a log of its own,
+    maybe of another experiment)."""
+    found = _RANK.search(source)
+    return str(int(found.group(1))) if found else None
 
 
 class SourceNamer:

@@ -43,6 +43,7 @@ from urllib.parse import urlsplit
 
 from mstail.parsers.record import RESERVED
 
+from .discovery import rank_of
 from .notices import Notices
 from .store import Store
 from .webhooks import shown_url
@@ -53,7 +54,6 @@ DEFAULT_ENV = "MSTAIL_REMOTE_WRITE"
 META_KEY = "remote_write"  # the checkpoint's row in the state's meta table
 HEADERS = {"Content-Encoding": "snappy", "Content-Type": "application/x-protobuf",
            "X-Prometheus-Remote-Write-Version": "0.1.0", "User-Agent": "mstail"}
-_RANK = re.compile(r"(?:^|[/_.-])(?:rank|worker|device)[_.-]?(\d+)$")
 _INVALID = re.compile(r"[^a-zA-Z0-9_]")
 
 
@@ -93,11 +93,6 @@ def read_url(option: str, value: Optional[str] = None, path: Optional[str] = Non
 def metric_name(metric: str) -> str:
     """`mstail_<metric>` as a valid Prometheus metric name: every character outside [a-zA-Z0-9_] made `_`."""
     return "mstail_" + _INVALID.sub("_", metric)
-
-
-def rank_of(source: str) -> Optional[str]:
-    found = _RANK.search(source)
-    return str(int(found.group(1))) if found else None
 
 
 def _write_request_class() -> Any:
