@@ -2,6 +2,6 @@
 
 import sys
 
-from mstail.tailer.cli import main
+from mstail.tailer.app.cli import main
 
 sys.exit(main())

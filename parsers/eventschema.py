@@ -66,7 +66,7 @@ MAX_SCALAR_DIMS = 8
 
 def _event_class(package: str, messages: List[Tuple[str, list]], root: str = "Event") -> Any:
     """The `root` message class of a package built from `messages` in a pool of its own (also Prometheus' remote
-    write schema, `mstail.tailer.remotewrite`)."""
+    write schema, `mstail.tailer.outbound.remotewrite`)."""
     # Nested names would need nested DescriptorProtos; flat messages in a package of our own say the same wire format.
     proto = descriptor_pb2.FileDescriptorProto(name=f"mstail_{package.replace('.', '_')}.proto", package=package,
                                                syntax="proto2")

@@ -8,14 +8,14 @@ from typing import TYPE_CHECKING, Optional, Tuple
 from mstail.parsers.derived import Derived
 
 if TYPE_CHECKING:
-    from .alerts import AlertRules
-    from .webhooks import Target
+    from mstail.tailer.alerts.engine import AlertRules
+    from mstail.tailer.outbound.webhooks import Target
 
 
 def _default_rules() -> "AlertRules":
     # Imported when a Config is made: `mstail parse` builds its CLI from Config's defaults but never makes one, and
     # the alerts and webhooks modules (asyncio, statistics) are a third of its start-up imports.
-    from .alerts import default_rules
+    from mstail.tailer.alerts.engine import default_rules
 
     return default_rules()
 
@@ -28,7 +28,7 @@ class Config:
         logs: paths or quoted globs to follow (`output/log/rank_*/info.log`); they may not exist yet.
         jsonl: paths or globs of JSONL files written by `mstail.callback` (read with the `jsonl` format).
         logdirs: folders of runs (`mstail DIR`, `--logdir DIR`): the run files below each, found again as runs
-            appear (`mstail.tailer.runs`); each must exist when mstail starts. Default none.
+            appear (`mstail.tailer.inputs.runs`); each must exist when mstail starts. Default none.
         follow_symlinks: below `logdirs`, open links whose real path leaves the folder (`--follow-symlinks`); False
             (default): such a link is said once and not opened. `logs` files named explicitly are opened anyway.
         format: a format name to use for every `logs` file (and text log in `logdirs`) instead of auto-detection;
@@ -47,11 +47,11 @@ class Config:
         network_poll_s: the timer the CLI sets for logs on a network filesystem when `--poll` is not given; 1 s.
         safety_poll_s: with events on, sweep this often: one stat per file written lately (every file's path
             each 5th sweep), and a read of each whose stat shows news (events are hints and can be missed;
-            `mstail.tailer.planner`); 1 s.
+            `mstail.tailer.live.planner`); 1 s.
         watch_step_ms: watchfiles' `step`: delay before reporting a change; latency is 1-2x this. 10 ms.
         read_budget_bytes: bytes read per file per pass at most; 1 MiB.
         pass_time_s: a pass stops starting new read rounds after this long, so a flooding file cannot delay
-            the others' lines by more than about one pass (mstail.tailer.tailer); 0.01 s.
+            the others' lines by more than about one pass (mstail.tailer.live.sidecar); 0.01 s.
         max_line_bytes: longer lines are cut and counted; 1 MiB.
         grace_s: how long a multi-line event (a traceback) waits for more lines before it is published; 0.5 s.
         idle_after_s: a source with no new line for this long is shown as "idle"; 60 s.
@@ -67,20 +67,20 @@ class Config:
             `--webhook-env NAME` or $MSTAIL_WEBHOOKS: `webhooks.read_targets`); empty = none.
         webhook_timeout_s: the most one webhook attempt may take, connect to the end of the answer; 5 s.
         remote_write: Prometheus remote write endpoint every record is sent to (`--remote-write URL`,
-            `--remote-write-file PATH` or $MSTAIL_REMOTE_WRITE; `mstail.tailer.remotewrite`); None = none.
+            `--remote-write-file PATH` or $MSTAIL_REMOTE_WRITE; `mstail.tailer.outbound.remotewrite`); None = none.
         alertmanager: Alertmanager base URLs the alerts are posted to (`--alertmanager URL`, repeatable for a
-            cluster of them, `--alertmanager-file PATH` or $MSTAIL_ALERTMANAGER; `mstail.tailer.alertmanager`).
+            cluster of them, `--alertmanager-file PATH` or $MSTAIL_ALERTMANAGER; `mstail.tailer.outbound.alertmanager`).
         node: this node's name in remote write samples and Alertmanager labels (`--node`); None = the host's name.
         alertmanager_repost_s: how often firing alerts are posted to Alertmanager again (`--alertmanager-interval`);
             less than Alertmanager's `resolve_timeout`; 60 s.
         max_connections: open HTTP connections at most (`--max-connections`); one more closes the one idle
-            longest (mstail.tailer.connections). Lowered at start to fit the open-file limit; 1000.
+            longest (mstail.tailer.app.connections). Lowered at start to fit the open-file limit; 1000.
         max_streams: open `/api/stream` clients at most (`--max-streams`); one more gets a 503; 100.
         header_timeout_s: a connection must send its request line and headers within this long of connecting
             or of its previous response, or it is closed (`--header-timeout`); 10 s.
         keep_alive_s: an idle keep-alive connection is closed after this long (uvicorn's timeout_keep_alive); 5 s.
         state_dir: folder of the persisted history and read positions (`--state-dir`); None = the per-user
-            default (`mstail.tailer.db.default_state_dir`). Must be on local disk and outside the log folders.
+            default (`mstail.tailer.history.db.default_state_dir`). Must be on local disk and outside the log folders.
         persist: keep the history across restarts; False (`--no-state`) = a temporary database.
     """
 

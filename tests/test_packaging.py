@@ -129,7 +129,7 @@ def test_wheel_holds_one_package_with_its_data_and_entry_point(wheel: Path) -> N
         assert {n.split("/", 1)[0] for n in names} == {"mstail", dist_info}
 
         expected = expected_wheel_files()
-        for must in ("mstail/__init__.py", "mstail/__main__.py", "mstail/tailer/cli.py",
+        for must in ("mstail/__init__.py", "mstail/__main__.py", "mstail/tailer/app/cli.py",
                      "mstail/parsers/formats/mindformers.toml", "mstail/web/static/index.html",
                      "mstail/web/static/vendor/echarts-5.6.0-mstail.min.js"):
             assert must in expected, f"{must} is not in the source tree any more: update this test"
@@ -142,7 +142,7 @@ def test_wheel_holds_one_package_with_its_data_and_entry_point(wheel: Path) -> N
 
         entry_points = configparser.ConfigParser()
         entry_points.read_string(zf.read(f"{dist_info}/entry_points.txt").decode("utf-8"))
-        assert dict(entry_points["console_scripts"]) == {"mstail": "mstail.tailer.cli:main"}
+        assert dict(entry_points["console_scripts"]) == {"mstail": "mstail.tailer.app.cli:main"}
         if f"{dist_info}/top_level.txt" in names:  # setuptools writes it; other backends need not
             assert zf.read(f"{dist_info}/top_level.txt").decode("utf-8").split() == ["mstail"]
 

@@ -108,7 +108,7 @@ async def heatmap(
     rows: int = Query(32, ge=1, le=MAX_SOURCES, description="rows at most (beyond: neighbouring sources share one)"),
 ) -> RecordJSONResponse:
     """The metric of every source as a rows x columns matrix, each cell a source's mean in the column relative to
-    the sources' median there (mstail.tailer.heatmap): the page's step-time heatmap in one small answer."""
+    the sources' median there (mstail.tailer.history.heatmap): the page's step-time heatmap in one small answer."""
     _check_ids(exclude)
     store = _store(request)
     seq = store.last_seq

@@ -13,8 +13,8 @@ from fastapi.staticfiles import StaticFiles
 
 from mstail import __version__
 from mstail.tailer.config import Config
-from mstail.tailer.hub import Hub
-from mstail.tailer.store import Store
+from mstail.tailer.live.hub import Hub
+from mstail.tailer.history.store import Store
 
 from . import api, metrics, sse
 from .limits import ClientBound
@@ -22,7 +22,7 @@ from .responses import RecordJSONResponse
 from .security import SecurityMiddleware
 
 if TYPE_CHECKING:
-    from mstail.tailer.alerts import AlertEngine
+    from mstail.tailer.alerts.engine import AlertEngine
 
 STATIC_DIR = Path(str(resources.files("mstail.web") / "static"))
 

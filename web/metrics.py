@@ -38,9 +38,9 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional,
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from mstail.tailer.fate import FATES
-from mstail.tailer.hub import Hub
-from mstail.tailer.store import Store
+from mstail.tailer.alerts.fate import FATES
+from mstail.tailer.live.hub import Hub
+from mstail.tailer.history.store import Store
 
 if TYPE_CHECKING:
     from prometheus_client.core import Metric

@@ -22,8 +22,8 @@ from sse_starlette import EventSourceResponse
 from sse_starlette.sse import SendTimeoutError
 
 from mstail.parsers.record import json_bytes, jsonable
-from mstail.tailer.hub import Hub, ItemsMessage, SourceMessage
-from mstail.tailer.store import Store
+from mstail.tailer.live.hub import Hub, ItemsMessage, SourceMessage
+from mstail.tailer.history.store import Store
 
 router = APIRouter()
 

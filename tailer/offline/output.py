@@ -22,7 +22,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Text
 
 from mstail.parsers.record import NON_FINITE, finite_or_name
 
-from .reading import READ_CHUNK
+from mstail.tailer.offline.reading import READ_CHUNK
 
 PROGRESS_MIN_BYTES = 8 << 20  # smaller inputs parse too fast for a progress bar to help
 

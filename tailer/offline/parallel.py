@@ -15,10 +15,10 @@ from typing import List, Optional, Sequence, TextIO, Tuple, Union
 from mstail.parsers import Format
 from mstail.parsers.derived import Derived
 
-from . import reading, split
-from .reading import Chain, ParseError, Summary, _Part, add_part, parse_group
-from .output import copy_jsonl, progress_bar, write_csv
-from .split import Piece, PieceResult, copy_piece, joined_part, parse_piece, pieces, shift_rows, stitch
+from mstail.tailer.offline import reading, split
+from mstail.tailer.offline.reading import Chain, ParseError, Summary, _Part, add_part, parse_group
+from mstail.tailer.offline.output import copy_jsonl, progress_bar, write_csv
+from mstail.tailer.offline.split import Piece, PieceResult, copy_piece, joined_part, parse_piece, pieces, shift_rows, stitch
 
 #: Below this many bytes in all, chains are parsed in this process: starting workers would cost more than it saves.
 PARALLEL_MIN_BYTES = 4 << 20

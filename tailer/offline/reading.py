@@ -23,10 +23,10 @@ from mstail.parsers.eventfile import EventFileParser
 from mstail.parsers.interleave import InterleavedParser
 from mstail.parsers.record import ESTIMATED, PART_KEY, dumps_owned, ordered
 
-from ..discovery import ROTATED, SourceNamer, expand, has_glob, rotated_backups, within
-from ..frames import FrameSplitter, event_files_in, event_source
-from ..runs import NOTHING_YET, RunFinder
-from ..lines import Block, Line, LineSplitter
+from mstail.tailer.inputs.discovery import ROTATED, SourceNamer, expand, has_glob, rotated_backups, within
+from mstail.tailer.inputs.frames import FrameSplitter, event_files_in, event_source
+from mstail.tailer.inputs.runs import NOTHING_YET, RunFinder
+from mstail.tailer.inputs.lines import Block, Line, LineSplitter
 
 READ_CHUNK = 1 << 20
 #: JSONL rows joined into one write: a write per row cost about 0.5 us of a row's 4 (a text stream's call and encoding).

@@ -11,9 +11,9 @@ from mstail.parsers.derived import Derived
 from mstail.parsers.explain import Explainer, printable
 from mstail.parsers.interleave import InterleavedParser
 
-from .reading import Chain, ParseError, Summary, add_part, chain_lines, chains, parse_group
-from .output import progress_bar, write_csv
-from .parallel import plan, run_parallel
+from mstail.tailer.offline.reading import Chain, ParseError, Summary, add_part, chain_lines, chains, parse_group
+from mstail.tailer.offline.output import progress_bar, write_csv
+from mstail.tailer.offline.parallel import plan, run_parallel
 
 
 Inputs = Union[Sequence[str], Sequence[Chain]]

@@ -28,9 +28,9 @@ from mstail.parsers.amends import Settler
 from mstail.parsers.derived import Derived
 from mstail.parsers.interleave import InterleavedParser
 
-from ..lines import LineSplitter
-from .output import byte_writer
-from .reading import READ_CHUNK, Chain, _Part, feed, new_parser, write_items
+from mstail.tailer.inputs.lines import LineSplitter
+from mstail.tailer.offline.output import byte_writer
+from mstail.tailer.offline.reading import READ_CHUNK, Chain, _Part, feed, new_parser, write_items
 
 #: A file smaller than this is parsed by one process: a piece must be big enough to pay for its seam.
 SPLIT_MIN_BYTES = 16 << 20

@@ -43,13 +43,14 @@ LABELS = list(dict.fromkeys(PARTS.values()))
 def measure(log: Path) -> None:
     """One run over `log` with the mstail the path imports (this tree or --before's); prints one line."""
     from mstail.parsers.loader import load_formats
-    from mstail.tailer import alerts, store as store_module
-    from mstail.tailer.alerts import load_alert_rules
+    from mstail.tailer.alerts import engine as alerts
+    from mstail.tailer.history import store as store_module
+    from mstail.tailer.alerts.engine import load_alert_rules
     from mstail.tailer.config import Config
-    from mstail.tailer.db import open_state
-    from mstail.tailer.hub import Hub, ItemsMessage
-    from mstail.tailer.store import Store
-    from mstail.tailer.tailer import Tailer
+    from mstail.tailer.history.db import open_state
+    from mstail.tailer.live.hub import Hub, ItemsMessage
+    from mstail.tailer.history.store import Store
+    from mstail.tailer.live.sidecar import Tailer
     from mstail.web import sse
 
     spent: Dict[str, float] = dict.fromkeys([*LABELS, "delivery"], 0.0)

@@ -67,7 +67,7 @@ def one_round(support: Any, server: Any, log: Path, rate: float, run_s: float) -
 
 def costs(rounds: int = 20) -> None:
     sys.path.insert(0, str(HERE.parent.parent))
-    from mstail.tailer.writers import holders_of, running
+    from mstail.tailer.inputs.writers import holders_of, running
     import subprocess
 
     work = Path(tempfile.mkdtemp(prefix="mstail-writers-"))

@@ -4,7 +4,7 @@ TensorBoard's own reader on the same file; and the live latency from a real writ
 The files (built once under --run-dir, reused while their size fits --mb):
 - TensorBoard: MindFormers' MFLossMonitor scalars (`learning-rate`, `batch-size`, `loss`, `grad-norm`, each with its
   "vs samples" twin: 8 events a step), as tensorboardX's own protobuf classes serialize them, in TFRecord framing
-  (`mstail.tailer.frames.frame`, which writes the bytes tensorboardX writes: tests/eventfiles/test_frames.py); writing
+  (`mstail.tailer.inputs.frames.frame`, which writes the bytes tensorboardX writes: tests/eventfiles/test_frames.py); writing
   100 MB through `SummaryWriter.add_scalar` itself takes about 20 minutes here, so the writer's classes are used
   directly.
 - MindSpore: one event a step with `loss` and `lr`, as `SummaryRecord.record(step)` writes it (MindSpore 2.10's own
@@ -81,7 +81,7 @@ def build_tensorboard(path: Path, size: int) -> None:
     from tensorboardX.proto.event_pb2 import Event
     from tensorboardX.proto.summary_pb2 import Summary
 
-    from mstail.tailer.frames import frame
+    from mstail.tailer.inputs.frames import frame
 
     sys.path.insert(0, str(ROOT))
     from tests.eventfiles.tbwrite import GLOBAL_BATCH, values
@@ -107,7 +107,7 @@ def build_tensorboard(path: Path, size: int) -> None:
 def build_mindspore(path: Path, size: int) -> None:
     from mindspore.train.summary_pb2 import Event  # MindSpore's own schema: what SummaryRecord serializes
 
-    from mstail.tailer.frames import frame
+    from mstail.tailer.inputs.frames import frame
 
     wall = 1.7e9
     with open(path, "wb") as out:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable, List
 
 from mstail.parsers import load_formats
-from mstail.tailer.runs import RunFinder
+from mstail.tailer.inputs.runs import RunFinder
 
 #: a run's stdout: MindSpore LossMonitor/TimeMonitor lines (found by what it holds)
 STDOUT = Path(__file__).resolve().parents[1] / "real_logs" / "mindspore-2.10_lossmonitor_timemonitor_stdout.log"

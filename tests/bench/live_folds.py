@@ -40,8 +40,8 @@ def measure(ranks: int, steps: int, live: int) -> None:
     """One run with the mstail the path imports (this tree or --before's); prints one line."""
     import numpy as np
 
-    from mstail.tailer.aggregate import AggregateCache, Turns, aggregate
-    from mstail.tailer.series import Series
+    from mstail.tailer.history.aggregate import AggregateCache, Turns, aggregate
+    from mstail.tailer.history.series import Series
 
     series = []
     for rank in range(ranks):

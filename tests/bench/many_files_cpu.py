@@ -29,12 +29,12 @@ from benchsupport import load_test_support
 
 from mstail.parsers import load_formats
 from mstail.tailer.config import Config
-from mstail.tailer.db import open_state
-from mstail.tailer.hub import Hub, ItemsMessage, SourceMessage, Subscriber
-from mstail.tailer.planner import Plan
-from mstail.tailer.serve import HeapFreezer
-from mstail.tailer.store import Store
-from mstail.tailer.tailer import Tailer
+from mstail.tailer.history.db import open_state
+from mstail.tailer.live.hub import Hub, ItemsMessage, SourceMessage, Subscriber
+from mstail.tailer.live.planner import Plan
+from mstail.tailer.app.serve import HeapFreezer
+from mstail.tailer.history.store import Store
+from mstail.tailer.live.sidecar import Tailer
 from mstail.web.sse import _encoded_batch, _source_frames
 
 

@@ -17,13 +17,13 @@ Two cases, each of --size-mb (default 100 MB), written into a temporary folder:
 
 Measured in the same run, alternating, best of --rounds (default 3):
 - floor: iterate the files' lines in binary (`for line in file`), nothing else;
-- line reading (for reference, no goal): mstail's own reading alone, `mstail.tailer.lines.LineSplitter` turning 1 MiB
+- line reading (for reference, no goal): mstail's own reading alone, `mstail.tailer.inputs.lines.LineSplitter` turning 1 MiB
   chunks into decoded lines with offsets;
 - competent loop (both cases; issue 16's baseline): what a competent user writes for these logs: one `re.search` per
   line for each kind of line that gives a record its values (the step line and the progress line), each regex led by
   literal text, fields converted, non-finite numbers encoded, `json.dumps` per record;
 - mstail: `python -m mstail parse FILES -o OUT` as a subprocess (start-up included), and the same command
-  in-process (`mstail.tailer.cli.main`). Worker processes make wall time gain from a second CPU; CPU time counts the
+  in-process (`mstail.tailer.app.cli.main`). Worker processes make wall time gain from a second CPU; CPU time counts the
   workers too;
 - issue's prototype (the single case only): issue 16's prototype design finished for that log's lines and no others
   (parse_prototype.py: two forked workers, start-up included), for what goal 1 costs at best on this machine; its
@@ -71,8 +71,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from mstail.tailer.discovery import SourceNamer  # noqa: E402
-from mstail.tailer.lines import LineSplitter  # noqa: E402
+from mstail.tailer.inputs.discovery import SourceNamer  # noqa: E402
+from mstail.tailer.inputs.lines import LineSplitter  # noqa: E402
 from mstail.tailer.offline.reading import READ_CHUNK, Chain, chain_lines, feed, new_parser, parse_chain  # noqa: E402
 
 GOAL_VS_BASELINE = 4.0  # mstail at least this many times faster than the competent loop
@@ -406,7 +406,7 @@ def prototype(paths: Sequence[Path], out: Path) -> None:
 
 
 def mstail_in_process(paths: Sequence[Path], out: Path) -> None:
-    from mstail.tailer.cli import main
+    from mstail.tailer.app.cli import main
 
     with contextlib.redirect_stderr(io.StringIO()):
         code = main(["parse", *map(str, paths), "-o", str(out)])
@@ -524,7 +524,7 @@ def stages(path: Path, rounds: int) -> None:
     from mstail.parsers.blocks import finder_for
     from mstail.parsers.derived import load_derived
     from mstail.parsers.loader import load_formats
-    from mstail.tailer.lines import Block
+    from mstail.tailer.inputs.lines import Block
     from mstail.tailer.offline import run_parse
 
     formats, derived, chain = load_formats(), load_derived(None), Chain(path.name, [path])
@@ -585,7 +585,8 @@ def note(what):
     with open(NOTES, "a", encoding="utf-8") as handle:  # small appends: whole lines, whichever process writes
         handle.write(f"{time.time() - T0:.4f} {os.getpid()} {time.process_time():.4f} {what}\n")
 note("interpreter ready")
-from mstail.tailer import cli, offline
+from mstail.tailer.app import cli
+from mstail.tailer import offline
 from mstail.tailer.offline import parallel, split
 note("imports done (cli, offline)")
 def noted(function, label):
@@ -610,7 +611,7 @@ atexit.register(note, "exit")
 sys.exit(cli.main(sys.argv[1:]))
 """
 STEPS = (  # module, function, what it is; a function imported by name elsewhere is wrapped there too
-    ("mstail.tailer.cli", "_formats", "formats"),
+    ("mstail.tailer.app.cli", "_formats", "formats"),
     ("mstail.tailer.offline", "run_parse", "run_parse"),
     ("mstail.tailer.offline.parallel", "run_parallel", "run_parallel"),
     ("mstail.tailer.offline.parallel", "_worker_init", "worker start"),

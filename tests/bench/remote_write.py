@@ -25,9 +25,9 @@ from benchsupport import ROOT
 sys.path.insert(0, str(ROOT))  # the tests' package (its Prometheus starter)
 
 from mstail.parsers import Item  # noqa: E402
-from mstail.tailer.db import StateDB  # noqa: E402
-from mstail.tailer.remotewrite import RemoteWrite  # noqa: E402
-from mstail.tailer.store import Store  # noqa: E402
+from mstail.tailer.history.db import StateDB  # noqa: E402
+from mstail.tailer.outbound.remotewrite import RemoteWrite  # noqa: E402
+from mstail.tailer.history.store import Store  # noqa: E402
 from tests.tailer.prom_support import prometheus  # noqa: E402
 
 METRICS = ("loss", "loss_avg", "lr", "grad_norm", "step_time_ms", "overflow", "loss_scale", "throughput_tflops",

@@ -28,7 +28,7 @@ from typing import Any, Dict, List, Tuple
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from mstail.tailer.hub import ItemsMessage  # noqa: E402
+from mstail.tailer.live.hub import ItemsMessage  # noqa: E402
 from tests.tailer.scenario_support import (  # noqa: E402
     MODES,
     Running,

@@ -11,7 +11,7 @@ import pytest
 from mstail.parsers.amends import settled
 from mstail.parsers.eventfile import EventFileParser, metric_name
 from mstail.parsers.record import Item
-from mstail.tailer.frames import Frame, FrameSplitter
+from mstail.tailer.inputs.frames import Frame, FrameSplitter
 
 from .tbwrite import GLOBAL_BATCH, values
 
@@ -88,7 +88,7 @@ def test_a_frame_that_is_no_event_is_counted_not_raised() -> None:
 
 def test_a_step_with_thousands_of_tags_keeps_a_bounded_record() -> None:
     from mstail.parsers.eventfile import MAX_KEYS
-    from mstail.tailer.frames import frame
+    from mstail.tailer.inputs.frames import frame
     from tensorboardX.proto.event_pb2 import Event
     from tensorboardX.proto.summary_pb2 import Summary
 

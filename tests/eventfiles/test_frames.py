@@ -9,7 +9,7 @@ from typing import List
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mstail.tailer.frames import (HEADER_BYTES, Frame, FrameSplitter, event_file_kind, event_files_in, frame,
+from mstail.tailer.inputs.frames import (HEADER_BYTES, Frame, FrameSplitter, event_file_kind, event_files_in, frame,
                                   is_event_file)
 
 

@@ -13,7 +13,7 @@ from typing import Any, Dict, List
 
 import pytest
 
-from mstail.tailer.frames import FrameSplitter
+from mstail.tailer.inputs.frames import FrameSplitter
 
 from .conftest import ROOT
 from .mswrite import values as ms_values

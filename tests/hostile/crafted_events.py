@@ -17,7 +17,7 @@ import time
 from typing import Callable, Dict, Iterable
 
 from mstail.parsers.eventschema import TensorBoardEvent
-from mstail.tailer.frames import _masked_crc, frame
+from mstail.tailer.inputs.frames import _masked_crc, frame
 
 MB = 1 << 20
 

@@ -17,7 +17,7 @@ from typing import List, Optional, Tuple
 import httpx
 import pytest
 
-from mstail.tailer.connections import AcceptErrorLog, OncePerInterval
+from mstail.tailer.app.connections import AcceptErrorLog, OncePerInterval
 
 from tests.web.sse_client import collect
 

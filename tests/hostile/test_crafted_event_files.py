@@ -22,7 +22,7 @@ import pytest
 
 from mstail.parsers.eventfile import EventFileParser
 from mstail.parsers.eventschema import TensorBoardEvent
-from mstail.tailer.frames import FrameSplitter, frame
+from mstail.tailer.inputs.frames import FrameSplitter, frame
 from mstail.tailer.offline.reading import Chain, parse_chain
 from tests.conftest import ROOT, wait_until
 

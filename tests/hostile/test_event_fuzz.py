@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from mstail.parsers.amends import fold_amends
 from mstail.parsers.eventfile import EventFileParser
-from mstail.tailer import cli
-from mstail.tailer.frames import FrameSplitter, frame
+from mstail.tailer.app import cli
+from mstail.tailer.inputs.frames import FrameSplitter, frame
 
 from .crafted_events import field, header, varint, version
 

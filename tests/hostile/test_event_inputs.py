@@ -17,8 +17,8 @@ from typing import Any, List, Union
 import pytest
 
 from mstail.parsers.eventfile import MAX_METRICS
-from mstail.tailer import eventfollow
-from mstail.tailer.eventfollow import LISTING_MAX_AGE_S, EventFilesFollower
+from mstail.tailer.inputs import eventfollow
+from mstail.tailer.inputs.eventfollow import LISTING_MAX_AGE_S, EventFilesFollower
 from tests.conftest import ROOT, wait_until
 
 #: The writer: `python -c WRITER FILE < PARTS` appends a version event, then each of PARTS (JSON): `[step, tag]` an
@@ -27,7 +27,7 @@ from tests.conftest import ROOT, wait_until
 WRITER = r'''
 import json, struct, sys
 from mstail.parsers.eventschema import TensorBoardEvent
-from mstail.tailer.frames import _masked_crc, frame
+from mstail.tailer.inputs.frames import _masked_crc, frame
 
 def event(step, tag):
     e = TensorBoardEvent(wall_time=1700000000.0 + step, step=step)

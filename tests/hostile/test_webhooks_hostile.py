@@ -18,8 +18,8 @@ from typing import Dict, List
 
 import pytest
 
-from mstail.tailer import cli
-from mstail.tailer.webhooks import DEFAULT_ENV, read_targets
+from mstail.tailer.app import cli
+from mstail.tailer.outbound.webhooks import DEFAULT_ENV, read_targets
 
 pytestmark = pytest.mark.slow
 

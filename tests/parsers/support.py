@@ -8,7 +8,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from mstail.parsers import SourceParser, format_table, load_formats
 from mstail.parsers.amends import settled
-from mstail.tailer.lines import LineSplitter
+from mstail.tailer.inputs.lines import LineSplitter
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "sample_logs"

@@ -1,5 +1,5 @@
 """Bounded time per line: every regex that the built-in formats and the parser engine run on a log line takes time
-linear in the line, so no line up to the line cap (1 MiB: tailer/lines.py cuts longer ones) can stall the sidecar.
+linear in the line, so no line up to the line cap (1 MiB: tailer/inputs/lines.py cuts longer ones) can stall the sidecar.
 
 The regexes are enumerated, not listed: every one a built-in format holds (`Format.regexes`: prefixes, rules, the
 pairs' regexes) and every module-level pattern of mstail.parsers, so a new rule or a new helper pattern is covered
@@ -31,7 +31,7 @@ import pytest
 import mstail.parsers
 from mstail.parsers import builtin_formats, pyliteral
 from mstail.parsers.loader import MAX_PAIR_NAME, MAX_PAIRS, MISSED_CHARS
-from mstail.tailer.lines import LineSplitter
+from mstail.tailer.inputs.lines import LineSplitter
 
 ROOT = Path(__file__).resolve().parents[2]
 LINE_CAP = LineSplitter().max_line_bytes  # 1 MiB; the fillers are ASCII, so characters are bytes

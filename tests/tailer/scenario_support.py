@@ -19,9 +19,9 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 
 from mstail.parsers import load_formats
 from mstail.tailer.config import Config
-from mstail.tailer.hub import Hub
-from mstail.tailer.tailer import Tailer
-from mstail.tailer.store import Store
+from mstail.tailer.live.hub import Hub
+from mstail.tailer.live.sidecar import Tailer
+from mstail.tailer.history.store import Store
 
 WRITER = Path(__file__).with_name("scenario_writer.py")
 PATTERN = r"^w=(?P<w>\d+) seq=(?P<step>\d+) pad=(?P<_pad>x*)$"

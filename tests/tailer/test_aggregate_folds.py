@@ -15,8 +15,8 @@ from typing import Any, List, Tuple
 import numpy as np
 import pytest
 
-from mstail.tailer.aggregate import AggregateCache, Points, Turns, _Fold, aggregate
-from mstail.tailer.series import Series
+from mstail.tailer.history.aggregate import AggregateCache, Points, Turns, _Fold, aggregate
+from mstail.tailer.history.series import Series
 
 Selection = List[Tuple[str, Series]]
 

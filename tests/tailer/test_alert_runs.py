@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Optional
 
 import pytest
 
-from mstail.tailer.alerts import RUN_MIN, AlertEngine, load_alert_rules
+from mstail.tailer.alerts.engine import RUN_MIN, AlertEngine, load_alert_rules
 
 T0 = 1_800_000_000.0
 NAN, INF = float("nan"), float("inf")

@@ -12,13 +12,13 @@ from typing import Any, Dict, List, Optional
 import pytest
 
 from mstail.parsers import load_formats
-from mstail.tailer.alerts import AlertEngine, load_alert_rules
+from mstail.tailer.alerts.engine import AlertEngine, load_alert_rules
 from mstail.tailer.config import Config
-from mstail.tailer.db import StateDB, _item_json, _loads
-from mstail.tailer.hub import Hub
-from mstail.tailer.serve import _restore_then_tail
-from mstail.tailer.store import Store
-from mstail.tailer.tailer import Tailer
+from mstail.tailer.history.db import StateDB, _item_json, _loads
+from mstail.tailer.live.hub import Hub
+from mstail.tailer.app.serve import _restore_then_tail
+from mstail.tailer.history.store import Store
+from mstail.tailer.live.sidecar import Tailer
 
 T0 = 1.7e9
 
@@ -217,7 +217,7 @@ def test_changed_rules_or_a_damaged_saved_state_replay_the_history_said_once(
 
 
 def test_after_a_crash_only_the_items_after_the_last_saved_state_are_replayed(tmp_path: Path, monkeypatch: Any) -> None:
-    monkeypatch.setattr("mstail.tailer.store.ALERT_SAVE_ITEMS", 10)
+    monkeypatch.setattr("mstail.tailer.history.store.ALERT_SAVE_ITEMS", 10)
     log, state = tmp_path / "metrics.jsonl", tmp_path / "state.sqlite"
     _write(log, range(1, 16))
     first = _start(log, state)  # 15 records: the state saved with them
@@ -235,7 +235,7 @@ def test_a_replay_cut_short_by_a_stop_saves_no_state(tmp_path: Path, monkeypatch
     _write(log, range(1, 400))
     _start(log, state).store.close()
     _alter(state, "DELETE FROM meta WHERE key = 'alerts'")
-    monkeypatch.setattr("mstail.tailer.serve.REPLAY_SLICE_S", 0.0)  # the stop is looked at after every batch
+    monkeypatch.setattr("mstail.tailer.app.serve.REPLAY_SLICE_S", 0.0)  # the stop is looked at after every batch
     tailer = _loaded(log, state)
     stop = asyncio.Event()
     stop.set()  # Ctrl-C during the replay

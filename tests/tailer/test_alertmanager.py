@@ -12,7 +12,7 @@ from typing import Any, Dict, Iterator, List
 
 import pytest
 
-from mstail.tailer.alertmanager import Alertmanager
+from mstail.tailer.outbound.alertmanager import Alertmanager
 
 from .prom_support import alertmanager
 

@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import pytest
 
 from mstail.parsers import SourceParser
-from mstail.tailer.alerts import AlertConfigError, AlertEngine, load_alert_rules
+from mstail.tailer.alerts.engine import AlertConfigError, AlertEngine, load_alert_rules
 from tests.parsers.support import FORMATS, parse_file
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -20,14 +20,15 @@ import pytest
 from mstail.parsers import Item, SourceParser
 from mstail.parsers.amends import settled
 from mstail.parsers.interleave import InterleavedParser
-from mstail.tailer import catchup, tailer as tailer_module
-from mstail.tailer.checkpoint import SourceCheckpoint
-from mstail.tailer.alerts import AlertEngine
+from mstail.tailer.live import catchup
+from mstail.tailer.live import sidecar as tailer_module
+from mstail.tailer.inputs.checkpoint import SourceCheckpoint
+from mstail.tailer.alerts.engine import AlertEngine
 from mstail.tailer.config import Config
-from mstail.tailer.db import _item_json, _loads, open_state
-from mstail.tailer.hub import Hub
-from mstail.tailer.store import Store, prepare
-from mstail.tailer.tailer import Tailer
+from mstail.tailer.history.db import _item_json, _loads, open_state
+from mstail.tailer.live.hub import Hub
+from mstail.tailer.history.store import Store, prepare
+from mstail.tailer.live.sidecar import Tailer
 
 from tests.parsers.support import FORMATS, READ_TIME
 from tests.tailer.test_offline_chains import LOGS, TRACEBACK, mixed_log, whole_file_lines

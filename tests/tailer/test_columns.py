@@ -18,10 +18,10 @@ from typing import Any, Dict, List, Tuple
 import pytest
 
 from mstail.parsers import Item
-from mstail.tailer import columns
-from mstail.tailer.db import StateDB
-from mstail.tailer.series import Series, summary
-from mstail.tailer.store import Store, prepare
+from mstail.tailer.history import columns
+from mstail.tailer.history.db import StateDB
+from mstail.tailer.history.series import Series, summary
+from mstail.tailer.history.store import Store, prepare
 from tests.conftest import start_mstail, wait_until
 
 SOURCES = ("rank_0", "rank_1")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import List, Set, Tuple
 
-from mstail.tailer.discovery import SourceNamer, WatchRoots, watch_roots
+from mstail.tailer.inputs.discovery import SourceNamer, WatchRoots, watch_roots
 
 
 def ids(*paths: str) -> List[str]:

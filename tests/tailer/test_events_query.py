@@ -8,8 +8,8 @@ import sqlite3
 from typing import Any, Dict, List
 
 from mstail.parsers import Item
-from mstail.tailer.db import StateDB
-from mstail.tailer.store import Store
+from mstail.tailer.history.db import StateDB
+from mstail.tailer.history.store import Store
 
 
 def _store() -> Store:

@@ -6,8 +6,8 @@ from typing import Any, Dict, List, Optional
 
 import pytest
 
-from mstail.tailer.alerts import AlertEngine, load_alert_rules
-from mstail.tailer.fate import RunEvidence, judge
+from mstail.tailer.alerts.engine import AlertEngine, load_alert_rules
+from mstail.tailer.alerts.fate import RunEvidence, judge
 
 TRACEBACK = "Traceback (most recent call last):\n  File \"train.py\", line 3\nValueError: loss is NaN"
 

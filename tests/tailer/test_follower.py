@@ -14,8 +14,8 @@ from typing import List
 
 import pytest
 
-from mstail.tailer import follower as follower_module
-from mstail.tailer.follower import FileFollower
+from mstail.tailer.inputs import follower as follower_module
+from mstail.tailer.inputs.follower import FileFollower
 
 WRITER = Path(__file__).with_name("seq_writer.py")
 SEQ = re.compile(r"line=(\d+)")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from mstail.tailer.tailer import EPOCH_STEPS
+from mstail.tailer.live.sidecar import EPOCH_STEPS
 
 from ..parsers.support import SAMPLES, parse_file
 from ..parsers.test_no_steps import NO_STEPS

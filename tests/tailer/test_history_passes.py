@@ -12,12 +12,12 @@ from typing import Dict, List, Set
 import pytest
 
 from mstail.parsers import load_formats
-from mstail.tailer import tailer as tailer_module
+from mstail.tailer.live import sidecar as tailer_module
 from mstail.tailer.config import Config
-from mstail.tailer.hub import Hub, ItemsMessage
-from mstail.tailer.planner import Plan
-from mstail.tailer.store import Store
-from mstail.tailer.tailer import Tailer
+from mstail.tailer.live.hub import Hub, ItemsMessage
+from mstail.tailer.live.planner import Plan
+from mstail.tailer.history.store import Store
+from mstail.tailer.live.sidecar import Tailer
 
 PATTERN = r"^step=(?P<step>\d+) loss=(?P<loss>\S+)$"
 HISTORY_STEPS = 150  # about 4 KiB: three slices of 1.5 KiB each

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from mstail.tailer.hub import Hub, ItemsMessage
+from mstail.tailer.live.hub import Hub, ItemsMessage
 
 
 def test_slow_subscriber_is_bounded_and_flagged() -> None:

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mstail.parsers.record import json_bytes
-from mstail.tailer.db import _dumps, _item_json, _loads, item_text
+from mstail.tailer.history.db import _dumps, _item_json, _loads, item_text
 
 SCALARS = st.one_of(st.none(), st.booleans(), st.integers(min_value=-(1 << 80), max_value=1 << 80),
                     st.floats(allow_nan=True, allow_infinity=True), st.text())

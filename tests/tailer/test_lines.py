@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from mstail.tailer.lines import BOM, Block, LineSplitter
+from mstail.tailer.inputs.lines import BOM, Block, LineSplitter
 
 
 def reference(data: bytes, max_line_bytes: int):  # type: ignore[no-untyped-def]

@@ -1,4 +1,4 @@
-"""tailer/netfs.py: which filesystem holds a path, from mountinfo text; and the CLI switching to polling."""
+"""tailer/inputs/netfs.py: which filesystem holds a path, from mountinfo text; and the CLI switching to polling."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from mstail.tailer import cli, netfs
+from mstail.tailer.app import cli
+
+from mstail.tailer.inputs import netfs
 from mstail.tailer.config import Config
 
 MOUNTINFO = r"""22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw

@@ -14,7 +14,7 @@ from mstail.parsers.derived import Derived, compile_expression
 from mstail.parsers import Item, SourceParser
 from mstail.parsers.record import dumps, ordered
 from mstail.parsers.interleave import InterleavedParser
-from mstail.tailer.lines import LineSplitter
+from mstail.tailer.inputs.lines import LineSplitter
 from mstail.tailer.offline import Chain, chain_lines, chains, parse_chain
 from mstail.tailer.offline import reading
 

@@ -16,7 +16,7 @@ from typing import List, Tuple
 import pytest
 
 from mstail.parsers.derived import Derived
-from mstail.tailer import cli
+from mstail.tailer.app import cli
 from mstail.tailer.offline import parallel, reading
 from mstail.tailer.offline import ParseError, Summary, run_parse
 
@@ -84,9 +84,9 @@ def test_a_parse_in_one_process_imports_no_worker_or_follower_machinery(tmp_path
     followers (their imports were a tenth of its start-up)."""
     log = tmp_path / "info.log"
     shutil.copy(SAMPLES / "mindformers_v1.3_sink_info.log", log)
-    code = ("import sys; from mstail.tailer.cli import main; main(['parse', sys.argv[1], '-o', sys.argv[2]]); "
+    code = ("import sys; from mstail.tailer.app.cli import main; main(['parse', sys.argv[1], '-o', sys.argv[2]]); "
             "print(' '.join(sorted(m for m in sys.modules if m.startswith(('multiprocessing', 'concurrent', "
-            "'mstail.tailer.follower', 'mstail.tailer.eventfollow')))))")
+            "'mstail.tailer.inputs.follower', 'mstail.tailer.inputs.eventfollow')))))")
     done = subprocess.run([sys.executable, "-c", code, str(log), str(tmp_path / "out.jsonl")], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

@@ -23,11 +23,11 @@ import pytest
 
 from mstail.parsers import load_formats
 from mstail.tailer.config import Config
-from mstail.tailer.hub import Hub
-from mstail.tailer.tailer import Tailer
+from mstail.tailer.live.hub import Hub
+from mstail.tailer.live.sidecar import Tailer
 from mstail.parsers.derived import load_derived
-from mstail.tailer.db import StateDB, open_state
-from mstail.tailer.store import Store
+from mstail.tailer.history.db import StateDB, open_state
+from mstail.tailer.history.store import Store
 from tests.conftest import finish_writer, start_mstail, wait_until
 from tests.web.sse_client import collect, stream_seqs
 

@@ -17,16 +17,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mstail.parsers import load_formats
-from mstail.tailer.alerts import _median_without
+from mstail.tailer.alerts.engine import _median_without
 from mstail.tailer.config import Config
-from mstail.tailer.discovery import PatternFilter, SourceNamer
-from mstail.tailer.follower import FileFollower
-from mstail.tailer.hub import Hub
-from mstail.tailer import planner
-from mstail.tailer.planner import QUIET_S, ROTATION_SWEEP_EVERY, Pacer, Plan
-from mstail.tailer.store import Store
-from mstail.tailer.tailer import Tailer
-from mstail.tailer.watch import Changes
+from mstail.tailer.inputs.discovery import PatternFilter, SourceNamer
+from mstail.tailer.inputs.follower import FileFollower
+from mstail.tailer.live.hub import Hub
+from mstail.tailer.live import planner
+from mstail.tailer.live.planner import QUIET_S, ROTATION_SWEEP_EVERY, Pacer, Plan
+from mstail.tailer.history.store import Store
+from mstail.tailer.live.sidecar import Tailer
+from mstail.tailer.inputs.watch import Changes
 
 PATTERN = r"^line=(?P<step>\d+)$"
 

@@ -11,8 +11,8 @@ from typing import Any, Dict
 import cramjam
 import pytest
 
-from mstail.tailer.discovery import rank_of
-from mstail.tailer.remotewrite import Batch, Stamps, _write_request_class, metric_name, read_url, UrlError
+from mstail.tailer.inputs.discovery import rank_of
+from mstail.tailer.outbound.remotewrite import Batch, Stamps, _write_request_class, metric_name, read_url, UrlError
 
 from .prom_support import prometheus, victoria_metrics
 

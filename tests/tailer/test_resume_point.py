@@ -13,12 +13,12 @@ from typing import List, Tuple
 
 from mstail.parsers import SourceParser, load_formats
 from mstail.parsers.interleave import InterleavedParser
-from mstail.tailer.checkpoint import SourceCheckpoint
+from mstail.tailer.inputs.checkpoint import SourceCheckpoint
 from mstail.tailer.config import Config
-from mstail.tailer.db import StateDB
-from mstail.tailer.hub import Hub
-from mstail.tailer.store import Store
-from mstail.tailer.tailer import Tailer
+from mstail.tailer.history.db import StateDB
+from mstail.tailer.live.hub import Hub
+from mstail.tailer.history.store import Store
+from mstail.tailer.live.sidecar import Tailer
 
 EPOCH = 8  # steps per epoch; LossMonitor prints every 3rd step, so only TimeMonitor's line tells the length
 EPOCH_END = "Train epoch time: 1600.000 ms, per step time: 200.000 ms (data time: 4.112 ms)"

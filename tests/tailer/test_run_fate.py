@@ -27,11 +27,11 @@ from typing import Any, Dict, List
 import pytest
 
 from mstail.parsers import load_formats
-from mstail.tailer.alerts import load_alert_rules
+from mstail.tailer.alerts.engine import load_alert_rules
 from mstail.tailer.config import Config
-from mstail.tailer.hub import Hub
-from mstail.tailer.store import Store
-from mstail.tailer.tailer import Tailer
+from mstail.tailer.live.hub import Hub
+from mstail.tailer.history.store import Store
+from mstail.tailer.live.sidecar import Tailer
 from tests.conftest import ROOT, wait_until
 from tests.tailer.test_sidecar import run_until
 
@@ -265,7 +265,7 @@ def test_where_writers_cannot_be_seen_the_silence_decides_and_the_fate_says_it_i
     """A file written from another node over a network filesystem: its writer is out of sight, so its run is judged
     over once silent past the hang bound, and its fate says that it is a guess (an end logged is none). No network
     filesystem can be mounted here: `network_fs`'s answer is stood in for."""
-    from mstail.tailer import tailer as tailer_module
+    from mstail.tailer.live import sidecar as tailer_module
 
     monkeypatch.setattr(tailer_module, "network_fs", lambda path, *rest: "nfs4")
     prefix = "[INFO] 2026-12-07 10:00:00,000 [mindformers/core/callback/callback.py:314] print_output_info: "

@@ -17,9 +17,9 @@ from typing import Dict, List
 import pytest
 
 from mstail.parsers import load_formats
-from mstail.tailer.discovery import SourceNamer
+from mstail.tailer.inputs.discovery import SourceNamer
 from mstail.tailer.offline.reading import chains
-from mstail.tailer.runs import HEAD_BYTES, RunFinder
+from mstail.tailer.inputs.runs import HEAD_BYTES, RunFinder
 
 from ..conftest import ROOT, finish_writer, spawn_writer, wait_until
 

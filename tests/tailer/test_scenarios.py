@@ -31,8 +31,8 @@ from typing import Any, Dict, List
 import pytest
 
 from mstail.parsers import load_formats
-from mstail.tailer.follower import FileFollower
-from mstail.tailer.tailer import Tailer
+from mstail.tailer.inputs.follower import FileFollower
+from mstail.tailer.live.sidecar import Tailer
 
 from .scenario_support import (
     MODES,
@@ -410,7 +410,7 @@ def test_08_random_bytes_nul_run_sparse_hole_and_ansi_colours(tmp_path: Path, mo
 def test_11_writes_that_keep_the_mtime(tmp_path: Path, mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every write is followed by os.utime back to the first mtime (a stat-based poller sees nothing change).
     Polling mode starts no watcher at all (0 events) and still gets every line within the interval + 1 s."""
-    import mstail.tailer.tailer as sidecar
+    import mstail.tailer.live.sidecar as sidecar
 
     watchers: List[Any] = []
     real_watch = sidecar.watch_directories

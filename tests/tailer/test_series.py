@@ -9,7 +9,7 @@ import math
 import random
 from typing import List, Optional
 
-from mstail.tailer.series import Series, _bucket_ends, _bucketed, _smoothed_at
+from mstail.tailer.history.series import Series, _bucket_ends, _bucketed, _smoothed_at
 
 
 def _series(n: int, seed: int = 1, nan_every: int = 0, gaps: bool = False) -> Series:
@@ -81,7 +81,7 @@ def test_smoothing_is_the_full_series_ema_at_any_zoom_and_run_length() -> None:
 
 
 def test_the_cached_ema_is_the_full_pass_exactly_and_keeps_a_mark_every_16_points() -> None:
-    from mstail.tailer.series import EMA_MARK, _fold
+    from mstail.tailer.history.series import EMA_MARK, _fold
 
     series = _series(50_000, seed=4, nan_every=101, gaps=True)
     ends = _bucket_ends(0, 50_000, 660)

@@ -18,9 +18,9 @@ import pytest
 
 from mstail.parsers import SourceParser, load_formats
 from mstail.tailer.config import Config
-from mstail.tailer.hub import Hub, ItemsMessage
-from mstail.tailer.tailer import CATCH_UP_SLICE, Tailer
-from mstail.tailer.store import Store
+from mstail.tailer.live.hub import Hub, ItemsMessage
+from mstail.tailer.live.sidecar import CATCH_UP_SLICE, Tailer
+from mstail.tailer.history.store import Store
 
 WRITER = Path(__file__).with_name("seq_writer.py")
 PATTERN = r"^line=(?P<step>\d+) padding=(?P<_pad>x*)$"
@@ -200,7 +200,7 @@ def test_an_unexpected_error_in_a_pass_is_reported_and_the_loop_goes_on(tmp_path
 
     tailer._deliver = deliver  # type: ignore[method-assign]
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("mstail.tailer.tailer.FAILURE_BACKOFF_S", 0.05)
+        patch.setattr("mstail.tailer.live.sidecar.FAILURE_BACKOFF_S", 0.05)
         asyncio.run(run_until(tailer, lambda: tailer.failures == 1 and tailer.passes >= 2, timeout_s=10))
     assert tailer.failures == 1 and tailer.last_failure == "RuntimeError: a bug in delivery"
     assert [r.getMessage() for r in caplog.records if "tailing failed" in r.getMessage()] == [
@@ -213,7 +213,7 @@ def test_a_source_says_which_rule_judges_its_silence(tmp_path: Path, monkeypatch
     """A local file: its writer is seen, so silence with nobody writing is an ended run (`hang_rule` "writer"). On a
     network filesystem writers on other nodes cannot be seen and the time bound alone applies ("time bound"); no
     network filesystem can be mounted here, so that answer of `network_fs` is stood in for (issue 15)."""
-    from mstail.tailer import tailer as tailer_module
+    from mstail.tailer.live import sidecar as tailer_module
 
     local, remote = tmp_path / "local" / "train.log", tmp_path / "remote" / "train.log"
     for path in (local, remote):

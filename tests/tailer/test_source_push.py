@@ -15,12 +15,12 @@ import pytest
 
 from mstail.parsers import load_formats
 from mstail.parsers.record import dumps
-from mstail.tailer import tailer as tailer_module
+from mstail.tailer.live import sidecar as tailer_module
 from mstail.tailer.config import Config
-from mstail.tailer.hub import Hub, ItemsMessage, SourceMessage
-from mstail.tailer.planner import Plan
-from mstail.tailer.store import Store
-from mstail.tailer.tailer import Tailer
+from mstail.tailer.live.hub import Hub, ItemsMessage, SourceMessage
+from mstail.tailer.live.planner import Plan
+from mstail.tailer.history.store import Store
+from mstail.tailer.live.sidecar import Tailer
 from mstail.web.sse import _source_frames, frame
 
 PATTERN = r"^step=(?P<step>\d+) loss=(?P<loss>\S+)$"

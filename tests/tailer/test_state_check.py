@@ -25,8 +25,8 @@ from typing import Optional, Tuple
 import pytest
 
 from mstail.parsers import Item
-from mstail.tailer.db import StateDB, _OwnerMark
-from mstail.tailer.store import Store
+from mstail.tailer.history.db import StateDB, _OwnerMark
+from mstail.tailer.history.store import Store
 
 RECORDS = 20_000
 
@@ -219,8 +219,8 @@ _OWNER = """
 import sqlite3, subprocess, sys, time
 from pathlib import Path
 from mstail.parsers import Item
-from mstail.tailer.db import StateDB
-from mstail.tailer.store import Store
+from mstail.tailer.history.db import StateDB
+from mstail.tailer.history.store import Store
 
 db = StateDB(Path(sys.argv[1]), expected="test")
 print("checked" if db._check.checks else "trusted", flush=True)

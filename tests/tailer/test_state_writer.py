@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Callable, List
 
 from mstail.parsers import Item
-from mstail.tailer.db import StateDB
-from mstail.tailer.store import Store
+from mstail.tailer.history.db import StateDB
+from mstail.tailer.history.store import Store
 
 SOURCE = "rank_0"
 

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Dict, List, Tuple
 
-from mstail.tailer.db import StateDB, state_file
+from mstail.tailer.history.db import StateDB, state_file
 from tests.conftest import ROOT
 
 DAY = 86400

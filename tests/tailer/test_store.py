@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from mstail.parsers import Item
-from mstail.tailer.store import Store
+from mstail.tailer.history.store import Store
 
 
 def records(steps, metric="loss", value=lambda s: float(s), segment=0):  # type: ignore[no-untyped-def]

@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Tuple
 import pytest
 
 from mstail.parsers import Item
-from mstail.tailer.store import Store, prepare
+from mstail.tailer.history.store import Store, prepare
 from mstail.web.sse import encode_items
 
 

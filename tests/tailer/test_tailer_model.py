@@ -70,15 +70,15 @@ from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 
-import mstail.tailer.tailer as sidecar_module
+import mstail.tailer.live.sidecar as sidecar_module
 from mstail.parsers import load_formats
-from mstail.tailer import catchup
+from mstail.tailer.live import catchup
 from mstail.tailer.config import Config
-from mstail.tailer.follower import FileFollower, _signature
-from mstail.tailer.hub import Hub
-from mstail.tailer.tailer import Tailer
-from mstail.tailer.db import open_state
-from mstail.tailer.store import Store
+from mstail.tailer.inputs.follower import FileFollower, _signature
+from mstail.tailer.live.hub import Hub
+from mstail.tailer.live.sidecar import Tailer
+from mstail.tailer.history.db import open_state
+from mstail.tailer.history.store import Store
 
 PATTERN = r"^w=(?P<w>\d+) seq=(?P<step>\d+) pad=(?P<_pad>x*)$"
 BACKUPS = 3

@@ -19,7 +19,7 @@ def _run(code: str) -> subprocess.CompletedProcess:
 def test_the_thread_imports_what_serve_needs_and_wait_waits_for_it() -> None:
     done = _run(
         "import sys\n"
-        "from mstail.tailer.serve import WebImports\n"
+        "from mstail.tailer.app.serve import WebImports\n"
         "assert not any(name in sys.modules for name in WebImports.MODULES)\n"
         "imports = WebImports()\n"
         "imports.wait()\n"
@@ -36,7 +36,7 @@ def test_an_import_failing_in_the_thread_is_raised_by_serves_own_import_not_said
     done = _run(
         "import sys\n"
         "sys.modules['fastapi'] = None  # `import fastapi` raises ImportError\n"
-        "from mstail.tailer.serve import WebImports\n"
+        "from mstail.tailer.app.serve import WebImports\n"
         "WebImports().wait()\n"
         "print('waited')\n"
         "from mstail.web import create_app\n"

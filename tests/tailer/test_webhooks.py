@@ -11,7 +11,7 @@ from typing import Any, Dict, Iterator, List
 
 import pytest
 
-from mstail.tailer.webhooks import Target, WebhookError, Webhooks, parse_target, payload
+from mstail.tailer.outbound.webhooks import Target, WebhookError, Webhooks, parse_target, payload
 
 ALERT = {"id": "a1", "rule": "nonfinite", "source": "rank_0", "step": 10, "severity": "critical", "state": "firing",
          "message": "non-finite loss = NaN", "first_seen": 1.0, "last_seen": 1.0, "count": 1, "seq": 42}

@@ -18,9 +18,9 @@ from fastapi.routing import APIRoute
 
 from mstail.parsers import Item
 from mstail.parsers.record import MAX_NAME_CHARS
-from mstail.tailer.alerts import AlertEngine
-from mstail.tailer.hub import Hub
-from mstail.tailer.store import Store
+from mstail.tailer.alerts.engine import AlertEngine
+from mstail.tailer.live.hub import Hub
+from mstail.tailer.history.store import Store
 from mstail.web.app import create_app
 
 from tests.tailer.test_series import _oracle

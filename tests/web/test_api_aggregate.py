@@ -11,8 +11,8 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 import pytest
 
 from mstail.parsers import Item
-from mstail.tailer.hub import Hub
-from mstail.tailer.store import WARM_CHECK_S, FoldBudget, Store
+from mstail.tailer.live.hub import Hub
+from mstail.tailer.history.store import WARM_CHECK_S, FoldBudget, Store
 from mstail.web.app import create_app
 
 from tests.tailer.test_series import _oracle
@@ -235,7 +235,7 @@ def test_folds_are_kept_warm_before_any_page_asks() -> None:
 def test_an_expensive_fold_is_served_while_young_and_says_what_it_holds(monkeypatch: Any) -> None:
     # A fold that took long is served for a while after the series grew, with its own seq (the page's stream
     # brings the records after it); a cheap one, or a stale one asked `fresh`, is folded again.
-    from mstail.tailer import aggregate as aggregate_module
+    from mstail.tailer.history import aggregate as aggregate_module
 
     store = ranks_store(RANKS, lambda rank: [{"step": s, "time": T0 + s, "loss": 1.0 + rank} for s in range(1, 51)])
     app = create_app(store, Hub())

@@ -14,10 +14,10 @@ from typing import Any, Dict, Iterator, List, Optional
 import pytest
 
 from mstail.parsers import Item
-from mstail.tailer import aggregate as aggregate_module
-from mstail.tailer.heatmap import natural_key
-from mstail.tailer.hub import Hub
-from mstail.tailer.store import Store
+from mstail.tailer.history import aggregate as aggregate_module
+from mstail.tailer.history.heatmap import natural_key
+from mstail.tailer.live.hub import Hub
+from mstail.tailer.history.store import Store
 from mstail.web.app import create_app
 
 from tests.web.test_api import get, get_json

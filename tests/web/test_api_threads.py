@@ -30,9 +30,9 @@ import pytest
 import uvicorn
 
 from mstail.parsers import Item
-from mstail.tailer.db import StateDB
-from mstail.tailer.hub import Hub
-from mstail.tailer.store import Store
+from mstail.tailer.history.db import StateDB
+from mstail.tailer.live.hub import Hub
+from mstail.tailer.history.store import Store
 from mstail.web.app import create_app
 from mstail.web.responses import RecordJSONResponse
 

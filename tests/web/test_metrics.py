@@ -16,8 +16,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from mstail.parsers import Item
-from mstail.tailer.hub import Hub
-from mstail.tailer.store import Store
+from mstail.tailer.live.hub import Hub
+from mstail.tailer.history.store import Store
 from mstail.web.metrics import MstailCollector, render
 
 from tests.conftest import _NO_PROXY, wait_until

@@ -21,7 +21,7 @@ import pytest
 
 from mstail.parsers.record import MAX_NAME_CHARS
 from mstail.web.access import is_loopback_host, new_token
-from mstail.tailer.cli import with_token
+from mstail.tailer.app.cli import with_token
 from mstail.tailer.config import Config
 
 from ..conftest import ROOT, MstailServer, finish_writer, spawn_writer, start_mstail

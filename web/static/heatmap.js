@@ -1,7 +1,7 @@
 // The step-time heatmap: one row per source (natural order; beyond HEATMAP_ROWS_MAX sources, one row per group of
 // neighbouring sources showing the group's slowest), one column per run of consecutive logged steps, each cell the
 // source's mean step time in the column relative to the ranks' median there (stragglers are hot). The server computes
-// the matrix (`/api/heatmap`, mstail.tailer.heatmap): one small answer whatever the number of ranks. Every column
+// the matrix (`/api/heatmap`, mstail.tailer.history.heatmap): one small answer whatever the number of ranks. Every column
 // holds a step some source logged, so a run logged with a stride, or with fewer points than columns, has no empty
 // columns. Row labels are the part of the names that differs, cut at the left.
 // Drawn by ECharts on canvas: nothing from the log becomes markup. Its ECharts instance, last answer and refresh

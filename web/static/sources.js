@@ -113,7 +113,7 @@ function hangAlert(id) {
   return null;
 }
 
-// How a run ended, as the server judged it (tailer/fate.py): the reason goes in the state's tooltip, and a fate
+// How a run ended, as the server judged it (tailer/alerts/fate.py): the reason goes in the state's tooltip, and a fate
 // the silence alone decided (writers on a network filesystem are not seen) is shown as a guess ("died?").
 const FATES = { finished: "done", died: "bad", stopped: "muted" };
 
@@ -186,7 +186,7 @@ function countersText(info) {
     ["field errors", c.field_errors], ["slow", c.slow_lines], ["cut", c.cut_lines], ["bad utf-8", c.bad_utf8_lines],
     ["truncations", c.truncations], ["rotations", c.rotations], ["failures", c.failures], ["unplottable", c.unplottable]];
   const counts = parts.filter((p) => p[1] !== undefined).map(([k, v]) => `${k} ${k === "bytes" ? fmtAxis(v) : v}`);
-  // Which rule judges a silence (tailer/tailer.py): the writer seen on this machine, or the time bound alone.
+  // Which rule judges a silence (tailer/live/sidecar.py): the writer seen on this machine, or the time bound alone.
   if (info.hang_rule === "writer") counts.push("hang: judged by its writer (silent and not written: over)");
   if (info.hang_rule === "time bound") counts.push("hang: time bound only (network filesystem: writers not seen)");
   return counts.join(" · ");

@@ -15,7 +15,7 @@ from itertools import repeat
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 if TYPE_CHECKING:
-    from .alerts import _SourceState, _Window
+    from mstail.tailer.alerts.engine import _SourceState, _Window
 
 #: How close (relative) to a bound a value is judged exactly: a rule's bound is rounded as its check is not.
 MARGIN = 1e-9

@@ -57,10 +57,10 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 from mstail.platform import tomllib
 
-from .alertruns import (MARGIN, Columns, Verdicts, judged_verdicts, norm_bound, overflow_verdicts, scale_verdicts,
+from mstail.tailer.alerts.runs import (MARGIN, Columns, Verdicts, judged_verdicts, norm_bound, overflow_verdicts, scale_verdicts,
                         spike_bound, window_verdicts)
-from .alertruns import number as _number
-from .discovery import rank_of
+from mstail.tailer.alerts.runs import number as _number
+from mstail.tailer.inputs.discovery import rank_of
 
 
 Change = Dict[str, Any]

@@ -17,9 +17,9 @@ import time
 from pathlib import Path
 from typing import List, Optional, Tuple, Union
 
-from .follower import FileFollower, _OpenFile
-from .frames import FrameSplitter, event_files_in
-from .lines import Block, Line
+from mstail.tailer.inputs.follower import FileFollower, _OpenFile
+from mstail.tailer.inputs.frames import FrameSplitter, event_files_in
+from mstail.tailer.inputs.lines import Block, Line
 
 log = logging.getLogger("mstail.follower")
 

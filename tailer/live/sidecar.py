@@ -33,25 +33,25 @@ from mstail.parsers.eventfile import EventFileParser
 from mstail.parsers.interleave import MAX_PARTS, InterleavedParser
 from mstail.parsers.record import PART_KEY
 
-from .alerts import DEFAULT_RULES, AlertEngine
-from .catchup import BULK_MIN_BYTES, CatchUp, children_allowed, eligible, left_to_read
-from .checkpoint import SourceCheckpoint
-from .config import Config
-from .discovery import (PatternFilter, SourceNamer, WatchRoots, expand, glob_free_prefix, has_glob, nearest_file,
+from mstail.tailer.alerts.engine import DEFAULT_RULES, AlertEngine
+from mstail.tailer.live.catchup import BULK_MIN_BYTES, CatchUp, children_allowed, eligible, left_to_read
+from mstail.tailer.inputs.checkpoint import SourceCheckpoint
+from mstail.tailer.config import Config
+from mstail.tailer.inputs.discovery import (PatternFilter, SourceNamer, WatchRoots, expand, glob_free_prefix, has_glob, nearest_file,
                         nearest_path, visible)
-from .eventfollow import EventFilesFollower
-from .frames import event_source
-from .follower import FileFollower
-from .hub import Hub, ItemsMessage, SourceMessage
-from .lines import Block
-from .netfs import MOUNTINFO, existing_ancestor, network_fs, parse_mountinfo
-from .notices import Notices, no_format_hint
-from .planner import QUIET_S, Pacer, Plan, Planner
-from .runs import HEADS_TIME_S, NOTHING_YET, RunFinder
-from .store import Store
-from .watch import Changes, watch_directories
-from .fate import FATES, RunEvidence, judge
-from .writers import ProcId, holders_of, running
+from mstail.tailer.inputs.eventfollow import EventFilesFollower
+from mstail.tailer.inputs.frames import event_source
+from mstail.tailer.inputs.follower import FileFollower
+from mstail.tailer.live.hub import Hub, ItemsMessage, SourceMessage
+from mstail.tailer.inputs.lines import Block
+from mstail.tailer.inputs.netfs import MOUNTINFO, existing_ancestor, network_fs, parse_mountinfo
+from mstail.tailer.notices import Notices, no_format_hint
+from mstail.tailer.live.planner import QUIET_S, Pacer, Plan, Planner
+from mstail.tailer.inputs.runs import HEADS_TIME_S, NOTHING_YET, RunFinder
+from mstail.tailer.history.store import Store
+from mstail.tailer.inputs.watch import Changes, watch_directories
+from mstail.tailer.alerts.fate import FATES, RunEvidence, judge
+from mstail.tailer.inputs.writers import ProcId, holders_of, running
 
 log = logging.getLogger("mstail.sidecar")
 
@@ -404,7 +404,7 @@ class Tailer:
 
     async def pass_once(self, plan: Optional[Plan] = None) -> bool:
         """One read pass; True when some file had more to read than the pass took. `plan` (file events on)
-        narrows it to the files that changed or have something due (`mstail.tailer.planner`); None (default)
+        narrows it to the files that changed or have something due (`mstail.tailer.live.planner`); None (default)
         reads every file. The first delivers `read_ahead`'s pass, if there was one."""
         self._pass_started = time.monotonic()
         self._plan = plan
@@ -605,7 +605,7 @@ class Tailer:
                 self._children -= 1
 
     def _choose(self, start: float, now: float) -> List[_Source]:
-        """Look for new files when that is due, and pick the sources this pass reads (`mstail.tailer.planner`);
+        """Look for new files when that is due, and pick the sources this pass reads (`mstail.tailer.live.planner`);
         `start` is monotonic, `now` wall time."""
         if self._planner.discovery_due(self._plan, start):
             self.discover()

@@ -39,11 +39,11 @@ from mstail.parsers.amends import fold_amends
 from mstail.parsers.blocks import feed_block
 from mstail.parsers.interleave import InterleavedParser
 
-from .checkpoint import SourceCheckpoint
-from .follower import FileFollower
-from .lines import Block
-from .store import prepare
-from .offline.parallel import _usable_cpus, _worker_init  # `mstail parse`'s: a forked helper's set-up
+from mstail.tailer.inputs.checkpoint import SourceCheckpoint
+from mstail.tailer.inputs.follower import FileFollower
+from mstail.tailer.inputs.lines import Block
+from mstail.tailer.history.store import prepare
+from mstail.tailer.offline.parallel import _usable_cpus, _worker_init  # `mstail parse`'s: a forked helper's set-up
 
 if TYPE_CHECKING:
     from multiprocessing.process import BaseProcess

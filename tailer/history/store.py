@@ -1,11 +1,11 @@
 """The history: every record and event in one sequence (`seq`), and per-metric columns for charts.
 
-Records and events get a global, gap-free `seq` starting at 1 and are kept in SQLite (`mstail.tailer.db`), so a
+Records and events get a global, gap-free `seq` starting at 1 and are kept in SQLite (`mstail.tailer.history.db`), so a
 replay after any seq is one indexed query and a restart with `--state-dir` continues the same numbering. Each
 (source, metric, segment) also has a columnar `Series` in memory that `series()` answers from (the chart maths,
-exact points or min/max buckets and the EMA, are `mstail.tailer.series`'s). The series of a source and segment
+exact points or min/max buckets and the EMA, are `mstail.tailer.history.series`'s). The series of a source and segment
 share their steps and times, and are saved in the state file as raw arrays, so a restart reads them back
-instead of every record's JSON (`mstail.tailer.columns`).
+instead of every record's JSON (`mstail.tailer.history.columns`).
 
 Threads: a Store is touched from the event loop only (the tailer's passes deliver there; the API routes are
 `async`), so it needs no lock (ARCHITECTURE.md, Threads).
@@ -24,12 +24,12 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 
 from mstail.parsers.record import KEY_ORDER, RESERVED, Item, finite_or_name, ordered
 
-from .checkpoint import SourceCheckpoint
-from .aggregate import AggregateCache, Turns, aggregate
-from .columns import Columns, Frame, SeriesKey
-from .db import StateDB
-from .heatmap import heatmap
-from .series import Series, finite_or_none, window
+from mstail.tailer.inputs.checkpoint import SourceCheckpoint
+from mstail.tailer.history.aggregate import AggregateCache, Turns, aggregate
+from mstail.tailer.history.columns import Columns, Frame, SeriesKey
+from mstail.tailer.history.db import StateDB
+from mstail.tailer.history.heatmap import heatmap
+from mstail.tailer.history.series import Series, finite_or_none, window
 
 log = logging.getLogger("mstail.state")
 WARM_SOURCES_MIN = 16  # the page's MANY_LINES: a metric of more sources is drawn as the mean of every source
@@ -548,7 +548,7 @@ class Store:
         smooth: float = 0.0,
     ) -> Dict[str, Any]:
         """The metric across `sources` (default every one) but `exclude`: mean, min-max band and outliers
-        (`mstail.tailer.aggregate`) plus `latest` (source -> its newest value); `seq`, the newest seq the mean
+        (`mstail.tailer.history.aggregate`) plus `latest` (source -> its newest value); `seq`, the newest seq the mean
         holds (its copy's); and, in `series`, the `series()`
         answer for `top` and the outliers, so one request brings the mean and the few sources drawn on top. The
         fold of the series runs in a worker thread on a copy (`AggregateCache.fold`); the rest on the loop."""
@@ -620,7 +620,7 @@ class Store:
     async def heatmap(self, metric: str, exclude: Sequence[str] = (), start: Optional[int] = None,
                       end: Optional[int] = None, columns: int = 120, rows: int = 32) -> Dict[str, Any]:
         """The metric across every source but `exclude` as a matrix of at most `rows` x `columns`
-        (`mstail.tailer.heatmap`), computed in a worker thread from a copy of the series taken here; the last
+        (`mstail.tailer.history.heatmap`), computed in a worker thread from a copy of the series taken here; the last
         HEATMAPS_KEPT answers are given again while their series have not grown."""
         keys = self._keys_of(metric, None, exclude)
         chosen = [(key[0], self._series[key]) for key in keys]

@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 from typing import Iterable, List, Optional, Tuple, Union
 
-from .discovery import glob_free_prefix
+from mstail.tailer.inputs.discovery import glob_free_prefix
 
 MOUNTINFO = "/proc/self/mountinfo"
 

@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple, Union
 
-from .checkpoint import FilePosition, FollowerCheckpoint, Signature
-from .discovery import rotated_backups, within
-from .lines import Block, Line, LineSplitter
+from mstail.tailer.inputs.checkpoint import FilePosition, FollowerCheckpoint, Signature
+from mstail.tailer.inputs.discovery import rotated_backups, within
+from mstail.tailer.inputs.lines import Block, Line, LineSplitter
 
 log = logging.getLogger("mstail.follower")
 

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, Generic, Iterable, List, Optional, Set, TypeVar
 
-from .discovery import ROTATED
-from .watch import Changes
+from mstail.tailer.inputs.discovery import ROTATED
+from mstail.tailer.inputs.watch import Changes
 
 #: with events on, a sweep looks for new files at least this often even when no event named one (an event missed:
 #: a file created and written in a new folder before its watch was added, and never written again).

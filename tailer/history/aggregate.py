@@ -30,7 +30,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
 
 from mstail.parsers.record import finite_or_name
 
-from .series import Series, finite_or_none, window
+from mstail.tailer.history.series import Series, finite_or_none, window
 
 OUTLIERS_MAX = 3  # sources named as farthest from the mean
 OUTLIER_FACTOR = 3.0  # ... only when their distance is this many times the typical source's (a healthy run: none)

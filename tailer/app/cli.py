@@ -27,14 +27,14 @@ from typing import TYPE_CHECKING, Iterator, List, NoReturn, Optional, Sequence, 
 from mstail.parsers import Format, FormatError, format_table, load_formats
 from mstail.parsers.derived import DerivedError, load_derived
 
-from .config import Config
-from .discovery import visible
-from .notices import no_format_hint
+from mstail.tailer.config import Config
+from mstail.tailer.inputs.discovery import visible
+from mstail.tailer.notices import no_format_hint
 
 if TYPE_CHECKING:
-    from .alerts import AlertRules
-    from .statedirs import State
-    from .webhooks import Target
+    from mstail.tailer.alerts.engine import AlertRules
+    from mstail.tailer.history.statedirs import State
+    from mstail.tailer.outbound.webhooks import Target
 
 COMMANDS = ("serve", "parse", "formats", "demo", "state")
 
@@ -103,7 +103,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 # -- commands ---------------------------------------------------------------------------------------------
 def _serve(args: argparse.Namespace) -> int:
-    from .runs import FolderError, check_folder
+    from mstail.tailer.inputs.runs import FolderError, check_folder
 
     folders = tuple(args.folders or ()) + _flat(args.logdir)
     try:
@@ -127,7 +127,7 @@ def _demo(args: argparse.Namespace) -> int:
     import shutil
     import tempfile
 
-    from .demo import start_demo
+    from mstail.tailer.app.demo import start_demo
 
     if not 1 <= args.ranks <= DEMO_RANKS_MAX:
         raise UsageError(f"--ranks needs a whole number from 1 to {DEMO_RANKS_MAX}")
@@ -153,7 +153,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _parse(args: argparse.Namespace) -> int:
-    from .offline import InputError, OutputError, ParseError, chains, output, run_explain, run_parse
+    from mstail.tailer.offline import InputError, OutputError, ParseError, chains, output, run_explain, run_parse
 
     formats = _formats(args, args.format)
     forced = format_table(formats)[args.format] if args.format else None
@@ -187,7 +187,7 @@ def _parse(args: argparse.Namespace) -> int:
 
 
 def _list_formats(args: argparse.Namespace) -> int:
-    from .runs import INPUT_KINDS
+    from mstail.tailer.inputs.runs import INPUT_KINDS
 
     print("input kinds:")
     for kind, what in INPUT_KINDS:
@@ -199,7 +199,7 @@ def _list_formats(args: argparse.Namespace) -> int:
 
 
 def _state_list(args: argparse.Namespace) -> int:
-    from .statedirs import human_size, log_gone
+    from mstail.tailer.history.statedirs import human_size, log_gone
 
     folder, states = _states(args)
     print(f"state folder: {folder} ({len(states)} state{'s' if len(states) != 1 else ''})")
@@ -218,7 +218,7 @@ def _state_list(args: argparse.Namespace) -> int:
 
 
 def _state_prune(args: argparse.Namespace) -> int:
-    from .statedirs import StateDirError, human_size, parse_age, remove, to_prune
+    from mstail.tailer.history.statedirs import StateDirError, human_size, parse_age, remove, to_prune
 
     if args.older_than is None and not args.missing_logs:
         raise UsageError("say which states to remove: --older-than AGE (e.g. 30d), --missing-logs, or both")
@@ -251,8 +251,8 @@ def _state_prune(args: argparse.Namespace) -> int:
 
 def _states(args: argparse.Namespace) -> Tuple[Path, List["State"]]:
     """The state folder (--state-dir, else the default) and the states in it."""
-    from .db import default_state_dir
-    from .statedirs import StateDirError, find_states
+    from mstail.tailer.history.db import default_state_dir
+    from mstail.tailer.history.statedirs import StateDirError, find_states
 
     folder = (Path(args.state_dir).expanduser() if args.state_dir else default_state_dir()).absolute()
     try:
@@ -344,7 +344,7 @@ def _config(args: argparse.Namespace, logs: Tuple[str, ...], jsonl: Tuple[str, .
 def _auto_poll(config: Config) -> Config:
     """Logs on a network filesystem (NFS, CIFS, Lustre, ...): file events miss what other nodes write, so
     read on a timer, as `--poll 1` would (an explicit --poll wins). Says which paths and why on stderr."""
-    from .netfs import network_paths
+    from mstail.tailer.inputs.netfs import network_paths
 
     found = network_paths(config.logs + config.jsonl + config.logdirs) if config.poll_s is None else []
     if not found:
@@ -357,7 +357,7 @@ def _auto_poll(config: Config) -> Config:
 
 
 def _alert_rules(path: Optional[str]) -> "AlertRules":
-    from .alerts import AlertConfigError, load_alert_rules
+    from mstail.tailer.alerts.engine import AlertConfigError, load_alert_rules
 
     try:
         return load_alert_rules(path)
@@ -366,7 +366,7 @@ def _alert_rules(path: Optional[str]) -> "AlertRules":
 
 
 def _webhook_targets(values: Sequence[str], files: Sequence[str] = (), env_names: Sequence[str] = ()) -> Tuple["Target", ...]:
-    from .webhooks import WebhookError, read_targets
+    from mstail.tailer.outbound.webhooks import WebhookError, read_targets
 
     try:
         return read_targets(values, files, env_names)
@@ -375,7 +375,7 @@ def _webhook_targets(values: Sequence[str], files: Sequence[str] = (), env_names
 
 
 def _url(option: str, value: Optional[str], path: Optional[str] = None, env: Optional[str] = None) -> Optional[str]:
-    from .remotewrite import UrlError, read_url
+    from mstail.tailer.outbound.remotewrite import UrlError, read_url
 
     try:
         return read_url(option, value, path, env)
@@ -419,16 +419,16 @@ def with_token(config: Config) -> Tuple[Config, bool]:
 def _run_server(config: Config, formats: Sequence[Format]) -> int:
     import asyncio  # here, not at the top: `mstail parse` and `formats` start faster without it
 
-    from .db import StateError, open_state
+    from mstail.tailer.history.db import StateError, open_state
 
     config, generated = with_token(config)
     try:
         state = open_state(config, formats)  # its integrity check runs while the server's modules are imported
     except StateError as exc:
         raise UsageError(str(exc)) from None
-    from .discovery import expand
-    from .pageurl import other_urls
-    from .serve import ServeError, bind, serve, url_of
+    from mstail.tailer.inputs.discovery import expand
+    from mstail.tailer.app.pageurl import other_urls
+    from mstail.tailer.app.serve import ServeError, bind, serve, url_of
 
     try:
         sock = bind(config.host, config.port)

@@ -19,17 +19,17 @@ from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence
 
 from mstail.parsers import Format
 
-from .alertmanager import Alertmanager
-from .alerts import AlertEngine
-from .config import Config
-from .connections import BACKLOG, Limits, connection_cap, guarded_protocol, install_quiet_logs, raise_fd_limit
-from .hub import Hub
-from .pageurl import open_page, page_url
-from .tailer import Tailer
-from .db import StateDB, open_state
-from .remotewrite import RemoteWrite
-from .store import Store
-from .webhooks import Webhooks
+from mstail.tailer.outbound.alertmanager import Alertmanager
+from mstail.tailer.alerts.engine import AlertEngine
+from mstail.tailer.config import Config
+from mstail.tailer.app.connections import BACKLOG, Limits, connection_cap, guarded_protocol, install_quiet_logs, raise_fd_limit
+from mstail.tailer.live.hub import Hub
+from mstail.tailer.app.pageurl import open_page, page_url
+from mstail.tailer.live.sidecar import Tailer
+from mstail.tailer.history.db import StateDB, open_state
+from mstail.tailer.outbound.remotewrite import RemoteWrite
+from mstail.tailer.history.store import Store
+from mstail.tailer.outbound.webhooks import Webhooks
 
 if TYPE_CHECKING:
     import uvicorn

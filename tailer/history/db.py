@@ -37,13 +37,13 @@ import orjson
 from mstail.parsers.record import jsonable, orjson_exact
 from mstail.platform import per_user_dir
 
-from .checkpoint import SourceCheckpoint
-from .columns import Flush, Piece
+from mstail.tailer.inputs.checkpoint import SourceCheckpoint
+from mstail.tailer.history.columns import Flush, Piece
 
 if TYPE_CHECKING:
     from mstail.parsers import Format
 
-    from .config import Config
+    from mstail.tailer.config import Config
 
 log = logging.getLogger("mstail.state")
 
@@ -61,7 +61,7 @@ CREATE TABLE IF NOT EXISTS columns (source TEXT NOT NULL, segment INTEGER NOT NU
 CREATE TABLE IF NOT EXISTS blocks (source TEXT NOT NULL, segment INTEGER NOT NULL, metric TEXT NOT NULL,
     mins BLOB NOT NULL, maxs BLOB NOT NULL, PRIMARY KEY (source, segment, metric));
 """
-# The chart columns (`mstail.tailer.columns`) were added to schema 1 without changing it: a state written before
+# The chart columns (`mstail.tailer.history.columns`) were added to schema 1 without changing it: a state written before
 # them has empty `frames`/`columns`/`blocks` tables and no `columns` row in `meta`, and its columns are rebuilt once.
 
 
@@ -107,8 +107,8 @@ def open_state(config: "Config", formats: Sequence["Format"]) -> "StateDB":
     """The state for this configuration: a file named by what is followed and how it is parsed (another
     `--log` set, format or mstail version gets a fresh one), or a temporary database with `persist` off."""
     from mstail import __version__
-    from .discovery import watch_roots
-    from .netfs import network_fs
+    from mstail.tailer.inputs.discovery import watch_roots
+    from mstail.tailer.inputs.netfs import network_fs
 
     if not config.persist:
         return StateDB(None)
@@ -886,7 +886,7 @@ class StateDB:
         return bool(self._rows("SELECT 1 FROM items WHERE seq = ?", seq))
 
     def columns_manifest(self) -> Optional[Dict[str, Any]]:
-        """The saved chart columns' manifest (`mstail.tailer.columns`), or None when none were saved."""
+        """The saved chart columns' manifest (`mstail.tailer.history.columns`), or None when none were saved."""
         rows = self._rows("SELECT value FROM meta WHERE key = 'columns'")
         return json.loads(rows[0][0]) if rows else None
 

@@ -43,10 +43,10 @@ from urllib.parse import urlsplit
 
 from mstail.parsers.record import RESERVED
 
-from .discovery import rank_of
-from .notices import Notices
-from .store import Store
-from .webhooks import shown_url
+from mstail.tailer.inputs.discovery import rank_of
+from mstail.tailer.notices import Notices
+from mstail.tailer.history.store import Store
+from mstail.tailer.outbound.webhooks import shown_url
 
 log = logging.getLogger("mstail.remotewrite")
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, List, Optional
 
-from .aggregate import Points, step_index
+from mstail.tailer.history.aggregate import Points, step_index
 
 _DIGITS = re.compile(r"(\d+)")
 

@@ -41,7 +41,7 @@ import google_crc32c
 from mstail.parsers.eventfile import MINDSPORE, TENSORBOARD
 
 if TYPE_CHECKING:
-    from .framescan import FrameScan
+    from mstail.tailer.inputs.framescan import FrameScan
 
 #: The header: length (u64) and its masked CRC-32C (u32); the data's masked CRC-32C (u32) follows the data.
 _HEADER = struct.Struct("<QI")
@@ -233,7 +233,7 @@ class FrameSplitter:
 
 
 def _scan(buffer: bytes, limit: int, base: int = 0, previous: Optional[FrameScan] = None) -> "FrameScan":
-    from .framescan import FrameScan  # numpy: only once damage or a torn frame is met
+    from mstail.tailer.inputs.framescan import FrameScan  # numpy: only once damage or a torn frame is met
 
     return FrameScan(buffer, limit, base, previous)
 

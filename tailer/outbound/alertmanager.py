@@ -4,7 +4,7 @@ silences, deduplicates and routes them where a cluster's other alerts already go
 Every alert change that notifies (`Tailer.alert_listeners`) is posted at once (`POST /api/v2/alerts`, a JSON list),
 and every firing alert of the engine again each `repost_s` (60 s; less than Alertmanager's `resolve_timeout`), each
 with `endsAt` = now + 3 x `repost_s`: an alert nobody posts any more resolves then, so one whose mstail died does not
-fire for ever. Posting goes through the webhook senders (`mstail.tailer.webhooks`: a bounded queue per Alertmanager,
+fire for ever. Posting goes through the webhook senders (`mstail.tailer.outbound.webhooks`: a bounded queue per Alertmanager,
 one deadline an attempt, retries with backoff, counted), so a down Alertmanager never holds up tailing.
 
 Labels: `alertname` (the rule), `severity`, `job` (the source's run, when it has one), and for an alert of one
@@ -26,8 +26,8 @@ import time
 from datetime import datetime, timezone
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from .discovery import rank_of
-from .webhooks import Target, Webhooks
+from mstail.tailer.inputs.discovery import rank_of
+from mstail.tailer.outbound.webhooks import Target, Webhooks
 
 #: rules whose alerts are the job's, not a rank's (see the module's docstring)
 JOB_RULES = frozenset({"nonfinite", "loss_spike", "grad_norm", "overflow", "loss_scale", "trend"})

@@ -24,7 +24,7 @@ from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
-from .series import BLOCK, Blocks, Series, summary
+from mstail.tailer.history.series import BLOCK, Blocks, Series, summary
 
 #: records indexed since the last flush that trigger the next one: what a restart after a crash may index
 #: again from JSON (about 0.3 s), and what a flush writes at least (so the write cost per record stays small)

@@ -145,7 +145,7 @@ class Webhooks:
         backoff_s: first wait before a retry, doubled each time; default 0.5 s.
         max_queue: alerts waiting per target; the oldest is dropped beyond it; default 100.
         body: the JSON body of a target's format for a queued item; default `payload` (the alert's change).
-            `mstail.tailer.alertmanager` queues its own bodies through these senders.
+            `mstail.tailer.outbound.alertmanager` queues its own bodies through these senders.
     """
 
     def __init__(self, targets: Sequence[Target], timeout_s: float = 5.0, retries: int = 3, backoff_s: float = 0.5,

@@ -36,9 +36,9 @@ from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
 from mstail.parsers import Format, SourceParser
 from mstail.parsers.interleave import InterleavedParser
 
-from .discovery import ROTATED, visible, within
-from .frames import event_file_kind
-from .lines import LineSplitter
+from mstail.tailer.inputs.discovery import ROTATED, visible, within
+from mstail.tailer.inputs.frames import event_file_kind
+from mstail.tailer.inputs.lines import LineSplitter
 
 log = logging.getLogger("mstail.runs")
 
@@ -197,7 +197,7 @@ class _HeadJudge:
 def _head(path: Union[str, Path], size: int, confine: Optional[str]) -> bytes:
     """The first `size` bytes of a file found by the walk, opened as its follower would (`open_confined`: a file
     swapped for a link out, or for a FIFO, since it was listed is not read, and never blocks the walk)."""
-    from .follower import open_confined  # here: `mstail parse` of a file walks no folder and imports no follower
+    from mstail.tailer.inputs.follower import open_confined  # here: `mstail parse` of a file walks no folder and imports no follower
 
     fd = open_confined(path, confine)
     try:
