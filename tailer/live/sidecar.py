@@ -306,7 +306,8 @@ class Tailer:
             log.warning("no run found below %s yet (%s); waiting for one to appear", root, NOTHING_YET)
         return new
 
-    def _event_sources(self, found: List[Tuple[Path, Optional[Format]]]):  # type: ignore[no-untyped-def]
+    def _event_sources(self, found: List[Tuple[Path, Optional[Format]]],
+                       ) -> Tuple[List[Tuple[Path, Optional[Format]]], List[Tuple[Path, Path]]]:
         """`found` with each event file named as such replaced by its folder (one source per folder of event files,
         `eventfollow`), and the (event file, folder key) pairs; the kinds learnt go to `_event_kinds` (key -> kind
         its names say, "" for a file known by its content)."""
