@@ -124,7 +124,7 @@ class _Source:
     #: the number of the first line after the catch-up in the file being read then: a record held over the
     #: catch-up (waiting for its TimeMonitor line) and emitted later is history all the same
     live_from_line: Optional[int] = None
-    writer_seen: Optional[Tuple[float, Optional[bool]]] = None  # (monotonic time, held_for_writing) last asked
+    writer_seen: Optional[Tuple[float, Optional[bool]]] = None  # (monotonic time, held for writing: None if unseen) last asked
     writer_file: Optional[Tuple[int, int]] = None  # the file (identity) `writer_seen` and `holders` are of
     holders: FrozenSet[ProcId] = frozenset()  # the processes the last look saw holding it open for writing
     #: its writers were seen to leave (all exited, none took over): the wall time of that, or of the newest data read
