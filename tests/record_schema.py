@@ -14,6 +14,9 @@ from jsonschema.exceptions import best_match
 SCHEMA_PATH = Path(__file__).resolve().parents[1] / "parsers" / "record.schema.json"
 SCHEMA: Dict[str, Any] = json.loads(SCHEMA_PATH.read_text("utf-8"))
 VALIDATOR = Draft202012Validator(SCHEMA)
+#: The schema's two branches, told apart by `kind` as its `oneOf` does: their errors name the key that is wrong.
+BRANCHES = {kind: Draft202012Validator({"$defs": SCHEMA["$defs"], "$ref": f"#/$defs/{kind}"})
+            for kind in ("record", "event")}
 KEY_ORDER: List[str] = SCHEMA["$defs"]["reserved"]["x-key-order"]
 METRIC = Draft202012Validator({"$defs": SCHEMA["$defs"], "$ref": "#/$defs/metric"})
 #: A series' columns of metric values (/api/series: each as the record held it, or bucketed).
@@ -31,7 +34,8 @@ def loads(text: str) -> Any:
 
 def problems(item: Any, ordered: bool = True) -> List[str]:
     """What the schema and (when `ordered`) the key order say is wrong with `item` (empty: nothing)."""
-    error = best_match(VALIDATOR.iter_errors(item))
+    branch = BRANCHES["event" if isinstance(item, dict) and "kind" in item else "record"]
+    error = best_match(branch.iter_errors(item)) or best_match(VALIDATOR.iter_errors(item))
     found = [] if error is None else [f"{error.message} (at {'/'.join(map(str, error.absolute_path)) or 'top'})"]
     if ordered and isinstance(item, dict):
         first = [key for key in item if key in KEY_ORDER]

@@ -9,7 +9,7 @@ import json
 import math
 import typing
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 import pytest
 from jsonschema import Draft202012Validator
@@ -59,27 +59,27 @@ def good_record() -> Dict[str, Any]:
             "loss": 2.5, "lr": 1e-4, "grad_norm": "NaN", "scale": "-Infinity", "aux": None, "count": 7}
 
 
-BAD_RECORDS: List[Any] = [
-    {**good_record(), "step": "3"},  # a reserved key of the wrong type
-    {**good_record(), "step": 3.5},
-    {**good_record(), "time": "now"},
-    {**good_record(), "segment": -1},
-    {**good_record(), "estimated": "loss"},  # only reserved keys can be estimated
-    {**good_record(), "loss": "nan"},  # a non-finite number by a name the contract does not use
-    {**good_record(), "loss": "2.5"},  # a number as text
-    {**good_record(), "overflow": True},  # JSON booleans are written as 0/1
-    {**good_record(), "loss": [2.5]},  # records are flat
-    {**good_record(), "loss": {"value": 2.5}},
-    {**good_record(), "__proto__": 1.0},  # names metric_key never gives
-    {**good_record(), "_part": "rank3"},
-    {**good_record(), "x" * 257: 1.0},
-    {**good_record(), "": 1.0},
-    {key: value for key, value in good_record().items() if key != "step"},  # a record has a step
-    {"step": 3, "source": "rank_0", "loss": 2.5},  # reserved keys out of their order
-    {"loss": 2.5, "step": 3},  # a metric before a reserved key
-    {"kind": "", "message": "an event has a kind"},
-    {"kind": "checkpoint", "path": ["a", "b"]},  # an event's fields are flat too
-    [good_record()],
+BAD_RECORDS: List[Tuple[Any, str]] = [  # each with what the check must say
+    ({**good_record(), "step": "3"}, "(at step)"),  # a reserved key of the wrong type
+    ({**good_record(), "step": 3.5}, "(at step)"),
+    ({**good_record(), "time": "now"}, "(at time)"),
+    ({**good_record(), "segment": -1}, "(at segment)"),
+    ({**good_record(), "estimated": "loss"}, "(at estimated)"),  # only reserved keys can be estimated
+    ({**good_record(), "loss": "nan"}, "'loss' was unevaluated and invalid"),  # a name the contract does not use
+    ({**good_record(), "loss": "2.5"}, "'loss' was unevaluated and invalid"),  # a number as text
+    ({**good_record(), "overflow": True}, "'overflow' was unevaluated and invalid"),  # booleans are written as 0/1
+    ({**good_record(), "loss": [2.5]}, "'loss' was unevaluated and invalid"),  # records are flat
+    ({**good_record(), "loss": {"value": 2.5}}, "'loss' was unevaluated and invalid"),
+    ({**good_record(), "__proto__": 1.0}, "'__proto__' should not be valid"),  # names metric_key never gives
+    ({**good_record(), "_part": "rank3"}, "'_part' should not be valid"),
+    ({**good_record(), "x" * 257: 1.0}, "is too long"),
+    ({**good_record(), "": 1.0}, "'' should be non-empty"),
+    ({key: value for key, value in good_record().items() if key != "step"}, "'step' is a required property"),
+    ({"step": 3, "source": "rank_0", "loss": 2.5}, "reserved keys ['step', 'source'] not first in the order"),
+    ({"loss": 2.5, "step": 3}, "reserved keys ['step'] not first"),  # a metric before a reserved key
+    ({"kind": "", "message": "an event has a kind"}, "(at kind)"),
+    ({"kind": "checkpoint", "path": ["a", "b"]}, "'path' was unevaluated and invalid"),  # an event is flat too
+    ([good_record()], "is not of type 'object'"),
 ]
 
 
@@ -91,11 +91,11 @@ def test_a_good_record_and_event_pass() -> None:
                      "notify": True, "resolved_at": None}) == []
 
 
-@pytest.mark.parametrize("bad", BAD_RECORDS)
-def test_a_record_the_schema_does_not_allow_fails_the_check(bad: Any) -> None:
-    assert problems(bad)
-    with pytest.raises(AssertionError, match="breaks the record schema"):
+@pytest.mark.parametrize("bad, said", BAD_RECORDS)
+def test_a_record_the_schema_does_not_allow_fails_the_check(bad: Any, said: str) -> None:
+    with pytest.raises(AssertionError, match="hand-made: item 2 breaks the record schema") as failed:
         check_items([good_record(), bad], "hand-made")
+    assert said in str(failed.value)
 
 
 def test_bare_nan_is_not_json_a_record_may_carry() -> None:

@@ -1,7 +1,7 @@
 """Every item a real server sends is a record or an event parsers/record.schema.json allows: the SSE stream's records,
 events, amends and alerts, /api/records, /api/events, and every value of /api/series (a metric value of the
-schema). The server follows every sample log and real log, which hold NaN and infinite losses, nulls, amends
-(TimeMonitor, MindFormers' progress lines), checkpoints, evals, errors and ends."""
+schema). The server follows every sample log and real log (NaN and infinite losses, nulls, checkpoints, evals,
+errors, ends, alerts) and a log written after it was read (an amend: TimeMonitor's line after its step's)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 
 from mstail.tailer.app.cli import main
 from tests.parsers.test_record_schema import LOGS
-from tests.record_schema import check_items, check_metric_values, loads
 from tests.conftest import wait_until
+from tests.record_schema import check_items, check_metric_values, loads
 from tests.web.sse_client import collect
 
 PAGE = 1000  # items per /api/records or /api/events answer
