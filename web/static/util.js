@@ -1,7 +1,8 @@
 // Small helpers shared by the page's modules. Nothing here touches the DOM with markup: text only.
 
 // The record's definition, parsers/record.schema.json (the app serves it beside these files; index.html preloads
-// it): read before any module of the page runs, so no record is ever drawn without it.
+// it): read before any module of the page runs, so no record is ever drawn without it. A plain fetch, not getJSON:
+// its "no-store" would pass the preloaded answer by.
 const RECORD_SCHEMA = await (async () => {
   const response = await fetch("/static/record.schema.json");
   if (!response.ok) throw new Error(`/static/record.schema.json: HTTP ${response.status}`);
