@@ -332,7 +332,7 @@ class JsonlWriter:
     def _still_there(self) -> bool:
         """Whether ``path`` still names the open file (not deleted, not replaced)."""
         try:
-            st = os.stat(self.path)
+            st = os.stat(self.path)  # type: ignore[arg-type]  # resolved by _this_rank() before any write
         except OSError:
             return False
         return (st.st_dev, st.st_ino) == self._identity
@@ -342,10 +342,10 @@ class JsonlWriter:
             self._report("vanished", f"{self.path} was removed or replaced; reopening it")
             self.close()
         try:
-            directory = os.path.dirname(self.path)
+            directory = os.path.dirname(self.path)  # type: ignore[type-var]  # as in _still_there
             if directory:
                 os.makedirs(directory, exist_ok=True)
-            self._file = open(self.path, "ab", buffering=0)
+            self._file = open(self.path, "ab", buffering=0)  # type: ignore[arg-type]  # as in _still_there
             st = os.fstat(self._file.fileno())
         except OSError as exc:
             self._file = None
@@ -517,7 +517,7 @@ class JsonlCallback(Callback):
                 names = _AUTO_OUTPUTS.get(min(len(outputs), 5), ())
         return {name: value for name, value in zip(names, outputs) if name is not None}
 
-    def _lr(self, step: int) -> float | None:
+    def _lr(self, step: int) -> int | float | str | None:
         """The lr used at ``step`` (1-based global step), or None when it is not read at this step."""
         if self._lr_list is not None:
             # The optimizer gathered lr[global_step] before incrementing it, so step k used entry k - 1.

@@ -40,7 +40,7 @@ import math
 import operator
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Tuple, TypeVar, Union
+from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Set, Tuple, TypeVar, Union
 
 from .record import MAX_NAME_CHARS, RESERVED, Item, metric_key
 
@@ -99,7 +99,7 @@ class Derived:
         if isinstance(self.perplexity, bool):
             object.__setattr__(self, "perplexity", LM_LOSSES if self.perplexity else ())
         object.__setattr__(self, "_inputs", frozenset(
-            [name for s in self.series for name in s.names] + list(self.perplexity)))
+            [name for s in self.series for name in s.names] + list(self.perplexity)))  # type: ignore[arg-type]  # a tuple now
 
     def values(self, record: Mapping[str, Any]) -> Dict[str, float]:
         """The derived values computable from `record`'s metrics that it does not have yet, in order."""
@@ -115,7 +115,7 @@ class Derived:
         losses: List[Tuple[str, str]] = []  # (perplexity's name, the loss it is of)
         names = set(keys)  # the record's and those computed before: a name computed once only
         for key in keys:
-            if key in self.perplexity:
+            if key in self.perplexity:  # type: ignore[operator]  # a tuple after __post_init__
                 name = perplexity_name(key)
                 if name not in names:
                     losses.append((name, key))
@@ -140,7 +140,7 @@ class Derived:
     def describe(self) -> List[str]:
         """What decides the values this adds, one line each (the state file's fingerprint: another `--derived`
         file gives another history)."""
-        return ([f"derived perplexity of {' '.join(self.perplexity) or 'nothing'}"]
+        return ([f"derived perplexity of {' '.join(self.perplexity) or 'nothing'}"]  # type: ignore[arg-type]  # a tuple
                 + [f"derived constant {k} {v!r}" for k, v in self.constants]
                 + [f"derived series {s.name} {s.text}" for s in self.series])
 
@@ -251,7 +251,7 @@ def _format_metrics() -> FrozenSet[str]:
     """The metric names the built-in formats' fields and pairs give (`loss`, `lr`, `grad_norm`, `step_time_ms`...)."""
     from .loader import builtin_formats
 
-    names = set()
+    names: Set[str] = set()
     for fmt in builtin_formats():
         for rule in fmt.rules:
             names.update(spec.name for spec in rule.fields)

@@ -261,7 +261,7 @@ _PLAIN_FIELDS = tuple(f.name for f in fields(ParserState) if f.name not in ("epo
 #: (`_METRIC_LOOKING`), or a matched line holding `name: number` pairs its rule's pairs did not take.
 #: `read_times`: records and events whose time is the moment the line was read (it has none: `stamp_time`), which the
 #: page says on its wall-time axes.
-COUNTS = ("lines", "records", "events", "amends", "field_errors", "unmatched_metric_lines", "slow_lines", "read_times")
+COUNTS: Tuple[str, ...] = ("lines", "records", "events", "amends", "field_errors", "unmatched_metric_lines", "slow_lines", "read_times")
 
 #: (format origin, format name, where) of the user regexes that ran out of time and were warned about: once each.
 _WARNED: set = set()
@@ -330,7 +330,7 @@ class SourceParser:
             if METRIC_HINT in match.message.casefold() and _METRIC_LOOKING.search(match.message):
                 self.state.counts["unmatched_metric_lines"] += 1
             if match.prefixed and match.level in match.fmt.error_levels:
-                error = {"kind": "error"}
+                error: Dict[str, Any] = {"kind": "error"}
                 stamp_time(error, match.when(), now)
                 error.update(line=line_no, level=match.level)
                 self._open_event = (error, [match.message], now)
@@ -345,12 +345,12 @@ class SourceParser:
         elif kind == "attach":
             self.attach_line(rule, match.groups, out)
         else:
-            event = {"kind": rule.event}
+            event: Dict[str, Any] = {"kind": rule.event}
             stamp_time(event, match.when(), now)
             event["line"] = line_no
             if match.groups.get("step") is not None:  # e.g. "initial step: 500": the event's own step
                 try:
-                    event["step"] = int(match.groups["step"])  # type: ignore[arg-type]
+                    event["step"] = int(match.groups["step"])  # type: ignore[arg-type]  # not None: checked above
                 except ValueError:
                     self.state.counts["field_errors"] += 1
             if rule.same_step_as and rule.same_step_as in self.state.event_steps:
@@ -364,8 +364,8 @@ class SourceParser:
                 self._emit_event(event, out)
             if rule.record:  # eval results: the numbers are charted at the current step too
                 self._amend(dict(values), out)
-        event = self._open_event
-        if event is not None and now - event[2] >= self.grace_s:  # what `flush(now)` would emit
+        held = self._open_event
+        if held is not None and now - held[2] >= self.grace_s:  # what `flush(now)` would emit
             out += self.flush(now)
         return out
 
@@ -928,7 +928,7 @@ def jsonl_values(obj: Dict[str, Any]) -> Record:
     out: Record = {}
     for key, value in obj.items():
         if key not in RESERVED:
-            key = metric_key(key)
+            key = metric_key(key)  # type: ignore[assignment]  # None: skipped just below
             if key is None:
                 continue
         if isinstance(value, bool):
