@@ -52,7 +52,7 @@ class _VisibleFormatter(logging.Formatter):
     """Messages as `discovery.visible` shows them: a path or a name from disk holding escape sequences or newlines
     must not act on the terminal or forge a line of its own on stderr (a traceback after a message stays as is)."""
 
-    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
+    def formatMessage(self, record: logging.LogRecord) -> str:  # logging's name
         record.message = visible(record.message)
         return super().formatMessage(record)
 

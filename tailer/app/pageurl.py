@@ -97,7 +97,7 @@ def open_page(url: str) -> bool:
             if webbrowser.open(url):
                 return True
             reason = "no browser found, or it failed to start"
-        except Exception as exc:  # webbrowser.Error, an OSError starting the command: said, never fatal
+        except Exception as exc:  # noqa: BLE001 - webbrowser.Error, an OSError starting the command: said, never fatal
             reason = f"{type(exc).__name__}: {exc}"
     log.warning("could not open a browser (%s); open %s by hand", reason, url)
     return False
