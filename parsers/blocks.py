@@ -95,7 +95,7 @@ def feed_block(
         nonlocal pending
         items, pending = pending, []
         try:
-            out.extend(parser.derive_main(items) if interleaved else items)  # type: ignore[union-attr]
+            out.extend(parser.derive_main(items) if interleaved else items)  # type: ignore[union-attr]  # interleaved: an InterleavedParser
         except Exception as exc:  # as in `feed_next`
             if on_error is None:
                 raise

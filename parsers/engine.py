@@ -506,7 +506,7 @@ class SourceParser:
         get = groups.get
         try:
             if get("step") is not None:
-                return int(get("step")) == last["step"]  # type: ignore[arg-type]
+                return int(get("step")) == last["step"]  # type: ignore[arg-type]  # not None: checked above
             in_epoch, epoch, per_epoch = get("step_in_epoch"), get("epoch"), get("steps_per_epoch")
             if in_epoch is None or epoch is None or int(epoch) != last.get("epoch"):
                 return False
@@ -533,7 +533,7 @@ class SourceParser:
                 if epochs is not None:
                     self.state.meta["total_steps"] = int(epochs)
                 self.state.meta["x_axis"] = "epoch"
-                return int(get("epoch"))  # type: ignore[arg-type]
+                return int(get("epoch"))  # type: ignore[arg-type]  # as above
             if step_in_epoch is None:
                 # A rule without a step group (a --pattern), or whose step group did not take part (a Trainer dict
                 # line): the step counts the matching lines, an estimate (a line every 10 steps is 10 steps).
@@ -807,7 +807,7 @@ class SourceParser:
         return rule.kind == "event" and rule.multiline and rule.event == self._open_event[0]["kind"]
 
     def _continue_event(self, text: str) -> None:
-        event, lines, since = self._open_event  # type: ignore[misc]
+        event, lines, since = self._open_event  # type: ignore[misc]  # called while an event is open
         if len(lines) < MAX_EVENT_LINES:
             lines.append(text[:MAX_EVENT_CHARS])
 

@@ -319,7 +319,7 @@ def _restored_alerts(store: Store, alerts: AlertEngine) -> int:
     problem = (alerts.restore(saved) if isinstance(seq, int) and 0 <= seq <= store.last_seq
                else "it does not fit the stored items")
     if problem is None:
-        return seq  # type: ignore[return-value]
+        return seq  # type: ignore[return-value]  # an int: restored only then
     log.warning("state %s: the alert rules' saved state is not usable (%s): replaying the %d stored items",
                 store.db.path, problem, store.last_seq)
     return 0
