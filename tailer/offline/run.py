@@ -36,7 +36,7 @@ def run_explain(inputs: Inputs, formats: Sequence[Format], forced: Optional[Form
             continue
         explainer = Explainer(InterleavedParser(lambda: SourceParser(formats, forced=forced)))
         for path, line in chain_lines(group):
-            shown = explainer.explain(path.name, line.number, line.text, now)  # type: ignore[union-attr]  # Lines only
+            shown = explainer.explain(path.name, line.number, line.text, now)  # type: ignore[arg-type,union-attr]  # a text log: Lines
             if shown is not None:
                 out.write(shown + "\n")
         detected = explainer.parser.format.name if explainer.parser.format else "none"
