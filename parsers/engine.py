@@ -348,9 +348,10 @@ class SourceParser:
             event: Dict[str, Any] = {"kind": rule.event}
             stamp_time(event, match.when(), now)
             event["line"] = line_no
-            if match.groups.get("step") is not None:  # e.g. "initial step: 500": the event's own step
+            own_step = match.groups.get("step")
+            if own_step is not None:  # e.g. "initial step: 500": the event's own step
                 try:
-                    event["step"] = int(match.groups["step"])  # type: ignore[arg-type]  # not None: checked above
+                    event["step"] = int(own_step)
                 except ValueError:
                     self.state.counts["field_errors"] += 1
             if rule.same_step_as and rule.same_step_as in self.state.event_steps:
@@ -505,8 +506,9 @@ class SourceParser:
         """Whether a line's step counter is the one of the `last` record."""
         get = groups.get
         try:
-            if get("step") is not None:
-                return int(get("step")) == last["step"]  # type: ignore[arg-type]  # not None: checked above
+            step = get("step")
+            if step is not None:
+                return int(step) == last["step"]
             in_epoch, epoch, per_epoch = get("step_in_epoch"), get("epoch"), get("steps_per_epoch")
             if in_epoch is None or epoch is None or int(epoch) != last.get("epoch"):
                 return False
@@ -533,7 +535,7 @@ class SourceParser:
                 if epochs is not None:
                     self.state.meta["total_steps"] = int(epochs)
                 self.state.meta["x_axis"] = "epoch"
-                return int(get("epoch"))  # type: ignore[arg-type]  # as above
+                return int(get("epoch"))  # type: ignore[arg-type]  # not None: the if checked it
             if step_in_epoch is None:
                 # A rule without a step group (a --pattern), or whose step group did not take part (a Trainer dict
                 # line): the step counts the matching lines, an estimate (a line every 10 steps is 10 steps).
