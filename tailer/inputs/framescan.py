@@ -30,7 +30,6 @@ import numpy as np
 
 _POLY = 0x82F63B78  # CRC-32C, reflected
 _INIT = 0xFFFFFFFF
-_BLOCK = 32  # bytes per block of prefix registers: a block's offset within it is one byte of a shift
 #: the first window of offsets classified; each next one is twice the last
 _MIN_WINDOW = 1 << 14
 #: the first stretch of prefix registers computed; each extension at least doubles what there is
@@ -47,15 +46,49 @@ def _byte_table() -> np.ndarray:
 _TABLE = _byte_table()
 
 
-def _pair_table() -> np.ndarray:
-    """[v]: a register holding the 16-bit v advanced over two zero bytes: two bytes of input a look-up."""
-    values = np.arange(1 << 16, dtype=np.uint32)
-    for _ in range(2):
-        values = (values >> 8) ^ _TABLE[values & 0xFF]
-    return values
+#: bytes of a stretch whose prefix registers are computed from the register at its start (given by `google_crc32c`)
+_REGION = 256
 
 
-_PAIRS: List[np.ndarray] = []  # built when first needed (256 KiB)
+def _unwound_table() -> np.ndarray:
+    """[k << 8 | v]: byte v's image in a register (`_TABLE[v]`) taken back over k + 1 zero bytes: advancing over a
+    zero byte is invertible (the top byte of `_TABLE[v]` says v), so the register at offset m of a stretch is the one
+    at its start xored with these images of the bytes before m (k their offset), all advanced over m zero bytes."""
+    byte_of_top = np.empty(256, dtype=np.uint32)
+    byte_of_top[_TABLE >> 24] = np.arange(256, dtype=np.uint32)
+    rows = [np.arange(256, dtype=np.uint32)]  # _TABLE[v] taken back over one zero byte: v
+    for _ in range(_REGION - 1):
+        last = rows[-1]
+        byte = byte_of_top[last >> 24]
+        rows.append(((last ^ _TABLE[byte]) << 8) | byte)
+    return np.stack(rows).reshape(-1)
+
+
+_UNWOUND: List[np.ndarray] = []  # built when first needed (256 KiB)
+#: [m]: where offset m of a stretch looks up its byte in _UNWOUND
+_AT_IN_REGION = np.arange(_REGION, dtype=np.uint32) << 8
+#: regions of prefix registers computed in one go (bounds the temporaries: about 20 bytes a byte)
+_PIECE_REGIONS = 1 << 8
+
+
+def _unshifted(data: bytes, crc: int, count: int) -> Tuple[np.ndarray, int]:
+    """[r * _REGION + m]: the register at offset m of each of `count` regions of `data` (zeros past its end), not yet
+    advanced over the m zero bytes (`_unwound_table`), the CRC before `data` `crc`; and the CRC after it. A C call a
+    region, then a handful of array operations for all of them."""
+    extend, starts = google_crc32c.extend, []
+    for at in range(0, count * _REGION, _REGION):
+        starts.append(crc)
+        crc = extend(crc, data[at:at + _REGION])
+    padded = np.zeros((count, _REGION), dtype=np.uint8)
+    padded.reshape(-1)[:len(data)] = np.frombuffer(data, dtype=np.uint8)
+    if not _UNWOUND:
+        _UNWOUND.append(_unwound_table())
+    before = np.bitwise_xor.accumulate(_UNWOUND[0].take(padded | _AT_IN_REGION), axis=1)  # [r, m]: bytes up to m
+    unshifted = np.empty((count, _REGION), dtype=np.uint32)
+    unshifted[:, 0] = 0
+    unshifted[:, 1:] = before[:, :-1]  # offset m: the bytes before it
+    unshifted ^= (np.array(starts, dtype=np.uint32) ^ np.uint32(_INIT))[:, None]
+    return unshifted.reshape(-1), crc
 
 
 def _apply(linear: np.ndarray, x: np.ndarray) -> np.ndarray:
@@ -88,15 +121,28 @@ def _shift_level(level: int) -> np.ndarray:
     return _SHIFTS[level]
 
 
+#: [lane]: where byte `lane` of a register looks up its image among a map's (a level of _SHIFTS flattened)
+_LANES = (np.arange(4, dtype=np.uint32) << 8).reshape(4, 1)
+
+
+def _shifted(maps: np.ndarray, base: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Registers `x` mapped by the maps of a flattened level of _SHIFTS at `base` (digit << 10, shaped as `x` or as
+    its last axis): the four bytes of each register looked up in one call, their images xored."""
+    x = np.ascontiguousarray(x, dtype=np.uint32)
+    lanes = x.reshape(-1).view(np.uint8).reshape(-1, 4).T  # [lane, i]: byte `lane` of register i (little-endian)
+    base = np.broadcast_to(base, x.shape).reshape(-1)
+    images = maps.take((base | _LANES) | lanes)
+    return (images[0] ^ images[1] ^ images[2] ^ images[3]).reshape(x.shape)
+
+
 def shift(x: np.ndarray, n: np.ndarray) -> np.ndarray:
     """Registers `x` advanced over `n` zero bytes each (elementwise)."""
     top = int(n.max()) if n.size else 0
+    digits = np.ascontiguousarray(n, dtype="<u8").view(np.uint8).reshape(n.shape + (8,))
     level = 0
     while top >> (8 * level):
         maps = _shift_level(level).reshape(-1)  # [digit, byte of x, its value] flat: one index per look-up
-        base = ((n >> (8 * level)) & 0xFF).astype(np.uint32) << 10
-        x = (maps.take(base | (x & 0xFF)) ^ maps.take(base | 0x100 | ((x >> 8) & 0xFF))
-             ^ maps.take(base | 0x200 | ((x >> 16) & 0xFF)) ^ maps.take(base | 0x300 | (x >> 24)))
+        x = _shifted(maps, digits[..., level].astype(np.uint32) << 10, x)
         level += 1
     return x
 
@@ -145,101 +191,75 @@ def _header_checksums(limit: int, lengths: np.ndarray, u8: np.ndarray, offsets: 
 
 class _Prefix:
     """Prefix registers of a file's bytes (the register after the bytes from `origin` to an offset, CRC-32C's initial
-    value in at `origin`), at any file offsets asked, computed for the blocks asked about and kept: block starts by
-    `google_crc32c` (C speed), the even offsets within blocks for all blocks at once, two bytes of each block a step;
-    an odd offset is one byte more. Kept from one buffer of the file to the next (`attach`): a stretch that waits for
-    more bytes (claims reaching past them) is not computed again each time they grow."""
+    value in at `origin`), at any file offsets asked, computed for the regions (`_REGION` bytes) asked about and kept:
+    region starts by `google_crc32c` (C speed), every offset of all regions at once as its register before it is
+    advanced over the bytes since its region's start (`_unshifted`), which a look-up does for the offsets asked. Kept
+    from one buffer of the file to the next (`attach`): a stretch that waits for more bytes (claims reaching past
+    them) is not computed again each time they grow, and a read's worth of new bytes costs a few array operations."""
 
     def __init__(self, origin: int) -> None:
         self.origin = origin
-        self.first = self.end = 0  # blocks [first, end) known; block k: the file's bytes from origin + k * _BLOCK
-        self.whole = 0  # blocks whose bytes were all there (the one after may be known with bytes missing)
-        self._store = np.empty((_BLOCK // 2, 0), dtype=np.uint32)  # grown by doubling, `inner` a view of it
-        self._column = 0  # the store's column of block `first`
-        self.inner = self._store  # [i, k]: the register at byte 2i of block first + k
-        self._carry = 0  # the CRC at block `end`'s start
+        self.first = self.end = 0  # regions [first, end) known; region k: the file's bytes from origin + k * _REGION
+        self.whole = 0  # regions whose bytes were all there (the one after may be known with bytes missing)
+        self._store = np.empty(0, dtype=np.uint32)  # grown by doubling, `unshifted` a view of it
+        self._column = 0  # the store's index of region `first`'s start
+        self.unshifted = self._store  # [m]: offset origin + first * _REGION + m, see `_unshifted`
+        self._carry = 0  # the CRC at region `end`'s start
 
     def attach(self, buffer: bytes, base: int) -> "_Prefix":
         """Use with `buffer`, the file's bytes from offset `base` on (the same file's, from no earlier than the last
-        buffer's start): the blocks known from base's on are kept, from the first one whose bytes were not all there
-        computed again; anything else, and all is computed from `base`."""
-        keep = (base - self.origin) // _BLOCK
-        if self.end > self.first and self.first <= keep < self.whole and self.origin + self.whole * _BLOCK >= base:
+        buffer's start): the regions known from base's on are kept, from the first one whose bytes were not all
+        there computed again; anything else, and all is computed from `base`."""
+        keep = (base - self.origin) // _REGION
+        if self.end > self.first and self.first <= keep < self.whole and self.origin + self.whole * _REGION >= base:
             if self.whole < self.end:
-                self._carry = int(self.inner[0, self.whole - self.first]) ^ _INIT
-            self._column += keep - self.first
-            self.inner = self._store[:, self._column:self._column + self.whole - keep]
+                self._carry = int(self.unshifted[(self.whole - self.first) * _REGION]) ^ _INIT
+            self._column += (keep - self.first) * _REGION
+            self.unshifted = self._store[self._column:self._column + (self.whole - keep) * _REGION]
             self.first, self.end = keep, self.whole
         else:
             self.__init__(base)  # type: ignore[misc]
         self.buffer, self.base = buffer, base
-        self.bytes = np.frombuffer(buffer, dtype=np.uint8)
         return self
 
     def at(self, offsets: np.ndarray) -> np.ndarray:
-        """The registers at these file offsets (each at least 1 past the buffer's start)."""
+        """The registers at these file offsets (from the buffer's start to its end)."""
         if not offsets.size:
             return np.empty(0, dtype=np.uint32)
         relative = offsets - self.origin
-        blocks = relative // _BLOCK
-        self._cover(int(blocks.min()), int(blocks.max()) + 1)
-        registers = self.inner[(relative % _BLOCK) >> 1, blocks - self.first]
-        odd = np.flatnonzero(relative & 1)  # one byte more than the even offset before it
-        register = registers[odd]
-        registers[odd] = (register >> 8) ^ _TABLE[(register ^ self.bytes[offsets[odd] - 1 - self.base]) & 0xFF]
-        return registers
+        self._cover(int(relative.min()) // _REGION, int(relative.max()) // _REGION + 1)
+        unshifted = self.unshifted[relative - self.first * _REGION]
+        return _shifted(_shift_level(0).reshape(-1), (relative % _REGION).astype(np.uint32) << 10, unshifted)
 
     def _cover(self, first: int, end: int) -> None:
         if first < self.first or self.end == self.first:
             self.first = self.end = first
-            self._store = self.inner = np.empty((_BLOCK // 2, 0), dtype=np.uint32)
+            self._store = self.unshifted = np.empty(0, dtype=np.uint32)
             self._column = 0
-            skip = self.origin - self.base  # origin is base unless blocks were kept, and then none is empty
-            self._carry = google_crc32c.value(self.buffer[skip:skip + first * _BLOCK])
+            skip = self.origin - self.base  # origin is base unless regions were kept, and then none is empty
+            self._carry = google_crc32c.value(self.buffer[skip:skip + first * _REGION])
         if end <= self.end:
             return
         size = self.base + len(self.buffer) - self.origin  # bytes from origin to the buffer's end
-        end = min(size // _BLOCK + 1, max(end, self.end + max(self.end - self.first, _MIN_PREFIX // _BLOCK)))
-        start = self.origin + self.end * _BLOCK - self.base
-        data = self.buffer[start:start + (end - self.end) * _BLOCK]
-        crc, extend, registers = self._carry, google_crc32c.extend, []
-        for at in range(0, (end - self.end) * _BLOCK, _BLOCK):  # a C call a block: the loop's cost is the calls
-            registers.append(crc)
-            crc = extend(crc, data[at:at + _BLOCK])
-        starts = np.array(registers, dtype=np.uint32) ^ np.uint32(_INIT)
-        self._carry = crc
-        count = end - self.end
-        rows = np.zeros(count * _BLOCK, dtype=np.uint8)
-        rows[:len(data)] = np.frombuffer(data, dtype=np.uint8)
-        # [i]: bytes 2i and 2i + 1 of each block, contiguous
-        columns = np.ascontiguousarray(rows.view("<u2").reshape(count, _BLOCK // 2).T)
-        if not _PAIRS:
-            _PAIRS.append(_pair_table())
-        pairs = _PAIRS[0]
-        inner = np.empty((_BLOCK // 2, count), dtype=np.uint32)
-        inner[0] = starts
-        index, looked_up = np.empty(count, dtype=np.uint32), np.empty(count, dtype=np.uint32)
-        for i in range(_BLOCK // 2 - 1):  # two bytes of every block a step, into preallocated rows: no temporaries
-            np.bitwise_and(inner[i], 0xFFFF, out=index)
-            np.bitwise_xor(index, columns[i], out=index)
-            np.take(pairs, index, out=looked_up)
-            np.right_shift(inner[i], 16, out=inner[i + 1])
-            np.bitwise_xor(inner[i + 1], looked_up, out=inner[i + 1])
-        self._append(inner)
-        self.end = end
-        self.whole = min(end, size // _BLOCK)
+        end = min(size // _REGION + 1, max(end, self.end + max(self.end - self.first, _MIN_PREFIX // _REGION)))
+        while self.end < end:  # in pieces: the temporaries stay small
+            count = min(_PIECE_REGIONS, end - self.end)
+            start = self.origin + self.end * _REGION - self.base
+            unshifted, self._carry = _unshifted(self.buffer[start:start + count * _REGION], self._carry, count)
+            self._append(unshifted)
+            self.end += count
+        self.whole = min(end, size // _REGION)
 
-
-    def _append(self, columns: np.ndarray) -> None:
-        """The known registers and `columns` after them; the store grows by doubling, so appending costs what is
+    def _append(self, values: np.ndarray) -> None:
+        """The known registers and `values` after them; the store grows by doubling, so appending costs what is
         appended, not what is kept (a stretch waiting for bytes grows by a read's worth at a time)."""
-        kept, count = self.end - self.first, columns.shape[1]
-        if self._column + kept + count > self._store.shape[1]:
-            store = np.empty((_BLOCK // 2, 2 * (kept + count)), dtype=np.uint32)
-            store[:, :kept] = self._store[:, self._column:self._column + kept]
+        kept, count = self.unshifted.size, values.size
+        if self._column + kept + count > self._store.size:
+            store = np.empty(2 * (kept + count), dtype=np.uint32)
+            store[:kept] = self.unshifted
             self._store, self._column = store, 0
-        self._store[:, self._column + kept:self._column + kept + count] = columns
-        self.inner = self._store[:, self._column:self._column + kept + count]
+        self._store[self._column + kept:self._column + kept + count] = values
+        self.unshifted = self._store[self._column:self._column + kept + count]
 
 
 class FrameScan:
