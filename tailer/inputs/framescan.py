@@ -130,7 +130,7 @@ def _shifted(maps: np.ndarray, base: np.ndarray, x: np.ndarray) -> np.ndarray:
     its last axis): the four bytes of each register looked up in one call, their images xored."""
     x = np.ascontiguousarray(x, dtype=np.uint32)
     lanes = x.reshape(-1).view(np.uint8).reshape(-1, 4).T  # [lane, i]: byte `lane` of register i (little-endian)
-    base = np.broadcast_to(base, x.shape).reshape(-1)
+    base = base.reshape(-1) if base.shape == x.shape else np.broadcast_to(base, x.shape).reshape(-1)
     images = maps.take((base | _LANES) | lanes)
     return (images[0] ^ images[1] ^ images[2] ^ images[3]).reshape(x.shape)
 
@@ -206,12 +206,18 @@ class _Prefix:
         self.unshifted = self._store  # [m]: offset origin + first * _REGION + m, see `_unshifted`
         self._carry = 0  # the CRC at region `end`'s start
 
-    def attach(self, buffer: bytes, base: int) -> "_Prefix":
-        """Use with `buffer`, the file's bytes from offset `base` on (the same file's, from no earlier than the last
-        buffer's start): the regions known from base's on are kept, from the first one whose bytes were not all
-        there computed again; anything else, and all is computed from `base`."""
+    def keeps(self, base: int) -> bool:
+        """Whether `attach` at `base` keeps regions (else all is computed again from `base`)."""
         keep = (base - self.origin) // _REGION
-        if self.end > self.first and self.first <= keep < self.whole and self.origin + self.whole * _REGION >= base:
+        return self.end > self.first and self.first <= keep < self.whole and self.origin + self.whole * _REGION >= base
+
+    def attach(self, buffer: bytes, base: int, skip: int = 0) -> "_Prefix":
+        """Use with the file's bytes from offset `base` on (the same file's, from no earlier than the last buffer's
+        start), of which `buffer` holds those from `base + skip` (`skip` no further than the first region whose bytes
+        were not all there, and 0 unless `keeps(base)`): the regions known from base's on are kept, from the first one
+        whose bytes were not all there computed again; anything else, and all is computed from `base`."""
+        keep = (base - self.origin) // _REGION
+        if self.keeps(base):
             if self.whole < self.end:
                 self._carry = int(self.unshifted[(self.whole - self.first) * _REGION]) ^ _INIT
             self._column += (keep - self.first) * _REGION
@@ -219,7 +225,7 @@ class _Prefix:
             self.first, self.end = keep, self.whole
         else:
             self.__init__(base)  # type: ignore[misc]
-        self.buffer, self.base = buffer, base
+        self.buffer, self.base = buffer, base + skip  # the file offset of buffer[0]
         return self
 
     def at(self, offsets: np.ndarray) -> np.ndarray:
@@ -227,9 +233,13 @@ class _Prefix:
         if not offsets.size:
             return np.empty(0, dtype=np.uint32)
         relative = offsets - self.origin
-        self._cover(int(relative.min()) // _REGION, int(relative.max()) // _REGION + 1)
+        self.cover(int(relative.min()) + self.origin, int(relative.max()) + self.origin)
         unshifted = self.unshifted[relative - self.first * _REGION]
         return _shifted(_shift_level(0).reshape(-1), (relative % _REGION).astype(np.uint32) << 10, unshifted)
+
+    def cover(self, start: int, end: int) -> None:
+        """Have the registers of the file offsets from `start` to `end` (in the buffer) at hand."""
+        self._cover((start - self.origin) // _REGION, (end - self.origin) // _REGION + 1)
 
     def _cover(self, first: int, end: int) -> None:
         if first < self.first or self.end == self.first:
@@ -265,26 +275,45 @@ class _Prefix:
 class FrameScan:
     """The offsets of one buffer where frames start (see the module's doc). `limit`: the longest frame data taken."""
 
-    def __init__(self, buffer: bytes, limit: int, base: int = 0, previous: Optional["FrameScan"] = None) -> None:
+    def __init__(self, buffer: bytes, limit: int, base: int = 0, previous: Optional["FrameScan"] = None,
+                 skip: int = 0) -> None:
         """`base`: the file offset of the buffer's start; `previous`: the scan of the file's last buffer (from no
         later an offset), whose prefix registers and classified offsets are kept: only the bytes that arrived since
-        are classified, and a frame that waited for its bytes is checked once they are all there."""
-        self.buffer = buffer
+        are classified, and a frame that waited for its bytes is checked once they are all there. `skip`: `buffer`
+        holds the buffer's bytes from that one on, at most `previous.untouched(base)` (what a scan going on from
+        `previous` never reads), and such a scan is asked from offset 0 only."""
         self.limit = limit
         self.base = base
-        size = len(buffer)
+        self.skip = skip
+        self.size = size = skip + len(buffer)
         self._last = size - 12  # the last offset a whole header fits at
         self._lo = self._hi = 0  # offsets [lo, hi) classified
         self._valid: List[int] = []  # the offsets found in [lo, hi), in order
         self._waiting = _Waiting()  # the frames starting in [lo, hi) whose bytes run past the buffer
-        u8 = np.frombuffer(buffer, dtype=np.uint8)
-        self._u8 = u8
-        self._lengths = np.ndarray((max(0, size - 7),), dtype="<u8", buffer=buffer, strides=(1,))
-        self._words = np.ndarray((max(0, size - 3),), dtype="<u4", buffer=buffer, strides=(1,))
+        # the buffer's bytes from `skip` on: indexed by offset - skip
+        self._u8 = np.frombuffer(buffer, dtype=np.uint8)
+        self._lengths = np.ndarray((max(0, len(buffer) - 7),), dtype="<u8", buffer=buffer, strides=(1,))
+        self._words = np.ndarray((max(0, len(buffer) - 3),), dtype="<u4", buffer=buffer, strides=(1,))
         kept = previous is not None and previous.limit == limit and base >= previous.base
-        self.prefix = (previous.prefix if kept else _Prefix(base)).attach(buffer, base)  # type: ignore[union-attr]
+        self.prefix = (previous.prefix if kept else _Prefix(base)).attach(buffer, base, skip)  # type: ignore
         if kept:
             self._keep(previous, base - previous.base)  # type: ignore[arg-type]
+
+    def untouched(self, base: int) -> int:
+        """How many bytes from `base` (the file offset of this file's next buffer, no earlier than this one's) a scan
+        going on from this one never reads, asked from the buffer's start: the offsets classified here, up to the
+        first region of prefix registers whose bytes were not all there (none when those would all be computed
+        again). The bytes arrived since, and a few before, are then all it copies, however long the stretch that
+        waits for them."""
+        if self._lo > base - self.base:
+            return 0
+        behind = not self.prefix.keeps(base) or self.prefix.origin + self.prefix.whole * _REGION < self.base + self._hi
+        if behind and self._waiting.first(base) is not None:
+            # the frames waiting need the registers from base on: computed now, once, from the bytes here
+            self.prefix.cover(base, self.base + self.size)
+        if not self.prefix.keeps(base):
+            return 0
+        return max(0, min(self._hi + self.base, self.prefix.origin + self.prefix.whole * _REGION) - base)
 
     def _keep(self, previous: "FrameScan", moved: int) -> None:
         """Take over what `previous` classified (its offsets `moved` bytes later in this buffer); check the frames
@@ -295,7 +324,7 @@ class FrameScan:
             self._valid = [offset - moved for offset in self._valid]
         self._waiting = previous._waiting
         self._waiting.drop_before(self.base)
-        arrived, ends = self._waiting.arrived(self.base + len(self.buffer))
+        arrived, ends = self._waiting.arrived(self.base + self.size)
         if arrived.size:
             valid = self._data_holds(arrived - self.base, ends - arrived - 16).tolist()
             self._valid = sorted(self._valid + valid) if valid else self._valid
@@ -328,17 +357,17 @@ class FrameScan:
         self._hi = max(self._hi, hi)
         if hi <= lo:
             return
-        lengths = self._lengths[lo:hi]
+        lengths = self._lengths[lo - self.skip:hi - self.skip]
         offsets = np.flatnonzero(lengths <= self.limit)
         if not offsets.size:
             return
-        expected = _header_checksums(self.limit, lengths[offsets], self._u8, offsets + lo)
-        holds = expected == self._words[offsets + (lo + 8)]
+        expected = _header_checksums(self.limit, lengths[offsets], self._u8, offsets + (lo - self.skip))
+        holds = expected == self._words[offsets + (lo + 8 - self.skip)]
         offsets = offsets[holds]
         lengths = lengths[offsets].astype(np.int64)
         offsets = offsets + lo
         ends = offsets + 12 + lengths + 4
-        whole = ends <= len(self.buffer)
+        whole = ends <= self.size
         self._waiting.add(offsets[~whole] + self.base, ends[~whole] + self.base)
         self._valid += self._data_holds(offsets[whole], lengths[whole]).tolist()
 
@@ -350,7 +379,7 @@ class FrameScan:
         b = a + lengths
         before, after = np.split(self.prefix.at(np.concatenate([a, b]) + self.base), 2)  # one look-up: one pass
         crc = shift(before ^ _INIT, lengths.astype(np.uint64)) ^ after ^ _INIT
-        return offsets[masked(crc) == self._words[b]]
+        return offsets[masked(crc) == self._words[b - self.skip]]
 
 
 class _Waiting:
