@@ -377,7 +377,8 @@ class FrameScan:
             return offsets
         a = offsets + 12
         b = a + lengths
-        before, after = np.split(self.prefix.at(np.concatenate([a, b]) + self.base), 2)  # one look-up: one pass
+        registers = self.prefix.at(np.concatenate([a, b]) + self.base)  # one look-up: one pass
+        before, after = registers[:offsets.size], registers[offsets.size:]
         crc = shift(before ^ _INIT, lengths.astype(np.uint64)) ^ after ^ _INIT
         return offsets[masked(crc) == self._words[b - self.skip]]
 
