@@ -46,25 +46,39 @@ def _byte_table() -> np.ndarray:
 _TABLE = _byte_table()
 
 
-#: bytes of a stretch whose prefix registers are computed from the register at its start (given by `google_crc32c`)
+#: bytes of a stretch whose prefix registers are computed from the register at its start (given by `google_crc32c`):
+#: one unit of the second digit of a shift (`shift(..., level=1)` advances by whole regions)
 _REGION = 256
+_BYTE_OF_TOP = np.empty(256, dtype=np.uint32)
+_BYTE_OF_TOP[_TABLE >> 24] = np.arange(256, dtype=np.uint32)  # the top byte of _TABLE[v] says v
+
+
+def _back(registers: np.ndarray) -> np.ndarray:
+    """Registers taken back over one zero byte (the inverse of advancing over it)."""
+    byte = _BYTE_OF_TOP[registers >> 24]
+    return ((registers ^ _TABLE[byte]) << 8) | byte
 
 
 def _unwound_table() -> np.ndarray:
     """[k << 8 | v]: byte v's image in a register (`_TABLE[v]`) taken back over k + 1 zero bytes: advancing over a
-    zero byte is invertible (the top byte of `_TABLE[v]` says v), so the register at offset m of a stretch is the one
-    at its start xored with these images of the bytes before m (k their offset), all advanced over m zero bytes."""
-    byte_of_top = np.empty(256, dtype=np.uint32)
-    byte_of_top[_TABLE >> 24] = np.arange(256, dtype=np.uint32)
+    zero byte is invertible, so the register at offset m of a stretch is the one at its start xored with these images
+    of the bytes before m (k their offset), all advanced over m zero bytes."""
     rows = [np.arange(256, dtype=np.uint32)]  # _TABLE[v] taken back over one zero byte: v
     for _ in range(_REGION - 1):
-        last = rows[-1]
-        byte = byte_of_top[last >> 24]
-        rows.append(((last ^ _TABLE[byte]) << 8) | byte)
+        rows.append(_back(rows[-1]))
     return np.stack(rows).reshape(-1)
 
 
+def _init_back() -> np.ndarray:
+    """[d]: CRC-32C's initial value taken back over d zero bytes (d < _REGION)."""
+    values = [np.array([_INIT], dtype=np.uint32)]
+    for _ in range(_REGION - 1):
+        values.append(_back(values[-1]))
+    return np.concatenate(values)
+
+
 _UNWOUND: List[np.ndarray] = []  # built when first needed (256 KiB)
+_INIT_BACK = _init_back()
 #: [m]: where offset m of a stretch looks up its byte in _UNWOUND
 _AT_IN_REGION = np.arange(_REGION, dtype=np.uint32) << 8
 #: regions of prefix registers computed in one go (bounds the temporaries: about 20 bytes a byte)
@@ -135,15 +149,15 @@ def _shifted(maps: np.ndarray, base: np.ndarray, x: np.ndarray) -> np.ndarray:
     return (images[0] ^ images[1] ^ images[2] ^ images[3]).reshape(x.shape)
 
 
-def shift(x: np.ndarray, n: np.ndarray) -> np.ndarray:
-    """Registers `x` advanced over `n` zero bytes each (elementwise)."""
+def shift(x: np.ndarray, n: np.ndarray, level: int = 0) -> np.ndarray:
+    """Registers `x` advanced over `n` times 256**level zero bytes each (elementwise)."""
     top = int(n.max()) if n.size else 0
     digits = np.ascontiguousarray(n, dtype="<u8").view(np.uint8).reshape(n.shape + (8,))
-    level = 0
-    while top >> (8 * level):
-        maps = _shift_level(level).reshape(-1)  # [digit, byte of x, its value] flat: one index per look-up
-        x = _shifted(maps, digits[..., level].astype(np.uint32) << 10, x)
-        level += 1
+    digit = 0
+    while top >> (8 * digit):
+        maps = _shift_level(level + digit).reshape(-1)  # [digit, byte of x, its value] flat: one index per look-up
+        x = _shifted(maps, digits[..., digit].astype(np.uint32) << 10, x)
+        digit += 1
     return x
 
 
@@ -228,14 +242,20 @@ class _Prefix:
         self.buffer, self.base = buffer, base + skip  # the file offset of buffer[0]
         return self
 
-    def at(self, offsets: np.ndarray) -> np.ndarray:
-        """The registers at these file offsets (from the buffer's start to its end)."""
-        if not offsets.size:
-            return np.empty(0, dtype=np.uint32)
-        relative = offsets - self.origin
+    def crcs(self, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+        """The CRC-32C of the file's bytes from each of `starts` to the offset in `ends` (all in the buffer). With
+        the registers (r) at both ends as kept (u, not advanced over the d bytes since their region's start),
+        the CRC is d(end)'s advance of [(u(start) ^ the initial value taken back over d(start)) advanced over the
+        regions between, ^ u(end)], ^ the initial value: r(start) ^ the initial value advanced over the length,
+        ^ r(end), ^ the initial value; three look-ups a CRC, one call each for all of them."""
+        relative = np.concatenate([starts, ends]) - self.origin
         self.cover(int(relative.min()) + self.origin, int(relative.max()) + self.origin)
         unshifted = self.unshifted[relative - self.first * _REGION]
-        return _shifted(_shift_level(0).reshape(-1), (relative % _REGION).astype(np.uint32) << 10, unshifted)
+        region, into = relative >> 8, relative & (_REGION - 1)  # a region is 256 bytes
+        count = starts.size
+        crc = shift(unshifted[:count] ^ _INIT_BACK[into[:count]], region[count:] - region[:count], level=1)
+        crc ^= unshifted[count:]
+        return _shifted(_shift_level(0).reshape(-1), into[count:].astype(np.uint32) << 10, crc) ^ np.uint32(_INIT)
 
     def cover(self, start: int, end: int) -> None:
         """Have the registers of the file offsets from `start` to `end` (in the buffer) at hand."""
@@ -375,12 +395,10 @@ class FrameScan:
         """Those of `offsets` (frames of `lengths` bytes of data, all in the buffer) whose data checksum holds."""
         if not offsets.size:
             return offsets
-        a = offsets + 12
+        a = offsets + (12 + self.base)
         b = a + lengths
-        registers = self.prefix.at(np.concatenate([a, b]) + self.base)  # one look-up: one pass
-        before, after = registers[:offsets.size], registers[offsets.size:]
-        crc = shift(before ^ _INIT, lengths.astype(np.uint64)) ^ after ^ _INIT
-        return offsets[masked(crc) == self._words[b - self.skip]]
+        crc = self.prefix.crcs(a, b)
+        return offsets[masked(crc) == self._words[b - (self.base + self.skip)]]
 
 
 class _Waiting:
