@@ -381,14 +381,14 @@ class FrameScan:
         offsets = np.flatnonzero(lengths <= self.limit)
         if not offsets.size:
             return
-        expected = _header_checksums(self.limit, lengths[offsets], self._u8, offsets + (lo - self.skip))
-        holds = expected == self._words[offsets + (lo + 8 - self.skip)]
-        offsets = offsets[holds]
-        lengths = lengths[offsets].astype(np.int64)
-        offsets = offsets + lo
-        ends = offsets + 12 + lengths + 4
+        lengths = lengths[offsets]
+        holds = _header_checksums(self.limit, lengths, self._u8, offsets + (lo - self.skip)) == self._words[
+            offsets + (lo + 8 - self.skip)]
+        offsets, lengths = offsets[holds] + lo, lengths[holds].astype(np.int64)
+        ends = offsets + (lengths + 16)
         whole = ends <= self.size
-        self._waiting.add(offsets[~whole] + self.base, ends[~whole] + self.base)
+        coming = ~whole
+        self._waiting.add(offsets[coming] + self.base, ends[coming] + self.base)
         self._valid += self._data_holds(offsets[whole], lengths[whole]).tolist()
 
     def _data_holds(self, offsets: np.ndarray, lengths: np.ndarray) -> np.ndarray:
