@@ -9,9 +9,11 @@ linear over GF(2): the CRC of bytes [a, b) is the prefix register at b xor the r
 bytes, and advancing over n zero bytes is a table look-up per byte of n), so each candidate costs the same whatever
 it claims, and the candidates of a stretch are all checked in a handful of array operations.
 
-`FrameScan(buffer, limit, base, previous)` answers for one buffer (the splitter's, during one `feed`; `base` its
-file offset, `previous` the scan of the file's last buffer while it waited for more bytes, whose registers and
-classified offsets are kept: a live file read 8 KiB at a time costs what the same bytes cost read at once):
+`FrameScan(buffer, limit, base, previous, skip)` answers for one buffer (the splitter's, during one `feed`; `base`
+its file offset, `previous` the scan of the file's last buffer while it waited for more bytes, whose registers and
+classified offsets are kept, `skip` the bytes of the buffer it is not given, those `previous` says it will not read
+again: a live file read 8 KiB at a time costs what the same bytes cost read at once, plus a few hundred
+microseconds of array calls a read, and a read's bytes are all that is copied, however long a stretch waits):
 `first_valid(start)`, the first offset from `start` where a whole frame of at most `limit` bytes has both checksums holding, and
 `first_waiting(start)`, the first offset where a frame's length checksum holds but its bytes run past the buffer.
 Offsets are classified in windows that grow as the queries (always from a later offset) move on, so a buffer costs
@@ -97,10 +99,9 @@ def _unshifted(data: bytes, crc: int, count: int) -> Tuple[np.ndarray, int]:
     padded.reshape(-1)[:len(data)] = np.frombuffer(data, dtype=np.uint8)
     if not _UNWOUND:
         _UNWOUND.append(_unwound_table())
-    before = np.bitwise_xor.accumulate(_UNWOUND[0].take(padded | _AT_IN_REGION), axis=1)  # [r, m]: bytes up to m
-    unshifted = np.empty((count, _REGION), dtype=np.uint32)
-    unshifted[:, 0] = 0
-    unshifted[:, 1:] = before[:, :-1]  # offset m: the bytes before it
+    images = _UNWOUND[0].take(padded | _AT_IN_REGION)
+    unshifted = np.bitwise_xor.accumulate(images, axis=1)  # [r, m]: of the bytes up to m
+    unshifted ^= images  # of those before m
     unshifted ^= (np.array(starts, dtype=np.uint32) ^ np.uint32(_INIT))[:, None]
     return unshifted.reshape(-1), crc
 
