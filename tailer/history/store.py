@@ -19,8 +19,9 @@ import math
 import time
 from array import array
 from bisect import bisect_right
+from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 from mstail.parsers.record import KEY_ORDER, RESERVED, Item, finite_or_name, ordered
 
@@ -127,6 +128,16 @@ def _facts(info: SourceInfo) -> Dict[str, Any]:
             "last_time": info.last_time, "metrics": info.metrics, "unplottable": info.unplottable}
 
 
+class Stored(NamedTuple):
+    """What `Store.add` stored."""
+
+    #: the items as stored (with `seq` and `source`), in seq order
+    items: List[Dict[str, Any]]
+    #: seq -> the JSON the stream sends for an item, for those whose stored JSON gave it on the way
+    #: (`StateDB.insert`; `ItemsMessage.texts`)
+    texts: Dict[int, str]
+
+
 class FoldBudget:
     """The seconds of folds the warmer may spend (`Store.keep_folds_warm`): `share` of a core over time and at most
     `burst` at once (a token bucket, full at first). A pause of three times each round, its earlier form, made the
@@ -200,9 +211,9 @@ class Store:
             info.path = path  # a source known from its items only (a part of a file: `ID/rank3`) until now
         return info
 
-    def add(self, source_id: str, items: Iterable[Item], prepared: bool = False,
-            sent: Optional[Dict[int, str]] = None) -> List[Dict[str, Any]]:
-        """Append a source's parsed items; returns them as stored (with `seq` and `source`). They are visible
+    def add(self, source_id: str, items: Iterable[Item], prepared: bool = False) -> Stored:
+        """Append a source's parsed items; returns them as stored (with `seq` and `source`) and the stream's JSON
+        of those whose stored JSON gave it (`Stored`). They are visible
         to queries at once and durable after the next `commit`. An amend (values a later line adds to the source's
         newest record, mstail.parsers.amends) replaces that record in the database with the values added, extends
         its charts, and is stored as an item of kind "amend" (so a stream replay after any seq applies it too);
@@ -210,18 +221,17 @@ class Store:
 
         Args:
             prepared: the items come from `prepare`, so that storing one is adding its seq and source (default False).
-            sent: when given, gets seq -> the JSON the stream sends for an item stored, for those whose stored JSON
-                gave it on the way (`StateDB.insert`; `ItemsMessage.texts`).
         """
         info = self.sources[source_id]
         stored = []
+        texts: Dict[int, str] = {}
         records: List[Dict[str, Any]] = []  # stored, not indexed yet: indexed together, before an amend or at the end
         queued = 0  # stored[:queued] is queued in the database: an amend's rewrite must find its record there
         for item in items:
             if item.kind == "amend":
                 self._index_records(info, records)
                 records = []
-                self.db.insert(stored[queued:], sent)
+                texts.update(self.db.insert(stored[queued:]))
                 queued = len(stored)
                 amend = self._amend(info, item.data)
                 if amend is not None:
@@ -240,8 +250,8 @@ class Store:
                 self._last_record[source_id] = data
             stored.append(data)
         self._index_records(info, records)
-        self.db.insert(stored[queued:], sent)
-        return stored
+        texts.update(self.db.insert(stored[queued:]))
+        return Stored(stored, texts)
 
     def _amend(self, info: SourceInfo, values: Dict[str, Any]) -> Optional[Dict[str, Any]]:
         """Apply one amend to the source's newest record; returns the amend as stored, None when it adds nothing."""
@@ -286,7 +296,8 @@ class Store:
                 self._last_seq - self._alerts_saved >= ALERT_SAVE_ITEMS and began >= self._alerts_next_save)):
             state = {**self._alert_state(), "seq": self._last_seq}
 
-        def done(written: bool) -> None:
+        def done(outcome: "Future[bool]") -> None:  # on the loop, once the batch is written or failed
+            written = outcome.result()
             if flush is not None:
                 self._columns.flushed(flush, written)
             if state is not None and written:
@@ -294,7 +305,7 @@ class Store:
                 now = time.monotonic()  # the cost: the snapshot, its JSON and the write
                 self._alerts_next_save = now + ALERT_SAVE_COST_SHARE * (now - began)
 
-        self.db.commit(checkpoints or {}, flush, state, done)
+        self.db.commit(checkpoints or {}, flush, state).add_done_callback(done)
 
     def save_alerts(self, snapshot: Callable[[], Dict[str, Any]]) -> None:
         """From now on save `snapshot()`, the alert rules' state (`AlertEngine.snapshot`), with the items it has seen,
