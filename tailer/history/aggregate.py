@@ -38,9 +38,16 @@ NONFINITE_MAX = 300  # non-finite values listed (the newest), as the page draws 
 T = TypeVar("T")
 
 
-#: the one thread folds and heatmaps run in: each holds copies of every point of a metric (1,024 ranks x 2,000
-#: steps: about 100 MB at its peak), and memory freed by many threads at once stays with the process
+#: the one thread the charts' maths runs in (folds, heatmaps, windows and smoothing: `in_query_thread`), never the
+#: event loop's: a fold holds copies of every point of a metric (1,024 ranks x 2,000 steps: about 100 MB at its
+#: peak), and memory freed by many threads at once stays with the process; one thread also keeps the loop's share of
+#: the GIL, and extends the series' EMA sums alone (`series`)
 _WORKER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mstail-fold")
+
+
+async def in_query_thread(function: Callable[..., T], *args: Any) -> T:
+    """`function(*args)` in the query thread, after the questions asked before it (in their order)."""
+    return await asyncio.get_running_loop().run_in_executor(_WORKER, function, *args)
 
 
 class Turns:

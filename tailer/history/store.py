@@ -8,7 +8,9 @@ share their steps and times, and are saved in the state file as raw arrays, so a
 instead of every record's JSON (`mstail.tailer.history.columns`).
 
 Threads: a Store is touched from the event loop only (the tailer's passes deliver there; the API routes are
-`async`), so it needs no lock (ARCHITECTURE.md, Threads).
+`async`), so it needs no lock (ARCHITECTURE.md, Threads). The charts' maths (windows, smoothing, folds, heatmaps)
+runs in the query thread (`aggregate.in_query_thread`) over the series and the number of points each held when the
+question was asked on the loop, so no query stalls the loop however long the history.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Se
 from mstail.parsers.record import KEY_ORDER, RESERVED, Item, finite_or_name, ordered
 
 from mstail.tailer.inputs.checkpoint import SourceCheckpoint
-from mstail.tailer.history.aggregate import AggregateCache, Turns, aggregate
+from mstail.tailer.history.aggregate import AggregateCache, Turns, aggregate, in_query_thread
 from mstail.tailer.history.columns import Columns, Frame, SeriesKey
 from mstail.tailer.history.db import StateDB
 from mstail.tailer.history.heatmap import heatmap
@@ -95,6 +97,12 @@ ALERT_SAVE_ITEMS = 10_000
 ALERT_SAVE_COST_SHARE = 100
 
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+#: how a series' x is told in consumed samples: ("consumed", the source's `consumed_samples`, its points) or
+#: ("batch", its `global_batch_size`, its points)
+Samples = Tuple[str, Series, int]
+#: one series asked for, as taken on the loop: (source, segment, series, the points it held, its samples or None)
+Asked = Tuple[str, int, Series, int, Optional[Samples]]
 
 
 def _float(value: Any) -> float:
@@ -530,21 +538,27 @@ class Store:
         """Per (source, segment) in [start, end]: exact points if there are at most `points`, else
         `points` min/max buckets, with wall times and, for `smooth` in (0, 1), the EMA (`series.window`). With
         `axis="samples"` it has `samples` (consumed samples at each x) when the source logs `consumed_samples`
-        or `global_batch_size`."""
+        or `global_batch_size`. Computed here, on the loop: the server's answers are `series_answer`'s."""
+        return _windows(self._asked(metric, sources, axis), start, end, points, smooth)
+
+    async def series_answer(self, metric: str, sources: Optional[Sequence[str]] = None, start: Optional[int] = None,
+                            end: Optional[int] = None, points: int = 2000, smooth: float = 0.0,
+                            axis: str = "step") -> Dict[str, Any]:
+        """`{"seq", "series"}`: the `series()` answer about the points the store holds now, at `seq`, computed in
+        the query thread (`in_query_thread`) while the loop goes on."""
+        seq, asked = self._last_seq, self._asked(metric, sources, axis)
+        return {"seq": seq, "series": await in_query_thread(_windows, asked, start, end, points, smooth)}
+
+    def _asked(self, metric: str, sources: Optional[Sequence[str]], axis: str) -> List[Asked]:
+        """The series of `metric` (of `sources`, default every one) with the points they hold now (`Asked`)."""
         out = []
         chosen = set(sources) if sources else None
         for key in self._metric_keys(metric):
             source, _, segment = key
-            if chosen is not None and source not in chosen:
-                continue
-            series = self._series[key]
-            entry = window(series, start, end, points, smooth)
-            if axis == "samples":
-                samples = self._samples_at(source, segment, entry["x"])
-                if samples is not None:
-                    entry["samples"] = samples
-            entry.update(source=source, segment=segment)
-            out.append(entry)
+            if chosen is None or source in chosen:
+                series = self._series[key]
+                samples = self._samples_of(source, segment) if axis == "samples" else None
+                out.append((source, segment, series, len(series), samples))
         return out
 
     async def aggregate(
@@ -569,12 +583,12 @@ class Store:
         # with the fold's copy, before the loop moves on
         latest = {source: finite_or_name(series.values[-1]) for source, series in chosen if series.values}
         fold = await self._folds.fold((metric, tuple(keys)), chosen)
-        summary = aggregate(fold, start, end, points, smooth)
+        summary = await in_query_thread(aggregate, fold, start, end, points, smooth)
         summary["latest"] = latest
         drawn = list(dict.fromkeys([*top, *summary["outliers"]]))
         return {"seq": fold.seq, "aggregate": summary,
-                "series": self.series(metric, sources=drawn, start=start, end=end, points=points, smooth=smooth)
-                if drawn else []}
+                "series": await in_query_thread(_windows, self._asked(metric, drawn, "step"), start, end, points,
+                                                smooth) if drawn else []}
 
     async def keep_folds_warm(self, stop: asyncio.Event) -> None:
         """Until `stop`: keep the fold the page asks first (every source of a metric that more than
@@ -663,21 +677,38 @@ class Store:
             self._by_metric, self._indexed = index, len(self._series)
         return self._by_metric.get(metric, [])
 
-    def _samples_at(self, source: str, segment: int, steps: List[int]) -> Optional[List[Optional[float]]]:
-        """Consumed samples at each step: the logged `consumed_samples` (the latest at or before the step),
-        else step × `global_batch_size`; None when the source logs neither."""
-        consumed = self._series.get((source, "consumed_samples", segment))
-        if consumed is not None and consumed.values:
-            out: List[Optional[float]] = []
-            for step in steps:
-                i = bisect_right(consumed.steps, step, 0, len(consumed)) - 1
-                out.append(finite_or_none(consumed.values[i]) if i >= 0 else None)
-            return out
-        batch = self._series.get((source, "global_batch_size", segment))
-        if batch is not None and batch.values:
-            out = []
-            for step in steps:
-                i = max(bisect_right(batch.steps, step, 0, len(batch)) - 1, 0)
-                out.append(finite_or_none(step * batch.values[i]))
-            return out
+    def _samples_of(self, source: str, segment: int) -> Optional[Samples]:
+        """How the source's x is told in consumed samples: the logged `consumed_samples`, else `global_batch_size`;
+        None when it logs neither."""
+        for how, metric in (("consumed", "consumed_samples"), ("batch", "global_batch_size")):
+            series = self._series.get((source, metric, segment))
+            if series is not None and series.values:
+                return how, series, len(series)
         return None
+
+
+def _windows(asked: List[Asked], start: Optional[int], end: Optional[int], points: int,
+             smooth: float) -> List[Dict[str, Any]]:
+    """`Store.series`'s answer about the series `asked` (`series.window` each, with `samples` where known)."""
+    out = []
+    for source, segment, series, n, samples in asked:
+        entry = window(series, start, end, points, smooth, n)
+        if samples is not None:
+            entry["samples"] = _samples_at(samples, entry["x"])
+        entry.update(source=source, segment=segment)
+        out.append(entry)
+    return out
+
+
+def _samples_at(samples: Samples, steps: List[int]) -> List[Optional[float]]:
+    """Consumed samples at each step: the logged `consumed_samples` (the latest at or before the step), else
+    step × `global_batch_size`."""
+    how, series, n = samples
+    out: List[Optional[float]] = []
+    for step in steps:
+        i = bisect_right(series.steps, step, 0, n) - 1
+        if how == "consumed":
+            out.append(finite_or_none(series.values[i]) if i >= 0 else None)
+        else:
+            out.append(finite_or_none(step * series.values[max(i, 0)]))
+    return out
