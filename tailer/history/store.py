@@ -538,7 +538,7 @@ class Store:
         """Per (source, segment) in [start, end]: exact points if there are at most `points`, else
         `points` min/max buckets, with wall times and, for `smooth` in (0, 1), the EMA (`series.window`). With
         `axis="samples"` it has `samples` (consumed samples at each x) when the source logs `consumed_samples`
-        or `global_batch_size`. Computed here, on the loop: the server's answers are `series_answer`'s."""
+        or `global_batch_size`. Computed here, in the caller's thread: the server's answers are `series_answer`'s."""
         return _windows(self._asked(metric, sources, axis), start, end, points, smooth)
 
     async def series_answer(self, metric: str, sources: Optional[Sequence[str]] = None, start: Optional[int] = None,
