@@ -184,7 +184,7 @@ class Store:
     def __init__(self, db: Optional[StateDB] = None) -> None:
         self.db = db if db is not None else StateDB(None)
         self._forget()
-        self._turns = Turns(lambda: self._last_seq)  # copies of series computed in the fold thread, one at a time
+        self._turns = Turns(lambda: self._last_seq)  # copies of series computed in the query thread, one at a time
         self._folds = AggregateCache(self._turns)  # across-source folds for `aggregate`
         self._heatmaps: Dict[Any, Tuple[int, Dict[str, Any]]] = {}  # the last heatmap answers, by question
         self._alert_state: Optional[Callable[[], Dict[str, Any]]] = None  # `save_alerts`
@@ -576,7 +576,8 @@ class Store:
         (`mstail.tailer.history.aggregate`) plus `latest` (source -> its newest value); `seq`, the newest seq the mean
         holds (its copy's); and, in `series`, the `series()`
         answer for `top` and the outliers, so one request brings the mean and the few sources drawn on top. The
-        fold of the series runs in a worker thread on a copy (`AggregateCache.fold`); the rest on the loop."""
+        fold (of a copy, `AggregateCache.fold`), the mean's window and the drawn series' run in the query thread; the
+        series are chosen, and their newest values taken, on the loop."""
         keys = self._keys_of(metric, sources, exclude)
         chosen = [(key[0], self._series[key]) for key in keys]
         # each source's newest value (its newest segment's), for tables that show one number per source; taken
@@ -596,7 +597,7 @@ class Store:
         catch-up, a restart), so a first visit then does not wait for cold folds (a fold of 1,024 ranks x 2,000
         steps: 0.1-0.3 s each, one after another). The store's seq is looked at every WARM_CHECK_S (one look costs
         nothing however many sources: the metrics are read only once it stood still); once nothing was stored for
-        a look, the metrics behind are folded one after another (each in its turn in the fold thread: a page's
+        a look, the metrics behind are folded one after another (each in its turn in the query thread: a page's
         requests meanwhile go before the next), within a budget of WARM_SHARE of a core over time and WARM_BURST_S
         at once (`FoldBudget`). A live run whose steps pause for a look is folded after each step, from the fold
         before (a copy of its new steps, `AggregateCache.fold`: bounded however long the run). A history that never
@@ -645,7 +646,7 @@ class Store:
     async def heatmap(self, metric: str, exclude: Sequence[str] = (), start: Optional[int] = None,
                       end: Optional[int] = None, columns: int = 120, rows: int = 32) -> Dict[str, Any]:
         """The metric across every source but `exclude` as a matrix of at most `rows` x `columns`
-        (`mstail.tailer.history.heatmap`), computed in a worker thread from a copy of the series taken here; the last
+        (`mstail.tailer.history.heatmap`), computed in the query thread from a copy of the series taken here; the last
         HEATMAPS_KEPT answers are given again while their series have not grown."""
         keys = self._keys_of(metric, None, exclude)
         chosen = [(key[0], self._series[key]) for key in keys]
