@@ -171,7 +171,7 @@ class _Prefix:
             self.inner = self._store[:, self._column:self._column + self.whole - keep]
             self.first, self.end = keep, self.whole
         else:
-            self.__init__(base)  # type: ignore[misc]
+            self.__init__(base)  # type: ignore[misc]  # started afresh in place
         self.buffer, self.base = buffer, base
         self.bytes = np.frombuffer(buffer, dtype=np.uint8)
         return self
@@ -259,12 +259,12 @@ class FrameScan:
         self._waiting = _Waiting()  # the frames starting in [lo, hi) whose bytes run past the buffer
         u8 = np.frombuffer(buffer, dtype=np.uint8)
         self._u8 = u8
-        self._lengths = np.ndarray((max(0, size - 7),), dtype="<u8", buffer=buffer, strides=(1,))
-        self._words = np.ndarray((max(0, size - 3),), dtype="<u4", buffer=buffer, strides=(1,))
+        self._lengths: np.ndarray = np.ndarray((max(0, size - 7),), dtype="<u8", buffer=buffer, strides=(1,))
+        self._words: np.ndarray = np.ndarray((max(0, size - 3),), dtype="<u4", buffer=buffer, strides=(1,))
         kept = previous is not None and previous.limit == limit and base >= previous.base
-        self.prefix = (previous.prefix if kept else _Prefix(base)).attach(buffer, base)  # type: ignore[union-attr]
+        self.prefix: _Prefix = (previous.prefix if kept else _Prefix(base)).attach(buffer, base)  # type: ignore[union-attr]  # kept: a previous
         if kept:
-            self._keep(previous, base - previous.base)  # type: ignore[arg-type]
+            self._keep(previous, base - previous.base)  # type: ignore[arg-type,union-attr]  # as above
 
     def _keep(self, previous: "FrameScan", moved: int) -> None:
         """Take over what `previous` classified (its offsets `moved` bytes later in this buffer); check the frames

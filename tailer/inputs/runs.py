@@ -29,16 +29,15 @@ import os
 import re
 import time
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
-from mstail.parsers import Format, SourceParser
-from mstail.parsers.interleave import InterleavedParser
+from mstail.parsers import Format
 
 from mstail.tailer.inputs.discovery import ROTATED, visible, within
 from mstail.tailer.inputs.frames import event_file_kind
-from mstail.tailer.inputs.lines import LineSplitter
+from mstail.tailer.inputs.kind import InputSpec, items_of
+from mstail.tailer.inputs.textlog import TEXT
 
 log = logging.getLogger("mstail.runs")
 
@@ -141,15 +140,16 @@ def _text_log(name: str) -> bool:
 
 def recognised(head: bytes, formats: Sequence[Format], forced: Optional[Format] = None) -> Optional[bool]:
     """Whether the first bytes of a text log make a record with `formats` (`forced`: that one only), read as the
-    sidecar reads them (`LineSplitter`, `InterleavedParser`); binary data (a NUL in the first 8 KiB) never does;
+    sidecar reads them (the text kind's splitter and parser); binary data (a NUL in the first 8 KiB) never does;
     None for mstail's own output (no run's log, and no log to say is unrecognised either)."""
     if _MSTAIL_OUTPUT.match(head.lstrip()):
         return None
     if b"\x00" in head[:8192]:
         return False
-    parser = InterleavedParser(partial(SourceParser, formats, forced=forced))
-    for line in LineSplitter().feed(head):
-        if any(item.kind == "record" for item in parser.feed(line.text, line.number, 0.0)):  # type: ignore[union-attr]
+    spec = InputSpec(Path(), formats=formats, forced=forced)
+    parser = TEXT.parser(spec)
+    for line in TEXT.splitter(spec).feed(head):
+        if any(item.kind == "record" for item in items_of(parser, line, 0.0)):
             return True
     return any(item.kind == "record" for item in parser.flush(0.0, force=True))
 

@@ -24,19 +24,6 @@ ProcId = Tuple[int, int]
 Identity = Tuple[int, int]  # a file: (device, inode)
 
 
-def held_for_writing(identity: Identity, proc: str = PROC) -> Optional[bool]:
-    """True when a process on this machine has the file `identity` (device, inode) open for writing; False when
-    none has and every process could be looked at; None when some could not (another user's, no /proc), so a
-    writer may be out of sight. Costs one `stat` per open file descriptor on the machine: ask rarely."""
-    return writers_of({identity}, proc)[identity]
-
-
-def writers_of(identities: Set[Identity], proc: str = PROC) -> Dict[Identity, Optional[bool]]:
-    """`held_for_writing` for many files with one look at /proc (1,024 ranks cost what one does)."""
-    holders, blind = holders_of(identities, proc)
-    return {identity: True if holders[identity] else None if blind else False for identity in identities}
-
-
 def holders_of(identities: Set[Identity], proc: str = PROC) -> Tuple[Dict[Identity, FrozenSet[ProcId]], bool]:
     """The processes holding each file open for writing, with one look at /proc; and whether some process could
     not be looked at (blind: a writer may be out of sight; everything is blind without /proc)."""

@@ -4,7 +4,7 @@ What a file holds when mstail reaches it (a run that has been logging for days) 
 busy for tens of seconds, one 64 KiB round at a time, beside the live files. When a file that is catching up still
 has at least BULK_MIN_BYTES to read, the tailer forks: the child continues with copies of that file's follower and
 parser, exactly where the parent's stopped (a pass end where the parser held nothing: a resume point), reads up to
-the size the file had then in blocks of BULK_BLOCK_BYTES through the same fast path (`parsers.blocks.feed_block`)
+the size the file had then in blocks of BULK_BLOCK_BYTES through the same `items_of` (`inputs.kind`) as a pass
 and sends, block by block, the items it got and a `SourceCheckpoint` where its parser held nothing after the block
 (written to the pipe by a thread of its own, `_Sender`, so that it parses on while the parent takes none).
 The parent stores each batch as a pass's items and commits it with that checkpoint (or, inside a multi-line event,
@@ -36,12 +36,9 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from mstail.parsers import Item
 from mstail.parsers.amends import fold_amends
-from mstail.parsers.blocks import feed_block
-from mstail.parsers.interleave import InterleavedParser
 
 from mstail.tailer.inputs.checkpoint import SourceCheckpoint
-from mstail.tailer.inputs.follower import FileFollower
-from mstail.tailer.inputs.lines import Block
+from mstail.tailer.inputs.kind import Follower, InputKind, Parser, items_of
 from mstail.tailer.history.store import prepare
 from mstail.tailer.offline.parallel import _usable_cpus, _worker_init  # `mstail parse`'s: a forked helper's set-up
 
@@ -98,12 +95,11 @@ class Batch:
         self.items = list(map(Item._make, pairs))
 
 
-def eligible(follower: Any, parser: Any) -> bool:
-    """Whether a source's follower and parser can go to a child: a plain log file open (older files it still drains
-    are read first, as a pass does), a line parser without launcher-tagged parts (a new part needs a source on the
-    parent's side), holding nothing (its state is a resume point)."""
-    return (type(follower) is FileFollower and follower.current is not None and isinstance(parser, InterleavedParser)
-            and not parser.parts and not parser.holding)
+def eligible(kind: InputKind, follower: Follower, parser: Parser) -> bool:
+    """Whether a source's follower and parser can go to a child: a kind whose history may (`InputKind.bulk`, a plain
+    file of lines) with a file open (older files it still drains are read first, as a pass does), no launcher-tagged
+    parts (a new part needs a source on the parent's side), holding nothing (its state is a resume point)."""
+    return kind.bulk and follower.current is not None and not parser.parts and not parser.holding
 
 
 def children_allowed() -> int:
@@ -111,7 +107,7 @@ def children_allowed() -> int:
     return max(1, _usable_cpus() - 1)
 
 
-def left_to_read(follower: FileFollower) -> int:
+def left_to_read(follower: Follower) -> int:
     """Bytes of the current file not read yet (0 when it cannot be told)."""
     current = follower.current
     try:
@@ -130,7 +126,7 @@ class CatchUp:
         now: the read time of the history's lines (the time a line without a timestamp is given), as for a pass.
     """
 
-    def __init__(self, follower: FileFollower, parser: InterleavedParser, checkpoint: SourceCheckpoint,
+    def __init__(self, follower: Follower, parser: Parser, checkpoint: SourceCheckpoint,
                  now: float) -> None:
         self.start = checkpoint
         self.emitted = checkpoint.emitted_at  # the items the source has emitted, those delivered from here included
@@ -139,7 +135,7 @@ class CatchUp:
         self.done = False  # the child's pipe is closed: nothing more comes
         self.stalled = False  # stopped after STALL_S without a batch
         self._heard = time.monotonic()  # when the child last sent a batch (or started)
-        end = follower.current.pos + left_to_read(follower)  # type: ignore[union-attr]  # the size seen now
+        end = follower.current.pos + left_to_read(follower)  # the size seen now
         context = multiprocessing.get_context("fork")
         self._conn, child_end = context.Pipe(duplex=False)
         _widen(child_end)
@@ -204,7 +200,7 @@ def _widen(conn: Connection) -> None:
         fcntl.fcntl(conn.fileno(), _F_SETPIPE_SZ, PIPE_BYTES)
 
 
-def _child(follower: FileFollower, parser: InterleavedParser, end: int, conn: Connection, now: float,
+def _child(follower: Follower, parser: Parser, end: int, conn: Connection, now: float,
            parent: int) -> None:
     """The child's work: parse from the resume point to `end` (the size seen at the fork), a batch per block."""
     status, sender = 0, None  # the exit status: 1 when something failed
@@ -212,26 +208,20 @@ def _child(follower: FileFollower, parser: InterleavedParser, end: int, conn: Co
         _as_a_child(parent)
         sender = _Sender(conn)
         current = follower.current
-        while follower.current is current and current.pos < end:  # type: ignore[union-attr]
+        while follower.current is current and current.pos < end:
             failures: List[Tuple[int, str]] = []
 
             def failed(number: int, exc: Exception) -> None:
                 failures.append((number, f"{type(exc).__name__}: {exc}"))
 
             items: List[Item] = []
-            budget = min(BULK_BLOCK_BYTES, end - current.pos)  # type: ignore[union-attr]
+            budget = min(BULK_BLOCK_BYTES, end - current.pos)
             before = follower.counters["bytes"]
-            lines = follower.read(budget, now, blocks=True)
+            pieces = follower.read(budget, now, blocks=True)
             if follower.counters["bytes"] == before:
                 break  # the file changed under it (truncated, replaced): the parent's passes take it from here
-            for line in lines:
-                if isinstance(line, Block):
-                    items += feed_block(parser, line.data, line.number, now, line.decode, line.start, failed)
-                    continue
-                try:
-                    items += parser.feed(line.text, line.number, now)
-                except Exception as exc:  # noqa: BLE001 - as the pass does: the line is skipped, said by the parent
-                    failed(line.number, exc)
+            for piece in pieces:
+                items += items_of(parser, piece, now, failed)  # a line that fails is skipped, said by the parent
             items += parser.flush(now)
             if parser.parts:
                 break  # a launcher tag: the parent reads on from the last resume point, with sources for the parts

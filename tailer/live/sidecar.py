@@ -26,11 +26,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Set, Tuple
 
-from mstail.parsers import Format, Item, SourceParser, format_table
+from mstail.parsers import Format, Item, format_table
 from mstail.parsers.amends import fold_amends
-from mstail.parsers.blocks import feed_block
-from mstail.parsers.eventfile import EventFileParser
-from mstail.parsers.interleave import MAX_PARTS, InterleavedParser
+from mstail.parsers.interleave import MAX_PARTS
 from mstail.parsers.record import PART_KEY
 
 from mstail.tailer.alerts.engine import DEFAULT_RULES, AlertEngine
@@ -39,11 +37,9 @@ from mstail.tailer.inputs.checkpoint import SourceCheckpoint
 from mstail.tailer.config import Config
 from mstail.tailer.inputs.discovery import (PatternFilter, SourceNamer, WatchRoots, expand, glob_free_prefix, has_glob, nearest_file,
                         nearest_path, visible)
-from mstail.tailer.inputs.eventfollow import EventFilesFollower
 from mstail.tailer.inputs.frames import event_source
-from mstail.tailer.inputs.follower import FileFollower
+from mstail.tailer.inputs.kind import KINDS, Follower, InputKind, InputSpec, Parser, items_of
 from mstail.tailer.live.hub import Hub, ItemsMessage, SourceMessage
-from mstail.tailer.inputs.lines import Block
 from mstail.tailer.inputs.netfs import MOUNTINFO, existing_ancestor, network_fs, parse_mountinfo
 from mstail.tailer.notices import Notices, no_format_hint
 from mstail.tailer.live.planner import QUIET_S, Pacer, Plan, Planner
@@ -108,8 +104,10 @@ ALERT_TICK_MAX_S = 1.0
 @dataclass(eq=False)  # identity, not field equality: the planner keeps sources in sets
 class _Source:
     id: str
-    follower: FileFollower
-    parser: InterleavedParser  # one SourceParser per launcher tag (`[rank3]:`), mostly just one
+    kind: InputKind  # text, jsonl or events (`mstail.tailer.inputs.kind.KINDS`)
+    spec: InputSpec  # what its follower and parser are made from (again after a catch-up child: `_hand_over`)
+    follower: Follower
+    parser: Parser  # a text source's: one SourceParser per launcher tag (`[rank3]:`), mostly just one
     #: the newest resume point, taken when the parser held nothing; None until the first. Persisted with the
     #: items of the same pass.
     snapshot: Optional[SourceCheckpoint] = None
@@ -126,7 +124,7 @@ class _Source:
     #: the number of the first line after the catch-up in the file being read then: a record held over the
     #: catch-up (waiting for its TimeMonitor line) and emitted later is history all the same
     live_from_line: Optional[int] = None
-    writer_seen: Optional[Tuple[float, Optional[bool]]] = None  # (monotonic time, held_for_writing) last asked
+    writer_seen: Optional[Tuple[float, Optional[bool]]] = None  # (monotonic time, held for writing: None if unseen) last asked
     writer_file: Optional[Tuple[int, int]] = None  # the file (identity) `writer_seen` and `holders` are of
     holders: FrozenSet[ProcId] = frozenset()  # the processes the last look saw holding it open for writing
     #: its writers were seen to leave (all exited, none took over): the wall time of that, or of the newest data read
@@ -255,16 +253,13 @@ class Tailer:
                      in zip(fresh.items(), self._namer.names([path for path, _ in fresh.values()], followed))]
         named += self._new_run_files(set(fresh), event_files)
         for key, path, forced, source_id, run in named:
-            kind = self._event_kinds.get(key)
-            source = _Source(
-                id=source_id,
-                follower=FileFollower(path, self.config.max_line_bytes) if kind is None else
-                EventFilesFollower(path, self.config.max_line_bytes, folder=bool(kind)),
-                parser=InterleavedParser(partial(SourceParser, self.formats, forced=forced, grace_s=self.config.grace_s,
-                                                 source=source_id),  # named in a slow user regex's warning
-                                         self.config.derived) if kind is None else
-                EventFileParser(kind or None, self.config.derived),  # type: ignore[arg-type]
-            )
+            variant = self._event_kinds.get(key)
+            kind = KINDS["events" if variant is not None else "jsonl" if forced is not None and forced is self._jsonl
+                         else "text"]
+            spec = InputSpec(path, source=source_id, formats=self.formats, forced=forced, derived=self.config.derived,
+                             max_line_bytes=self.config.max_line_bytes, grace_s=self.config.grace_s,
+                             variant=variant or "")
+            source = _Source(id=source_id, kind=kind, spec=spec, follower=kind.follower(spec), parser=kind.parser(spec))
             source.said_format = forced.name if forced is not None else None
             source.run = run
             source.follower.confine = self._confine.pop(key, None)
@@ -311,7 +306,8 @@ class Tailer:
             log.warning("no run found below %s yet (%s); waiting for one to appear", root, NOTHING_YET)
         return new
 
-    def _event_sources(self, found: List[Tuple[Path, Optional[Format]]]):  # type: ignore[no-untyped-def]
+    def _event_sources(self, found: List[Tuple[Path, Optional[Format]]],
+                       ) -> Tuple[List[Tuple[Path, Optional[Format]]], List[Tuple[Path, Path]]]:
         """`found` with each event file named as such replaced by its folder (one source per folder of event files,
         `eventfollow`), and the (event file, folder key) pairs; the kinds learnt go to `_event_kinds` (key -> kind
         its names say, "" for a file known by its content)."""
@@ -501,19 +497,13 @@ class Tailer:
                 its = items[source]
                 before, had = source.follower.counters["bytes"], len(its)
                 try:
-                    lines = source.follower.read(allowance, now, blocks=catching_up)
+                    pieces = source.follower.read(allowance, now, blocks=catching_up)
                 except Exception as exc:  # noqa: BLE001 - one file's trouble must not stop the others
                     self._source_failed(source, exc)
                     continue
-                for line in lines:
-                    if isinstance(line, Block):
-                        its += feed_block(source.parser, line.data, line.number, now, line.decode,
-                                          line.start, partial(self._line_failed, source))
-                        continue
-                    try:
-                        its += source.parser.feed(line.text, line.number, now)
-                    except Exception as exc:  # noqa: BLE001 - a line the parser cannot take is skipped, not fatal
-                        self._line_failed(source, line.number, exc)
+                failed = partial(self._line_failed, source)
+                for piece in pieces:
+                    its += items_of(source.parser, piece, now, failed)
                 parsed += len(its) - had
                 got = source.follower.counters["bytes"] - before
                 if got < allowance and not source.caught_up:
@@ -577,7 +567,7 @@ class Tailer:
             self.notices.say((source.id, "catch-up"), f"{source.follower.path}: the process reading its history ended "
                              f"early ({catch_up.failed}); reading on from where it got to", logging.WARNING)
         follower = source.follower
-        source.follower = FileFollower(follower.path, self.config.max_line_bytes)
+        source.follower = source.kind.follower(source.spec)
         follower.close()
         self._restore(source, catch_up.hand_over())
 
@@ -585,7 +575,7 @@ class Tailer:
         """Hand a source's history to a child process (`tailer.catchup`) when it still has BULK_MIN_BYTES to read
         and fewer children than spare CPUs run; called at the end of its pass, at a resume point."""
         if (source.caught_up or source.catch_up is not None or source.no_child or source.skip or source.snapshot is None
-                or not eligible(source.follower, source.parser) or left_to_read(source.follower) < BULK_MIN_BYTES):
+                or not eligible(source.kind, source.follower, source.parser) or left_to_read(source.follower) < BULK_MIN_BYTES):
             return
         if self._children >= children_allowed():
             return

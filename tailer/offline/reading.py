@@ -1,8 +1,9 @@
 """Which files make one source, and the lines and items of such a chain, read as the sidecar reads them.
 
 A rotated chain (`info.log.5` ... `info.log.1`, `info.log`) is read oldest first as one source, whether the
-backups were named on the command line or not. Lines are split by the same `LineSplitter` and fed to the same
-`InterleavedParser` as when following, so a finished log parses to the records a live run showed.
+backups were named on the command line or not. Its pieces are split and parsed by its input kind's own halves
+(`mstail.tailer.inputs.kind`: the splitter its follower uses, the same parser, `items_of`), so a finished log
+parses to the records a live run showed.
 """
 
 from __future__ import annotations
@@ -12,21 +13,18 @@ import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
-from mstail.parsers import Format, Item, SourceParser
+from mstail.parsers import Format, Item
 from mstail.parsers.amends import Settler
-from mstail.parsers.blocks import feed_block
 from mstail.parsers.derived import Derived
 from mstail.parsers.engine import without_read_time
-from mstail.parsers.eventfile import EventFileParser
-from mstail.parsers.interleave import InterleavedParser
 from mstail.parsers.record import ESTIMATED, PART_KEY, dumps_owned, ordered
 
 from mstail.tailer.inputs.discovery import ROTATED, SourceNamer, expand, has_glob, rotated_backups, within
-from mstail.tailer.inputs.frames import FrameSplitter, event_files_in, event_source
+from mstail.tailer.inputs.frames import event_files_in, event_source
+from mstail.tailer.inputs.kind import KINDS, InputSpec, Parser, Piece, items_of
 from mstail.tailer.inputs.runs import NOTHING_YET, RunFinder
-from mstail.tailer.inputs.lines import Block, Line, LineSplitter
 
 READ_CHUNK = 1 << 20
 #: JSONL rows joined into one write: a write per row cost about 0.5 us of a row's 4 (a text stream's call and encoding).
@@ -43,6 +41,11 @@ class Chain:
     text: bool = True
     #: event files (`frames.is_event_file`), read frame by frame: the kind their names say ("": by content)
     events: Optional[str] = None
+
+    @property
+    def kind(self) -> str:
+        """Its input kind's name (`KINDS`)."""
+        return "events" if self.events is not None else "text" if self.text else "jsonl"
 
 
 class InputError(Exception):
@@ -129,12 +132,13 @@ def chains(inputs: Sequence[str], formats: Sequence[Format] = (), forced: Option
 
 
 def chain_lines(
-    chain: Chain, progress=None, blocks: bool = False  # type: ignore[no-untyped-def]
-) -> Iterator[Tuple[Path, Union[Line, Block]]]:
-    """The lines of one chain in order, split exactly as when following; `progress(n_bytes)` as bytes are read.
-    With `blocks` (default False), runs of whole lines come as `Block`s (`LineSplitter.feed`)."""
+    chain: Chain, progress: Optional[Callable[[int], object]] = None, blocks: bool = False
+) -> Iterator[Tuple[Path, Piece]]:
+    """The pieces (lines, frames) of one chain in order, split exactly as when following; `progress(n_bytes)` as bytes
+    are read. With `blocks` (default False), runs of whole lines come as `Block`s (`LineSplitter.feed`)."""
+    kind = KINDS[chain.kind]
     for path in chain.files:
-        splitter = LineSplitter() if chain.events is None else FrameSplitter()
+        splitter = kind.splitter(InputSpec(path))
         with open(path, "rb") as handle:
             while True:
                 data = handle.read(READ_CHUNK)
@@ -150,25 +154,18 @@ def chain_lines(
 
 
 def parse_chain(
-    chain: Chain, parser: InterleavedParser, progress=None, now: Optional[float] = None  # type: ignore[no-untyped-def]
+    chain: Chain, parser: Parser, progress: Optional[Callable[[int], object]] = None, now: Optional[float] = None
 ) -> Iterator[Item]:
-    """Records and events of one chain in order: its lines fed to `parser` (blocks of them through `feed_block`, as
-    the sidecar's catch-up feeds them), then everything still held (a finished log has no later line to wait for);
+    """Records and events of one chain in order: its pieces fed to `parser` (`items_of`: blocks of lines through the
+    fast path, as the sidecar's catch-up feeds them), then everything still held (a finished log has no later line to wait for);
     each amend joined to its record (a `Settler`), as the sidecar's history ends up. `now`: the read time lines
     without a timestamp get (default: the time now)."""
     now = time.time() if now is None else now
     settler = Settler()
     for _path, piece in chain_lines(chain, progress, blocks=True):
-        yield from settler.push(feed(parser, piece, now))
+        yield from settler.push(items_of(parser, piece, now))
     yield from settler.push(parser.flush(now, force=True))
     yield from settler.finish()
-
-
-def feed(parser: InterleavedParser, piece: Union[Line, Block], now: float) -> List[Item]:
-    """The items of a line, or of a block of lines (`feed_block`)."""
-    if isinstance(piece, Block):
-        return feed_block(parser, piece.data, piece.number, now, piece.decode, piece.start)
-    return parser.feed(piece.text, piece.number, now)
 
 
 @dataclass
@@ -210,14 +207,12 @@ def add_part(summary: Summary, group: Chain, part: _Part) -> None:
         summary.unrecognised[group.source] = (group.files[-1], part.unmatched)
 
 
-def new_parser(formats: Sequence[Format], forced: Optional[Format], derived: Optional[Derived] = None,
-               chain: Optional[Chain] = None) -> Union[InterleavedParser, EventFileParser]:
-    """A parser for `chain`: its event files' frames, or its lines (`forced`, `--format`, applies to text logs only;
-    default: to any)."""
-    if chain is not None and chain.events is not None:
-        return EventFileParser(chain.events or None, derived)
-    forced = forced if chain is None or chain.text else None
-    return InterleavedParser(lambda: SourceParser(formats, forced=forced), derived)
+def new_parser(chain: Chain, formats: Sequence[Format], forced: Optional[Format], derived: Optional[Derived] = None,
+               ) -> Parser:
+    """A parser for `chain`, by its input kind (`forced`, `--format`, applies to text logs only)."""
+    spec = InputSpec(chain.files[-1], formats=formats, forced=forced if chain.text else None, derived=derived,
+                     variant=chain.events or "")
+    return KINDS[chain.kind].parser(spec)
 
 
 def parse_group(
@@ -227,7 +222,7 @@ def parse_group(
 ) -> _Part:
     """Parse one chain: JSONL lines go to `write`, CSV rows are appended to `rows`; `derived` series are added to
     the records (default none)."""
-    parser = new_parser(formats, forced, derived, group)
+    parser = new_parser(group, formats, forced, derived)
     part = _Part()
     write_items(parse_chain(group, parser, progress=progress, now=now), group.source, part, to, write, rows, with_events)
     part.format = parser.format.name if parser.format else "none"

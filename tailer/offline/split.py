@@ -26,11 +26,11 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set,
 from mstail.parsers import Format, Item
 from mstail.parsers.amends import Settler
 from mstail.parsers.derived import Derived
-from mstail.parsers.interleave import InterleavedParser
 
 from mstail.tailer.inputs.lines import LineSplitter
 from mstail.tailer.offline.output import byte_writer
-from mstail.tailer.offline.reading import READ_CHUNK, Chain, _Part, feed, new_parser, write_items
+from mstail.tailer.inputs.kind import Parser, items_of
+from mstail.tailer.offline.reading import READ_CHUNK, Chain, _Part, new_parser, write_items
 
 #: A file smaller than this is parsed by one process: a piece must be big enough to pay for its seam.
 SPLIT_MIN_BYTES = 16 << 20
@@ -98,7 +98,7 @@ def pieces(chain: Chain, size: int, count: int) -> List[Piece]:
     return [Piece(chain, i, len(starts), start, end) for i, (start, end) in enumerate(zip(starts, ends))]
 
 
-def comparable(parser: InterleavedParser, drop: Sequence[str] = ()) -> Optional[str]:
+def comparable(parser: Parser, drop: Sequence[str] = ()) -> Optional[str]:
     """The parser's state as two parsers must share it for the same lines to give them the same items, or None when
     that cannot be told (launcher-tagged parts). Left out: the counts and the run segment (they add up), the
     segment of the last record, the steps of event kinds no rule of the format takes (`same_step_as`) and of those
@@ -130,7 +130,7 @@ def _follow(following: Following, items: List[Item], taking: Dict[str, str]) -> 
         if kind != "event":
             continue
         for probe, unknown in following:
-            if taking.get(data.get("kind")) in unknown:
+            if taking.get(data.get("kind")) in unknown:  # type: ignore[arg-type,operator]  # an event has a kind
                 probe.valid = False
             unknown.discard(data.get("kind"))
     return [(probe, unknown) for probe, unknown in following if probe.valid and unknown]
@@ -147,7 +147,7 @@ def parse_piece(
 ) -> PieceResult:
     """Parse one piece (see the module docstring); the next piece's places are read from, and this piece's written
     to, files in `folder`."""
-    parser = new_parser(formats, forced, derived, piece.chain)
+    parser = new_parser(piece.chain, formats, forced, derived)
     # Amends joined to their records as in one process. At a seam both pieces' settlers hold the same open record
     # (their parsers agree on the last record), so this piece drops what it holds there and the next one writes it.
     settler = Settler()
@@ -173,9 +173,9 @@ def parse_piece(
                         progress(len(data))
                     items: List[Item] = []
                     for line in splitter.feed(data, blocks=True):
-                        items += feed(parser, line, now)
+                        items += items_of(parser, line, now)
                     if following:
-                        following = _follow(following, items, takers(parser.main.format))  # type: ignore[arg-type]
+                        following = _follow(following, items, takers(parser.main.format))
                     write_items(settler.push(items), piece.chain.source, part, to, write, rows, with_events)
                     yield True
 
@@ -196,7 +196,7 @@ def parse_piece(
                         if state is not None:
                             fmt = parser.main.format
                             known = parser.main.state.event_steps
-                            missing = sorted(set(takers(fmt).values()) - set(known))  # type: ignore[arg-type]
+                            missing = sorted(set(takers(fmt).values()) - set(known))
                             probe = Probe(splitter.offset, state, parser.main.state.segment, part.written, part.records,
                                           part.events, parser.counts["unmatched_metric_lines"], missing)
                             result.probes.append(probe)
@@ -209,7 +209,7 @@ def parse_piece(
                     publish()
             if piece.end is None:
                 if splitter.pending_bytes:  # a finished log may end without a newline
-                    write_items(settler.push([i for line in splitter.feed(b"\n") for i in feed(parser, line, now)]),
+                    write_items(settler.push([i for line in splitter.feed(b"\n") for i in items_of(parser, line, now)]),
                                 piece.chain.source, part, to, write, rows, with_events)
                 write_items(settler.push(parser.flush(now, force=True)) + settler.finish(), piece.chain.source, part, to,
                             write, rows, with_events)
@@ -221,7 +221,7 @@ def parse_piece(
     return result
 
 
-def _seam(piece: Piece, parser: InterleavedParser, splitter: LineSplitter, take: Callable[..., Iterator[bool]],
+def _seam(piece: Piece, parser: Parser, splitter: LineSplitter, take: Callable[..., Iterator[bool]],
           folder: str) -> Optional[List[int]]:
     """Read on into the next piece up to the first of its places where this parser is in the state the next one was."""
     probes = _wait_for(_probes_path(folder, Piece(piece.chain, piece.index + 1, piece.count, 0, None)))

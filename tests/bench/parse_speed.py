@@ -73,7 +73,8 @@ sys.path.insert(0, str(ROOT))
 
 from mstail.tailer.inputs.discovery import SourceNamer  # noqa: E402
 from mstail.tailer.inputs.lines import LineSplitter  # noqa: E402
-from mstail.tailer.offline.reading import READ_CHUNK, Chain, chain_lines, feed, new_parser, parse_chain  # noqa: E402
+from mstail.tailer.inputs.kind import items_of as feed  # noqa: E402
+from mstail.tailer.offline.reading import READ_CHUNK, Chain, chain_lines, new_parser, parse_chain  # noqa: E402
 
 GOAL_VS_BASELINE = 4.0  # mstail at least this many times faster than the competent loop
 GOAL_VS_FLOOR = 10.0  # mstail at most this many times the floor's time
@@ -534,7 +535,7 @@ def stages(path: Path, rounds: int) -> None:
             pass
 
     def literal_search() -> None:  # the lines before the format is known are fed: it is needed for the search
-        parser = new_parser(formats, None, derived, chain)
+        parser = new_parser(chain, formats, None, derived)
         for _, piece in chain_lines(chain, blocks=True):
             if parser.main.format is None or not isinstance(piece, Block):
                 feed(parser, piece, 0.0)
@@ -542,17 +543,17 @@ def stages(path: Path, rounds: int) -> None:
                 finder_for(parser.main.format).starts(piece.data)  # type: ignore[union-attr]
 
     def matching() -> None:  # the main parser's own items: no derived series
-        parser = new_parser(formats, None, derived, chain)
+        parser = new_parser(chain, formats, None, derived)
         for _, piece in chain_lines(chain, blocks=True):
             feed(parser.main, piece, 0.0)  # type: ignore[arg-type, union-attr]
 
     def derived_series() -> None:
-        parser = new_parser(formats, None, derived, chain)
+        parser = new_parser(chain, formats, None, derived)
         for _, piece in chain_lines(chain, blocks=True):
             feed(parser, piece, 0.0)  # type: ignore[arg-type]
 
     def settling() -> None:
-        for _ in parse_chain(chain, new_parser(formats, None, derived, chain), now=0.0):  # type: ignore[arg-type]
+        for _ in parse_chain(chain, new_parser(chain, formats, None, derived), now=0.0):  # type: ignore[arg-type]
             pass
 
     def rows_and_json() -> None:  # all of `mstail parse --jobs 1` but its start-up
@@ -661,7 +662,7 @@ def timeline(paths: Sequence[Path], folder: Path, rounds: int) -> None:
         if spans:
             both = max(0.0, min(last for _, last in spans.values()) - max(first for first, _ in spans.values()))
             cpu = sum(max(c for _, p, c, _ in events if p == pid) for pid in spans)
-            print(f"  workers from {min(f for f, _ in spans.values()):.3f} to {max(l for _, l in spans.values()):.3f} s "
+            print(f"  workers from {min(f for f, _ in spans.values()):.3f} to {max(end for _, end in spans.values()):.3f} s "
                   f"(cpu {cpu:.3f} s); all of them at once for {both:.3f} s of {ended:.3f} s")
 
 

@@ -20,7 +20,7 @@ from tests.parsers.support import FORMATS, READ_TIME, ROOT
 from tests.tailer.test_offline_chains import LOGS, mixed_log, whole_file_lines
 
 sys.path.insert(0, str(ROOT / "tests" / "bench"))
-import parse_speed  # noqa: E402  - the bench's generator of realistic MindFormers logs
+import parse_speed  # the bench's generator of realistic MindFormers logs
 
 
 @pytest.fixture(autouse=True)
@@ -129,10 +129,10 @@ def test_a_file_whose_seams_never_agree_is_parsed_whole(derived: Optional[Derive
 def one_by_one(path: Path, events: bool) -> str:
     """The JSONL of feeding every line of a file to one parser, one by one (no block fast path, no pieces), amends
     joined to their records, written as `mstail parse` writes rows."""
-    parser = reading.new_parser(FORMATS, None)
+    (chain,) = reading.chains([str(path)])
+    parser = reading.new_parser(chain, FORMATS, None)
     fed = [item for text, number in whole_file_lines(path) for item in parser.feed(text, number, READ_TIME)]
     rows: List[str] = []
-    (chain,) = reading.chains([str(path)])
     reading.write_items(settled(fed + parser.flush(READ_TIME, force=True)), chain.source, reading._Part(), "jsonl",
                         rows.append, [], events)
     return "".join(rows)

@@ -4,7 +4,7 @@
 // sources.js (header strip), alerts.js (alerts), heatmap.js (step-time heatmap), this file (boot, toolbar,
 // chart grid, render loop, zoom, detail panel).
 
-import { GROUPS, getJSON, nameMatcher, natural } from "./util.js";
+import { GROUPS, RESERVED, getJSON, nameMatcher, natural } from "./util.js";
 import { readURL, state, tracked, view, writeURL } from "./state.js";
 import { ChartView, EVENT_KINDS, EVENT_STYLE, MAX_MARKERS, legendGlyph } from "./chart.js";
 import { connect, noteEvent, setConnection, setupStream } from "./stream.js";
@@ -349,13 +349,17 @@ async function reloadAll() {
 }
 
 // ---- detail panel (event text, tracebacks) -----------------------------------------------------------------
+// The reserved keys the panel lists below the message; the title shows the others that matter (kind, source, step,
+// time), and seq and segment are the stream's bookkeeping.
+const DETAIL_RESERVED = new Set(["epoch", "line", "estimated"]);
+
 function showDetail(item) {
   page.detailItem = item;
   const panel = document.getElementById("detail");
   const when = typeof item.time === "number" ? ` · ${new Date(item.time * 1000).toLocaleString()}` : "";
   const step = typeof item.step === "number" ? ` · step ${item.step}` : "";
   document.getElementById("detail-title").textContent = `${item.kind} · ${item.source}${step}${when}`;
-  const extra = Object.entries(item).filter(([k]) => !["seq", "source", "kind", "time", "step", "message", "segment"].includes(k))
+  const extra = Object.entries(item).filter(([k]) => !RESERVED.has(k) || DETAIL_RESERVED.has(k))
     .map(([k, v]) => `${k}: ${typeof v === "object" ? JSON.stringify(v) : String(v)}`);
   document.getElementById("detail-text").textContent = [String(item.message || ""), ...extra].filter(Boolean).join("\n");
   panel.hidden = false;
