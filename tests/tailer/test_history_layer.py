@@ -28,15 +28,11 @@ def _imports() -> Dict[str, Set[str]]:
     return out
 
 
-def test_the_history_imports_only_the_parsers_the_checkpoint_and_itself() -> None:
+def test_the_history_imports_only_the_parsers_the_checkpoint_and_itself_and_its_file_never_the_store() -> None:
     imports = _imports()
     assert {"store.py", "db.py", "columns.py"} <= set(imports)
     outside = {name: sorted(m for m in found if not any(m == a or m.startswith(a + ".") for a in ALLOWED))
                for name, found in imports.items()}
     assert {name: found for name, found in outside.items() if found} == {}
-
-
-def test_calls_go_one_way_from_the_store_to_its_file() -> None:
-    imports = _imports()
     assert "mstail.tailer.history.db" in imports["store.py"]
     assert "mstail.tailer.history.store" not in imports["db.py"]

@@ -9,6 +9,7 @@ from typing import List
 
 import pytest
 
+from mstail.parsers.record import json_bytes
 from mstail.tailer.live.hub import Hub, ItemsMessage, SourceMessage
 from mstail.web import sse
 from mstail.web.sse import _encoded_batch, _source_frames, encode_items
@@ -19,24 +20,22 @@ def _batch(first: int) -> List[dict]:
             {"seq": first + 1, "source": "a", "step": first, "kind": "warning", "message": "m"}]
 
 
-def test_hub_messages_carry_only_their_data() -> None:
+def test_a_batch_is_encoded_once_for_every_stream_and_its_message_carries_only_data(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     assert [f.name for f in dataclasses.fields(ItemsMessage)] == ["items", "texts"]
     assert [f.name for f in dataclasses.fields(SourceMessage)] == ["sources"]
-    message = ItemsMessage(_batch(1))
-    _encoded_batch(message)
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        message.texts = {}  # type: ignore[misc]
-    assert message.texts == {} and message.items == _batch(1)
-
-
-def test_a_batch_is_encoded_once_for_every_stream(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: List[int] = []
     monkeypatch.setattr(sse, "encode_items", lambda items, texts=None: calls.append(len(items)) or encode_items(items, texts))
     hub = Hub()
     streams = [hub.subscribe() for _ in range(3)]
-    hub.publish(ItemsMessage(_batch(1)))
-    sent = [_encoded_batch(message) for stream in streams for message in stream.drain()]
-    assert sent == [encode_items(_batch(1))] * 3 and calls == [2]
+    texts = {1: json_bytes(_batch(1)[0]).decode()}  # the stream's JSON of record 1, noted while storing it
+    hub.publish(ItemsMessage(_batch(1), texts))
+    messages = [message for stream in streams for message in stream.drain()]
+    assert [_encoded_batch(message) for message in messages] == [encode_items(_batch(1))] * 3 and calls == [2]
+    message = messages[0]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        message.texts = {}  # type: ignore[misc]
+    assert message.texts == texts and message.items == _batch(1)
 
 
 def test_an_encoding_goes_with_its_message() -> None:
