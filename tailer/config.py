@@ -80,7 +80,7 @@ class Config:
             or of its previous response, or it is closed (`--header-timeout`); 10 s.
         keep_alive_s: an idle keep-alive connection is closed after this long (uvicorn's timeout_keep_alive); 5 s.
         state_dir: folder of the persisted history and read positions (`--state-dir`); None = the per-user
-            default (`mstail.tailer.history.db.default_state_dir`). Must be on local disk and outside the log folders.
+            default (`mstail.tailer.app.state.default_state_dir`). Must be on local disk and outside the log folders.
         persist: keep the history across restarts; False (`--no-state`) = a temporary database.
     """
 

@@ -11,7 +11,7 @@ from mstail.parsers.record import MAX_NAME_CHARS
 from .responses import RecordJSONResponse
 
 # Every route is `async def`: the Store and the alert engine are touched from the event loop only (ARCHITECTURE.md,
-# Threads). response_model=None: the answers are already JSON-ready (non-finite numbers by name, `mstail.parsers.record`);
+# Threads); the charts' maths (series, folds, heatmaps) runs in the Store's query thread, so no query stalls the loop. response_model=None: the answers are already JSON-ready (non-finite numbers by name, `mstail.parsers.record`);
 # a return annotation would otherwise make FastAPI validate them with pydantic, which writes NaN as null. Each
 # route returns its `RecordJSONResponse` itself: FastAPI would otherwise walk a returned dict with its
 # `jsonable_encoder`, value by value, before rendering it (two thirds of a /api/series answer's time).
@@ -89,12 +89,8 @@ async def series(
         return RecordJSONResponse({"metric": metric,  # and the seq the mean holds: its copy's
                                    **await store.aggregate(metric, sources=source, exclude=exclude or (), top=top or (),
                                                            start=start, end=end, points=points, smooth=round(smooth, 3))})
-    return RecordJSONResponse({
-        "metric": metric,
-        "seq": store.last_seq,
-        "series": store.series(metric, sources=source, start=start, end=end, points=points,
-                               smooth=round(smooth, 3), axis=axis),
-    })
+    return RecordJSONResponse({"metric": metric, **await store.series_answer(
+        metric, sources=source, start=start, end=end, points=points, smooth=round(smooth, 3), axis=axis)})
 
 
 @router.get("/heatmap", response_model=None)

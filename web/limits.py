@@ -2,9 +2,9 @@
 
 A series, a heatmap or a big page of records or events can take a while to compute and to send; a client (its
 remote address) that asks for more of them at once than `PER_CLIENT` gets `429` with `Retry-After` and a JSON
-reason at once, so no client can queue work without bound. A request counted yields to the event loop once before
-its work starts, so that the requests that arrived with it are counted too: a burst of series requests (each computed
-on the loop, one after another) meets the bound as one of threaded heatmaps does. A browser keeps at most 6
+reason at once, so no client can queue work without bound (in the Store's query thread, where series, folds and
+heatmaps are computed one after another, or in the store's reads). A request counted yields to the event loop once
+before its work starts, so that the requests that arrived with it are counted too. A browser keeps at most 6
 connections to one server (one holds the page's stream), so the page never meets the bound.
 """
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import re
+import weakref
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Dict, List, Optional
 
@@ -145,20 +146,28 @@ def _records(run: List[Dict[str, Any]], texts: Optional[Dict[int, str]]) -> byte
     return frame(run[-1]["seq"], "records", run)
 
 
+#: each hub message's encoding, made by the first stream that sends it and shared by every other one; weakly keyed,
+#: so an entry lives as long as its message, which the hub's bounded queues hold (`Subscriber.max_batches` each)
+_BATCH_FRAMES: "weakref.WeakKeyDictionary[ItemsMessage, bytes]" = weakref.WeakKeyDictionary()
+_SOURCE_JSON: "weakref.WeakKeyDictionary[SourceMessage, List[bytes]]" = weakref.WeakKeyDictionary()
+
+
 def _encoded_batch(message: ItemsMessage) -> bytes:
-    if message.encoded is None:
-        message.encoded = encode_items(message.items, message.texts)
-        message.texts = {}  # in the frames now: not kept twice while the batch waits in slower clients' queues
-    return message.encoded
+    """The frames of a whole batch (`encode_items`), encoded once for all streams."""
+    encoded = _BATCH_FRAMES.get(message)
+    if encoded is None:
+        encoded = _BATCH_FRAMES[message] = encode_items(message.items, message.texts)
+    return encoded
 
 
 def _source_frames(message: SourceMessage, seq: int) -> bytes:
     """A `source` message per source, each with the stream's current id (`frame`'s shape); the JSON is encoded once
     for all streams."""
-    if message.encoded is None:
-        message.encoded = [json_bytes(source) for source in message.sources]
+    encoded = _SOURCE_JSON.get(message)
+    if encoded is None:
+        encoded = _SOURCE_JSON[message] = [json_bytes(source) for source in message.sources]
     head = f"id: {seq}\nevent: source\ndata: ".encode()
-    return b"".join(head + data + b"\n\n" for data in message.encoded)
+    return b"".join(head + data + b"\n\n" for data in encoded)
 
 
 @router.get("/api/stream")

@@ -251,7 +251,7 @@ def _state_prune(args: argparse.Namespace) -> int:
 
 def _states(args: argparse.Namespace) -> Tuple[Path, List["State"]]:
     """The state folder (--state-dir, else the default) and the states in it."""
-    from mstail.tailer.history.db import default_state_dir
+    from mstail.tailer.app.state import default_state_dir
     from mstail.tailer.history.statedirs import StateDirError, find_states
 
     folder = (Path(args.state_dir).expanduser() if args.state_dir else default_state_dir()).absolute()
@@ -419,7 +419,8 @@ def with_token(config: Config) -> Tuple[Config, bool]:
 def _run_server(config: Config, formats: Sequence[Format]) -> int:
     import asyncio  # here, not at the top: `mstail parse` and `formats` start faster without it
 
-    from mstail.tailer.history.db import StateError, open_state
+    from mstail.tailer.app.state import open_state
+    from mstail.tailer.history.db import StateError
 
     config, generated = with_token(config)
     try:

@@ -26,7 +26,8 @@ from mstail.tailer.app.connections import BACKLOG, Limits, connection_cap, guard
 from mstail.tailer.live.hub import Hub
 from mstail.tailer.app.pageurl import open_page, page_url
 from mstail.tailer.live.sidecar import Tailer
-from mstail.tailer.history.db import StateDB, open_state
+from mstail.tailer.app.state import open_state
+from mstail.tailer.history.db import StateDB
 from mstail.tailer.outbound.remotewrite import RemoteWrite
 from mstail.tailer.history.store import Store
 from mstail.tailer.outbound.webhooks import Webhooks

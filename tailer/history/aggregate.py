@@ -13,7 +13,7 @@ with their source.
 numpy does the per-step folding (2 M points in tens of ms; the same in Python takes seconds); it is imported on
 the first aggregate query only. The store's columns are read through the buffer protocol and copied at once, on
 the event loop (`Points`: an `array` that exports a buffer cannot grow, and the tailer appends to them between
-queries); the fold of that copy runs in a worker thread (`AggregateCache.fold`: 1,024 ranks x 2,000 steps take
+queries); the fold of that copy runs in the query thread (`AggregateCache.fold`: 1,024 ranks x 2,000 steps take
 0.3-1 s on a loaded machine, which the loop's other requests and passes no longer wait for). A fold of series that
 grew is made from the one before and a copy of their last steps only (`Points` with `after`): the per-step sums of
 the steps before the first one a series grew at do not change, so a live run's fold costs its new steps (1,024
@@ -38,14 +38,21 @@ NONFINITE_MAX = 300  # non-finite values listed (the newest), as the page draws 
 T = TypeVar("T")
 
 
-#: the one thread folds and heatmaps run in: each holds copies of every point of a metric (1,024 ranks x 2,000
-#: steps: about 100 MB at its peak), and memory freed by many threads at once stays with the process
-_WORKER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mstail-fold")
+#: the one thread the charts' maths runs in (folds, heatmaps, windows and smoothing: `in_query_thread`), never the
+#: event loop's: a fold holds copies of every point of a metric (1,024 ranks x 2,000 steps: about 100 MB at its
+#: peak), and memory freed by many threads at once stays with the process; one thread also keeps the loop's share of
+#: the GIL, and extends the series' EMA sums alone (`series`)
+_WORKER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mstail-query")
+
+
+async def in_query_thread(function: Callable[..., T], *args: Any) -> T:
+    """`function(*args)` in the query thread, after the questions asked before it (in their order)."""
+    return await asyncio.get_running_loop().run_in_executor(_WORKER, function, *args)
 
 
 class Turns:
     """Copies of series and the computations on them, one at a time: a copy is taken (on the event loop) when
-    its turn comes, then computed in the fold thread. Several at once (a page's first screen asks for six folds
+    its turn comes, then computed in the query thread. Several at once (a page's first screen asks for six folds
     and a heatmap together) held six copies and grew the sidecar's RSS by 700 MB for good."""
 
     def __init__(self, seq: Callable[[], int]) -> None:
@@ -55,7 +62,7 @@ class Turns:
 
     async def run(self, series: Sequence[Tuple[str, Series]], function: Callable[..., T], *args: Any,
                   after: Optional["_Fold"] = None) -> T:
-        """`function(points, *args)` in the fold thread, `points` a copy of `series` (with the seq it holds): of
+        """`function(points, *args)` in the query thread, `points` a copy of `series` (with the seq it holds): of
         what `after`, a fold of the same series (default None: none), lacks where it can be grown (`Points`)."""
         loop = asyncio.get_running_loop()
         if self._loop is not loop:  # a lock belongs to one loop (tests run several, one after another)
@@ -77,7 +84,7 @@ class AggregateCache:
 
     async def fold(self, key: Any, series: Sequence[Tuple[str, Series]], fresh: bool = False) -> "_Fold":
         """The fold of `series` (the selection `key`): cached while they have not grown, else folded from a copy
-        in the fold thread (one fold per selection at a time: concurrent callers share it), the cached fold grown
+        in the query thread (one fold per selection at a time: concurrent callers share it), the cached fold grown
         by what it lacks where it can be (`Points`: a live run's fold costs its new steps, not its history). A
         fold that took STALE_COST_S or more is still served for STALE_FOR_S after its copy was taken, however the
         series grew (its `seq` says what it holds; the page's stream brings the rest): a live run of 1,024 ranks

@@ -30,20 +30,14 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import IO, Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import orjson
 
 from mstail.parsers.record import jsonable, orjson_exact
-from mstail.platform import per_user_dir
 
 from mstail.tailer.inputs.checkpoint import SourceCheckpoint
 from mstail.tailer.history.columns import Flush, Piece
-
-if TYPE_CHECKING:
-    from mstail.parsers import Format
-
-    from mstail.tailer.config import Config
 
 log = logging.getLogger("mstail.state")
 
@@ -87,11 +81,6 @@ class StateError(Exception):
     """A user-facing reason the state folder cannot be used (not writable, inside a log directory)."""
 
 
-def default_state_dir() -> Path:
-    """`$MSTAIL_STATE_DIR`, else `$XDG_STATE_HOME/mstail`, else `~/.local/state/mstail`."""
-    return per_user_dir("MSTAIL_STATE_DIR", "XDG_STATE_HOME", os.path.join(".local", "state"), "")
-
-
 def fingerprint(parts: Sequence[str]) -> str:
     """A short digest of what decides the history: followed patterns (absolute) and parsing options."""
     return hashlib.sha256("\0".join(parts).encode("utf-8", "surrogatepass")).hexdigest()[:16]
@@ -101,39 +90,6 @@ def state_file(state_dir: Path, label: str, digest: str) -> Path:
     """`<state_dir>/<readable label>-<digest>.sqlite`; the label only helps a person find the file."""
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", label).strip("_")[-48:] or "state"
     return state_dir / f"{slug}-{digest}.sqlite"
-
-
-def open_state(config: "Config", formats: Sequence["Format"]) -> "StateDB":
-    """The state for this configuration: a file named by what is followed and how it is parsed (another
-    `--log` set, format or mstail version gets a fresh one), or a temporary database with `persist` off."""
-    from mstail import __version__
-    from mstail.tailer.inputs.discovery import watch_roots
-    from mstail.tailer.inputs.netfs import network_fs
-
-    if not config.persist:
-        return StateDB(None)
-    state_dir = Path(config.state_dir).expanduser() if config.state_dir else default_state_dir()
-    state_dir = state_dir.absolute()
-    roots = watch_roots(config.logs + config.jsonl) | {(Path(d).expanduser().resolve(), True) for d in config.logdirs}
-    for root, recursive in roots:
-        if state_dir == root or (recursive and root in state_dir.parents):
-            raise StateError(
-                f"the state folder {state_dir} is inside the followed log folder {root}: mstail would wake itself "
-                "with every write; pick a folder outside the logs with --state-dir"
-            )
-    parts = [f"mstail {__version__}", f"schema {SCHEMA_VERSION}", f"format {config.format}"]
-    parts += sorted(f"log {os.path.abspath(os.path.expanduser(p))}" for p in config.logs)
-    parts += sorted(f"jsonl {os.path.abspath(os.path.expanduser(p))}" for p in config.jsonl)
-    parts += sorted(f"logdir {os.path.abspath(os.path.expanduser(p))}" for p in config.logdirs)
-    for fmt in formats:  # a changed rule may parse the same lines differently: such a history is not reused
-        parts += [f"{fmt.name} {p.regex.pattern}" for p in fmt.prefixes]
-        parts += [f"{fmt.name} {r.name} {r.regex.pattern} {[f.name for f in r.fields]}" for r in fmt.rules]
-    if config.derived is not None:  # derived values are stored in the records
-        parts += config.derived.describe()
-    digest = fingerprint(parts)
-    given = config.logs + config.jsonl + config.logdirs
-    label = given[0] if given else "state"
-    return StateDB(state_file(state_dir, label, digest), expected=digest, network=network_fs(state_dir) is not None)
 
 
 def _private_folder(folder: Path) -> None:
@@ -411,6 +367,13 @@ class _OwnerMark:
         return mark == cls._text(path, running=mark.startswith("open "))
 
 
+def _outcome(written: bool) -> "Future[bool]":
+    """A commit's outcome known at once."""
+    future: "Future[bool]" = Future()
+    future.set_result(written)
+    return future
+
+
 def _busy(error: str) -> bool:
     """Whether a failed commit's reason is another connection's lock (SQLITE_BUSY or SQLITE_LOCKED), which goes away
     by itself, not a disk that cannot take the write."""
@@ -427,7 +390,8 @@ class _Batch:
     columns: Optional[Flush]  # its pieces are cut from the live columns as they are written (`Flush`)
     manifest: Optional[str]  # the columns' manifest's JSON, made when the batch was taken
     alerts: Optional[str]  # the alert rules' state's JSON
-    done: Optional[Callable[[bool], None]]  # told on the loop whether it was written
+    #: whether it was written, set on the loop once known (the committer listens to it: `StateDB.commit`)
+    outcome: "Future[bool]"
     error: Optional[str] = None  # why it was not written
 
 
@@ -628,15 +592,17 @@ class StateDB:
         return None
 
     # -- writing ----------------------------------------------------------------------------------------------
-    def insert(self, items: Sequence[Dict[str, Any]], sent: Optional[Dict[int, str]] = None) -> None:
-        """Queue stored items (with their seq) for the next `commit`; readers see them at once. `sent`, when given,
-        gets seq -> the JSON the stream sends for an item, where its stored JSON gave it on the way (`item_text`)."""
+    def insert(self, items: Sequence[Dict[str, Any]]) -> Dict[int, str]:
+        """Queue stored items (with their seq) for the next `commit`; readers see them at once. Returns seq -> the
+        JSON the stream sends for an item, for those whose stored JSON gave it on the way (`item_text`)."""
         rows = self._unsaved
+        streams: Dict[int, str] = {}
         for item in items:
             text, streamed = item_text(item)
             rows.append((item["seq"], item["source"], item.get("kind"), text))
-            if streamed is not None and sent is not None:
-                sent[item["seq"]] = streamed
+            if streamed is not None:
+                streams[item["seq"]] = streamed
+        return streams
 
     def replace(self, item: Dict[str, Any]) -> None:
         """Queue a stored item's new content (an amended record, same seq) for the next `commit`; readers see it
@@ -672,11 +638,12 @@ class StateDB:
             self.write_error is not None and time.monotonic() < self._retry_at)
 
     def commit(self, checkpoints: Dict[str, Tuple[str, SourceCheckpoint]], columns: Optional[Flush] = None,
-               alerts: Optional[Dict[str, Any]] = None, done: Optional[Callable[[bool], None]] = None) -> bool:
+               alerts: Optional[Dict[str, Any]] = None) -> "Future[bool]":
         """Write the queued items together with these checkpoints (id -> (path, checkpoint)), `columns` (a
         flush of the chart columns) and `alerts` (the alert rules' state after these items, `saved_alerts`), one
-        transaction, in the writer thread after `write_behind`, else before returning. Returns whether they were
-        taken (written, or handed to the writer); `done(written)` is called (on the loop) once the outcome is known.
+        transaction, in the writer thread after `write_behind`, else before returning. Returns their outcome: a
+        future of whether they were written, done on the loop once that is known (at once when there was nothing to
+        write, or when a batch being written, the check or a retry's wait keeps them queued: False, see `ready`).
 
         When the disk cannot take them (full, read-only, an I/O error, locked, damaged), nothing is lost: items and
         the newest checkpoints stay queued (readers still see them), `write_error` says why, and later commits try
@@ -684,22 +651,20 @@ class StateDB:
         from 1 s to 30 s (with `write_behind` a retry is due then even without a commit)."""
         self.queue(checkpoints)
         if not self._unsaved and not self._unsaved_checkpoints and not self._rewrites and columns is None and alerts is None:
-            if done is not None:
-                done(True)
-            return True
+            return _outcome(True)
         if not self.ready:
-            return False
+            return _outcome(False)
         batch = _Batch(self._unsaved, self._rewrites, self._unsaved_checkpoints, columns,
                        None if columns is None else _dumps(columns.manifest),  # (its facts change on the loop)
-                       None if alerts is None else _item_json(alerts), done)
+                       None if alerts is None else _item_json(alerts), Future())
         self._unsaved, self._rewrites, self._unsaved_checkpoints = [], {}, {}
         self._writing = batch  # read from memory until it is written (`_in_memory`)
         if self._behind is None:
             self._write(batch)
             self._settle(batch)
-            return batch.error is None
-        self._written = self._behind[1].submit(self._write_and_tell, batch, self._behind[0])
-        return True
+        else:
+            self._written = self._behind[1].submit(self._write_and_tell, batch, self._behind[0])
+        return batch.outcome
 
     def _write_and_tell(self, batch: _Batch, loop: asyncio.AbstractEventLoop) -> None:
         """The writer thread's part: write `batch`, then let the loop take its outcome (`_settle`)."""
@@ -775,8 +740,7 @@ class StateDB:
             if self._behind is not None:
                 with contextlib.suppress(RuntimeError):  # the loop is closed (at `close`): no retry then
                     self._behind[0].call_later(self._backoff, self._retry)
-        if batch.done is not None:
-            batch.done(batch.error is None)
+        batch.outcome.set_result(batch.error is None)
 
     def _retry(self) -> None:
         """A failed batch's retry, due now (with `write_behind`): what is queued, if no commit took it meanwhile."""

@@ -6,12 +6,18 @@ the value, plus 16 for its step and time unless it shares those with the other m
 `len(values)` points). `window()` answers a `/api/series` query over it: exactly when the range holds at most `points`
 points, else as `points` min/max buckets (non-finite values never enter min/max; they are listed apart), so no
 spike is hidden however far the chart is zoomed out. The EMA sums and block summaries it caches are extended
-as the series grows; like the `Store` that owns the series, they are touched from the event loop only.
+as the series grows.
+
+Threads: a series grows on the event loop (the `Store` that owns it) while `window()` reads it in the query thread
+(`Store.series_answer`): it reads the first `n` points, counted on the loop, which never change (a series only
+grows, `values` last: `append`); the EMA sums are extended by that one thread only, and the block summaries, also
+extended by the columns' flush on the loop, under a lock (`summary`).
 """
 
 from __future__ import annotations
 
 import math
+import threading
 from array import array
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
@@ -36,20 +42,22 @@ class Series:
         return len(self.values)
 
     def append(self, step: int, value: float, time: float = math.nan) -> None:
+        self.steps.append(step)
+        self.times.append(time)
         if not math.isfinite(value):
             self.nonfinite.append(len(self.values))
-        self.steps.append(step)
-        self.values.append(value)
-        self.times.append(time)
+        self.values.append(value)  # last: a point counted (`len`) has its step, time and mark (another thread reads)
 
 
-def window(series: Series, start: Optional[int], end: Optional[int], points: int, smooth: float) -> Dict[str, Any]:
+def window(series: Series, start: Optional[int], end: Optional[int], points: int, smooth: float,
+           n: Optional[int] = None) -> Dict[str, Any]:
     """The series between steps `start` and `end` (inclusive; None = open): `x`, `min`, `max`, `last` and
     `nonfinite`, exact or bucketed; `t`, the wall time of each x (the point's, or the bucket's last point's); with
     `smooth` in (0, 1), `smooth`: the debiased, step-aware EMA of the full-resolution series (`_ema`) at each x,
     computed before bucketing, so neither zoom nor later steps change a value, and `smooth_state` when the window
-    reaches the newest point (what a client needs to continue the EMA live)."""
-    n = len(series.values)
+    reaches the newest point (what a client needs to continue the EMA live). Of the series' first `n` points
+    (default every one): those it held when the question was asked."""
+    n = len(series.values) if n is None else n
     lo = 0 if start is None else bisect_left(series.steps, start, 0, n)
     hi = n if end is None else bisect_right(series.steps, end, 0, n)
     bucketed = hi - lo > points
@@ -58,7 +66,7 @@ def window(series: Series, start: Optional[int], end: Optional[int], points: int
     times = series.times
     entry["t"] = [finite_or_none(times[i]) for i in ends]
     if 0.0 < smooth < 1.0 and ends:
-        values, state = _smoothed_at(series, smooth, ends)
+        values, state = _smoothed_at(series, smooth, ends, n)
         entry["smooth"] = [finite_or_none(v) for v in values]
         if hi == n:
             entry["smooth_state"] = state
@@ -97,18 +105,18 @@ class _Ema:
 _EMA_WEIGHTS_KEPT = 2  # EMAs cached per series (the slider's current and previous value)
 
 
-def _stride(series: Series) -> int:
-    """The logging stride of a series: the smallest positive step difference among its first 16. It is fixed
-    once a series has 17 points, so a growing run never changes it."""
+def _stride(series: Series, n: int) -> int:
+    """The logging stride of a series of `n` points: the smallest positive step difference among its first 16. It
+    is fixed once a series has 17 points, so a growing run never changes it."""
     steps, best = series.steps, 0
-    for i in range(1, min(len(series.values), 17)):
+    for i in range(1, min(n, 17)):
         delta = steps[i] - steps[i - 1]
         if delta > 0 and (best == 0 or delta < best):
             best = delta
     return best or 1
 
 
-def _ema(series: Series, weight: float) -> _Ema:
+def _ema(series: Series, weight: float, n: int) -> _Ema:
     """Debiased exponential moving average over the full-resolution series, aware of step gaps.
 
     Each finite value enters with decay `d = weight ** (Δstep / stride)` (Δstep = its step distance to the
@@ -117,15 +125,14 @@ def _ema(series: Series, weight: float) -> _Ema:
     TensorBoard's debiased EMA; a gap of k strides decays like k points. The value at a point depends only on
     the points before it, so it never changes when the run grows, and it is computed before any bucketing, so
     zoom cannot change it. Non-finite values are skipped (the smoothed value carries over). The sums are
-    cached per weight (`_Ema`) and extended incrementally."""
-    stride = _stride(series)
+    cached per weight (`_Ema`) and extended incrementally, here up to the first `n` points."""
+    stride = _stride(series, n)
     state = series.smoothed.pop(weight, None)
     if state is None or state.stride != stride:
         state = _Ema(stride)
     series.smoothed[weight] = state  # most recently used last
     while len(series.smoothed) > _EMA_WEIGHTS_KEPT:
         del series.smoothed[next(iter(series.smoothed))]
-    n = len(series.values)
     while state.length < n:
         stop = min(n, (state.length // EMA_MARK + 1) * EMA_MARK)
         state.num, state.den, state.last_x = _fold(series, state.length, stop, weight, stride, state.num, state.den,
@@ -138,9 +145,9 @@ def _ema(series: Series, weight: float) -> _Ema:
     return state
 
 
-def _ema_at(series: Series, weight: float, state: _Ema, ends: List[int]) -> List[float]:
+def _ema_at(series: Series, weight: float, state: _Ema, ends: List[int]) -> Tuple[List[float], Dict[str, Any]]:
     """The full-series EMA at the indexes `ends` (ascending), each folded from the mark before it (or from the
-    end before it, when nearer)."""
+    end before it, when nearer), and the state at the last of them (the sums after it: those of a full pass)."""
     out: List[float] = []
     num = den = 0.0
     last_x: Optional[int] = None
@@ -153,7 +160,7 @@ def _ema_at(series: Series, weight: float, state: _Ema, ends: List[int]) -> List
         num, den, last_x = _fold(series, pos + 1, e + 1, weight, state.stride, num, den, last_x)
         pos = e
         out.append(num / den if den > 0 else math.nan)
-    return out
+    return out, {"den": den, "x": last_x, "stride": state.stride}
 
 
 def _fold(series: Series, a: int, b: int, weight: float, stride: int, num: float, den: float,
@@ -176,18 +183,21 @@ def _fold(series: Series, a: int, b: int, weight: float, stride: int, num: float
 _EMA_EPSILON = 1e-13  # a value whose EMA weight fell below this (relative) is left out of a windowed EMA
 
 
-def _smoothed_at(series: Series, weight: float, ends: List[int]) -> Tuple[List[float], Dict[str, Any]]:
-    """The EMA of `_ema` at the indexes `ends` (ascending), and the state at the last of them.
+def _smoothed_at(series: Series, weight: float, ends: List[int],
+                 n: Optional[int] = None) -> Tuple[List[float], Dict[str, Any]]:
+    """The EMA of `_ema` at the indexes `ends` (ascending, below `n`: the points of the series asked about, default
+    every one), and the state at the last of them.
 
     From the cached sums (`_Ema`) when they cover the series. Otherwise, when cheaper than a full pass, each value is
     computed over a window: the points within K strides before it, where weight ** K <= 1e-13, so the points
     left out carry less than 1e-13 of the weight (relative error below 1e-13 × max|v| / |EMA|); windows that
     overlap are scanned once. A full pass (its sums cached every EMA_MARK points, extended as the series grows)
     is used when the windows would cover half the series or more."""
+    n = len(series.values) if n is None else n
     state = series.smoothed.get(weight)
-    if state is not None and state.length == len(series.values) and state.stride == _stride(series):
-        return _ema_at(series, weight, state, ends), {"den": state.den, "x": state.last_x, "stride": state.stride}
-    stride = _stride(series)
+    stride = _stride(series, n)
+    if state is not None and state.length == n and state.stride == stride:
+        return _ema_at(series, weight, state, ends)
     reach = stride * math.ceil(math.log(_EMA_EPSILON) / math.log(weight))
     steps = series.steps
     starts = [bisect_left(steps, steps[e] - reach, 0, e) for e in ends]
@@ -196,13 +206,8 @@ def _smoothed_at(series: Series, weight: float, ends: List[int]) -> Tuple[List[f
     for s_, e in zip(starts, ends):
         cost += e - max(s_, covered + 1) + 1
         covered = e
-    if cost * 2 >= len(series.values):
-        state = _ema(series, weight)
-        if ends[-1] == state.length - 1:
-            tail = {"den": state.den, "x": state.last_x, "stride": state.stride}
-        else:
-            tail = {"den": 1.0, "x": steps[ends[-1]], "stride": stride}
-        return _ema_at(series, weight, state, ends), tail
+    if cost * 2 >= n:
+        return _ema_at(series, weight, _ema(series, weight, n), ends)
     values, bad = series.values, series.nonfinite
     keep = 1.0 - weight
     out: List[float] = []
@@ -266,10 +271,15 @@ class Blocks:
             self.maxs.append(max(chunk) if chunk else -math.inf)
 
 
+#: the block summaries are extended by queries (the query thread) and by the columns' flush (the event loop)
+_SUMMARIES = threading.Lock()
+
+
 def summary(series: Series) -> Blocks:
     """The series' block summary, extended to its newest complete block."""
-    blocks = series.blocks = series.blocks or Blocks()
-    blocks.extend(series)
+    with _SUMMARIES:
+        blocks = series.blocks = series.blocks or Blocks()
+        blocks.extend(series)
     return blocks
 
 

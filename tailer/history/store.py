@@ -8,7 +8,9 @@ share their steps and times, and are saved in the state file as raw arrays, so a
 instead of every record's JSON (`mstail.tailer.history.columns`).
 
 Threads: a Store is touched from the event loop only (the tailer's passes deliver there; the API routes are
-`async`), so it needs no lock (ARCHITECTURE.md, Threads).
+`async`), so it needs no lock (ARCHITECTURE.md, Threads). The charts' maths (windows, smoothing, folds, heatmaps)
+runs in the query thread (`aggregate.in_query_thread`) over the series and the number of points each held when the
+question was asked on the loop, so no query stalls the loop however long the history.
 """
 
 from __future__ import annotations
@@ -19,13 +21,14 @@ import math
 import time
 from array import array
 from bisect import bisect_right
+from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 from mstail.parsers.record import KEY_ORDER, RESERVED, Item, finite_or_name, ordered
 
 from mstail.tailer.inputs.checkpoint import SourceCheckpoint
-from mstail.tailer.history.aggregate import AggregateCache, Turns, aggregate
+from mstail.tailer.history.aggregate import AggregateCache, Turns, aggregate, in_query_thread
 from mstail.tailer.history.columns import Columns, Frame, SeriesKey
 from mstail.tailer.history.db import StateDB
 from mstail.tailer.history.heatmap import heatmap
@@ -95,6 +98,12 @@ ALERT_SAVE_COST_SHARE = 100
 
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
+#: how a series' x is told in consumed samples: ("consumed", the source's `consumed_samples`, its points) or
+#: ("batch", its `global_batch_size`, its points)
+Samples = Tuple[str, Series, int]
+#: one series asked for, as taken on the loop: (source, segment, series, the points it held, its samples or None)
+Asked = Tuple[str, int, Series, int, Optional[Samples]]
+
 
 def _float(value: Any) -> float:
     """A number as a float; NaN for what is not a number or does not fit (an int of 400 digits)."""
@@ -125,6 +134,16 @@ def _facts(info: SourceInfo) -> Dict[str, Any]:
     """What of a source the saved columns' manifest keeps: the facts its records gave."""
     return {"records": info.records, "first_step": info.first_step, "last_step": info.last_step,
             "last_time": info.last_time, "metrics": info.metrics, "unplottable": info.unplottable}
+
+
+class Stored(NamedTuple):
+    """What `Store.add` stored."""
+
+    #: the items as stored (with `seq` and `source`), in seq order
+    items: List[Dict[str, Any]]
+    #: seq -> the JSON the stream sends for an item, for those whose stored JSON gave it on the way
+    #: (`StateDB.insert`; `ItemsMessage.texts`)
+    texts: Dict[int, str]
 
 
 class FoldBudget:
@@ -165,7 +184,7 @@ class Store:
     def __init__(self, db: Optional[StateDB] = None) -> None:
         self.db = db if db is not None else StateDB(None)
         self._forget()
-        self._turns = Turns(lambda: self._last_seq)  # copies of series computed in the fold thread, one at a time
+        self._turns = Turns(lambda: self._last_seq)  # copies of series computed in the query thread, one at a time
         self._folds = AggregateCache(self._turns)  # across-source folds for `aggregate`
         self._heatmaps: Dict[Any, Tuple[int, Dict[str, Any]]] = {}  # the last heatmap answers, by question
         self._alert_state: Optional[Callable[[], Dict[str, Any]]] = None  # `save_alerts`
@@ -200,9 +219,9 @@ class Store:
             info.path = path  # a source known from its items only (a part of a file: `ID/rank3`) until now
         return info
 
-    def add(self, source_id: str, items: Iterable[Item], prepared: bool = False,
-            sent: Optional[Dict[int, str]] = None) -> List[Dict[str, Any]]:
-        """Append a source's parsed items; returns them as stored (with `seq` and `source`). They are visible
+    def add(self, source_id: str, items: Iterable[Item], prepared: bool = False) -> Stored:
+        """Append a source's parsed items; returns them as stored (with `seq` and `source`) and the stream's JSON
+        of those whose stored JSON gave it (`Stored`). They are visible
         to queries at once and durable after the next `commit`. An amend (values a later line adds to the source's
         newest record, mstail.parsers.amends) replaces that record in the database with the values added, extends
         its charts, and is stored as an item of kind "amend" (so a stream replay after any seq applies it too);
@@ -210,18 +229,17 @@ class Store:
 
         Args:
             prepared: the items come from `prepare`, so that storing one is adding its seq and source (default False).
-            sent: when given, gets seq -> the JSON the stream sends for an item stored, for those whose stored JSON
-                gave it on the way (`StateDB.insert`; `ItemsMessage.texts`).
         """
         info = self.sources[source_id]
         stored = []
+        texts: Dict[int, str] = {}
         records: List[Dict[str, Any]] = []  # stored, not indexed yet: indexed together, before an amend or at the end
         queued = 0  # stored[:queued] is queued in the database: an amend's rewrite must find its record there
         for item in items:
             if item.kind == "amend":
                 self._index_records(info, records)
                 records = []
-                self.db.insert(stored[queued:], sent)
+                texts.update(self.db.insert(stored[queued:]))
                 queued = len(stored)
                 amend = self._amend(info, item.data)
                 if amend is not None:
@@ -240,8 +258,8 @@ class Store:
                 self._last_record[source_id] = data
             stored.append(data)
         self._index_records(info, records)
-        self.db.insert(stored[queued:], sent)
-        return stored
+        texts.update(self.db.insert(stored[queued:]))
+        return Stored(stored, texts)
 
     def _amend(self, info: SourceInfo, values: Dict[str, Any]) -> Optional[Dict[str, Any]]:
         """Apply one amend to the source's newest record; returns the amend as stored, None when it adds nothing."""
@@ -286,7 +304,8 @@ class Store:
                 self._last_seq - self._alerts_saved >= ALERT_SAVE_ITEMS and began >= self._alerts_next_save)):
             state = {**self._alert_state(), "seq": self._last_seq}
 
-        def done(written: bool) -> None:
+        def done(outcome: "Future[bool]") -> None:  # on the loop, once the batch is written or failed
+            written = outcome.result()
             if flush is not None:
                 self._columns.flushed(flush, written)
             if state is not None and written:
@@ -294,7 +313,7 @@ class Store:
                 now = time.monotonic()  # the cost: the snapshot, its JSON and the write
                 self._alerts_next_save = now + ALERT_SAVE_COST_SHARE * (now - began)
 
-        self.db.commit(checkpoints or {}, flush, state, done)
+        self.db.commit(checkpoints or {}, flush, state).add_done_callback(done)
 
     def save_alerts(self, snapshot: Callable[[], Dict[str, Any]]) -> None:
         """From now on save `snapshot()`, the alert rules' state (`AlertEngine.snapshot`), with the items it has seen,
@@ -519,21 +538,27 @@ class Store:
         """Per (source, segment) in [start, end]: exact points if there are at most `points`, else
         `points` min/max buckets, with wall times and, for `smooth` in (0, 1), the EMA (`series.window`). With
         `axis="samples"` it has `samples` (consumed samples at each x) when the source logs `consumed_samples`
-        or `global_batch_size`."""
+        or `global_batch_size`. Computed here, in the caller's thread: the server's answers are `series_answer`'s."""
+        return _windows(self._asked(metric, sources, axis), start, end, points, smooth)
+
+    async def series_answer(self, metric: str, sources: Optional[Sequence[str]] = None, start: Optional[int] = None,
+                            end: Optional[int] = None, points: int = 2000, smooth: float = 0.0,
+                            axis: str = "step") -> Dict[str, Any]:
+        """`{"seq", "series"}`: the `series()` answer about the points the store holds now, at `seq`, computed in
+        the query thread (`in_query_thread`) while the loop goes on."""
+        seq, asked = self._last_seq, self._asked(metric, sources, axis)
+        return {"seq": seq, "series": await in_query_thread(_windows, asked, start, end, points, smooth)}
+
+    def _asked(self, metric: str, sources: Optional[Sequence[str]], axis: str) -> List[Asked]:
+        """The series of `metric` (of `sources`, default every one) with the points they hold now (`Asked`)."""
         out = []
         chosen = set(sources) if sources else None
         for key in self._metric_keys(metric):
             source, _, segment = key
-            if chosen is not None and source not in chosen:
-                continue
-            series = self._series[key]
-            entry = window(series, start, end, points, smooth)
-            if axis == "samples":
-                samples = self._samples_at(source, segment, entry["x"])
-                if samples is not None:
-                    entry["samples"] = samples
-            entry.update(source=source, segment=segment)
-            out.append(entry)
+            if chosen is None or source in chosen:
+                series = self._series[key]
+                samples = self._samples_of(source, segment) if axis == "samples" else None
+                out.append((source, segment, series, len(series), samples))
         return out
 
     async def aggregate(
@@ -551,19 +576,20 @@ class Store:
         (`mstail.tailer.history.aggregate`) plus `latest` (source -> its newest value); `seq`, the newest seq the mean
         holds (its copy's); and, in `series`, the `series()`
         answer for `top` and the outliers, so one request brings the mean and the few sources drawn on top. The
-        fold of the series runs in a worker thread on a copy (`AggregateCache.fold`); the rest on the loop."""
+        fold (of a copy, `AggregateCache.fold`), the mean's window and the drawn series' run in the query thread; the
+        series are chosen, and their newest values taken, on the loop."""
         keys = self._keys_of(metric, sources, exclude)
         chosen = [(key[0], self._series[key]) for key in keys]
         # each source's newest value (its newest segment's), for tables that show one number per source; taken
         # with the fold's copy, before the loop moves on
         latest = {source: finite_or_name(series.values[-1]) for source, series in chosen if series.values}
         fold = await self._folds.fold((metric, tuple(keys)), chosen)
-        summary = aggregate(fold, start, end, points, smooth)
+        summary = await in_query_thread(aggregate, fold, start, end, points, smooth)
         summary["latest"] = latest
         drawn = list(dict.fromkeys([*top, *summary["outliers"]]))
         return {"seq": fold.seq, "aggregate": summary,
-                "series": self.series(metric, sources=drawn, start=start, end=end, points=points, smooth=smooth)
-                if drawn else []}
+                "series": await in_query_thread(_windows, self._asked(metric, drawn, "step"), start, end, points,
+                                                smooth) if drawn else []}
 
     async def keep_folds_warm(self, stop: asyncio.Event) -> None:
         """Until `stop`: keep the fold the page asks first (every source of a metric that more than
@@ -571,7 +597,7 @@ class Store:
         catch-up, a restart), so a first visit then does not wait for cold folds (a fold of 1,024 ranks x 2,000
         steps: 0.1-0.3 s each, one after another). The store's seq is looked at every WARM_CHECK_S (one look costs
         nothing however many sources: the metrics are read only once it stood still); once nothing was stored for
-        a look, the metrics behind are folded one after another (each in its turn in the fold thread: a page's
+        a look, the metrics behind are folded one after another (each in its turn in the query thread: a page's
         requests meanwhile go before the next), within a budget of WARM_SHARE of a core over time and WARM_BURST_S
         at once (`FoldBudget`). A live run whose steps pause for a look is folded after each step, from the fold
         before (a copy of its new steps, `AggregateCache.fold`: bounded however long the run). A history that never
@@ -620,7 +646,7 @@ class Store:
     async def heatmap(self, metric: str, exclude: Sequence[str] = (), start: Optional[int] = None,
                       end: Optional[int] = None, columns: int = 120, rows: int = 32) -> Dict[str, Any]:
         """The metric across every source but `exclude` as a matrix of at most `rows` x `columns`
-        (`mstail.tailer.history.heatmap`), computed in a worker thread from a copy of the series taken here; the last
+        (`mstail.tailer.history.heatmap`), computed in the query thread from a copy of the series taken here; the last
         HEATMAPS_KEPT answers are given again while their series have not grown."""
         keys = self._keys_of(metric, None, exclude)
         chosen = [(key[0], self._series[key]) for key in keys]
@@ -652,21 +678,38 @@ class Store:
             self._by_metric, self._indexed = index, len(self._series)
         return self._by_metric.get(metric, [])
 
-    def _samples_at(self, source: str, segment: int, steps: List[int]) -> Optional[List[Optional[float]]]:
-        """Consumed samples at each step: the logged `consumed_samples` (the latest at or before the step),
-        else step × `global_batch_size`; None when the source logs neither."""
-        consumed = self._series.get((source, "consumed_samples", segment))
-        if consumed is not None and consumed.values:
-            out: List[Optional[float]] = []
-            for step in steps:
-                i = bisect_right(consumed.steps, step, 0, len(consumed)) - 1
-                out.append(finite_or_none(consumed.values[i]) if i >= 0 else None)
-            return out
-        batch = self._series.get((source, "global_batch_size", segment))
-        if batch is not None and batch.values:
-            out = []
-            for step in steps:
-                i = max(bisect_right(batch.steps, step, 0, len(batch)) - 1, 0)
-                out.append(finite_or_none(step * batch.values[i]))
-            return out
+    def _samples_of(self, source: str, segment: int) -> Optional[Samples]:
+        """How the source's x is told in consumed samples: the logged `consumed_samples`, else `global_batch_size`;
+        None when it logs neither."""
+        for how, metric in (("consumed", "consumed_samples"), ("batch", "global_batch_size")):
+            series = self._series.get((source, metric, segment))
+            if series is not None and series.values:
+                return how, series, len(series)
         return None
+
+
+def _windows(asked: List[Asked], start: Optional[int], end: Optional[int], points: int,
+             smooth: float) -> List[Dict[str, Any]]:
+    """`Store.series`'s answer about the series `asked` (`series.window` each, with `samples` where known)."""
+    out = []
+    for source, segment, series, n, samples in asked:
+        entry = window(series, start, end, points, smooth, n)
+        if samples is not None:
+            entry["samples"] = _samples_at(samples, entry["x"])
+        entry.update(source=source, segment=segment)
+        out.append(entry)
+    return out
+
+
+def _samples_at(samples: Samples, steps: List[int]) -> List[Optional[float]]:
+    """Consumed samples at each step: the logged `consumed_samples` (the latest at or before the step), else
+    step × `global_batch_size`."""
+    how, series, n = samples
+    out: List[Optional[float]] = []
+    for step in steps:
+        i = bisect_right(series.steps, step, 0, n) - 1
+        if how == "consumed":
+            out.append(finite_or_none(series.values[i]) if i >= 0 else None)
+        else:
+            out.append(finite_or_none(step * series.values[max(i, 0)]))
+    return out

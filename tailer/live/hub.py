@@ -11,28 +11,26 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Deque, Dict, List, Optional, Set, Union
+from typing import Any, Deque, Dict, List, Set, Union
 
 
-@dataclass
+# Messages are data, each one published once: compared and hashed by identity (a consumer may key what it makes of
+# one by it: the SSE stream's encoding, `web.sse`), and never changed once published.
+@dataclass(frozen=True, eq=False)
 class ItemsMessage:
     """The items one pass stored (records, events, alerts), in seq order."""
 
     items: List[Dict[str, Any]]
-    #: seq -> the JSON the stream sends for an item, for those whose stored JSON gave it (`Store.add`'s `sent`)
+    #: seq -> the JSON the stream sends for an item, for those whose stored JSON gave it (`Store.add`'s `Stored.texts`)
     texts: Dict[int, str] = field(default_factory=dict)
-    #: their SSE frames, made by the first stream that sends the whole batch and shared by every other one
-    encoded: Optional[bytes] = None
 
 
-@dataclass
+@dataclass(frozen=True, eq=False)
 class SourceMessage:
     """The sources whose entries one delivery sends (`SourceInfo.as_json()` each, a state or counts that changed):
     one message, one queue slot, however many sources (a thousand a second at a thousand files)."""
 
     sources: List[Dict[str, Any]]
-    #: their JSON, made by the first stream that sends them and shared by every other one
-    encoded: Optional[List[bytes]] = None
 
 
 Message = Union[ItemsMessage, SourceMessage]

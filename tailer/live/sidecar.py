@@ -675,8 +675,9 @@ class Tailer:
                     self.alerts.peers(source_id, source.run, info.format)
                 if part_items:
                     # a catch-up child's items come prepared (it never hands over launcher-tagged parts)
-                    stored = self.store.add(source_id, part_items, source.prepared and source_id == source.id, sent)
+                    stored, texts = self.store.add(source_id, part_items, source.prepared and source_id == source.id)
                     batch += stored
+                    sent.update(texts)
                     if self.alerts is not None:  # the rules judge whole records and events; amends are not theirs
                         observed = [item for item in part_items if item.kind != "amend"]
                         history = ([True] * len(observed) if source.in_history  # the pass reads history: all of it
@@ -802,7 +803,7 @@ class Tailer:
         """Alert changes become events with a seq (SSE replay covers them); listeners hear the notable ones."""
         if not changes:
             return []
-        stored = self.store.add(source_id, [Item("event", change) for change in changes])
+        stored = self.store.add(source_id, [Item("event", change) for change in changes]).items
         for data in stored:
             if data.get("notify"):
                 for listener in self.alert_listeners:

@@ -47,7 +47,7 @@ def measure(log: Path) -> None:
     from mstail.tailer.history import store as store_module
     from mstail.tailer.alerts.engine import load_alert_rules
     from mstail.tailer.config import Config
-    from mstail.tailer.history.db import open_state
+    from mstail.tailer.app.state import open_state
     from mstail.tailer.live.hub import Hub, ItemsMessage
     from mstail.tailer.history.store import Store
     from mstail.tailer.live.sidecar import Tailer

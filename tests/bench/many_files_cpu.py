@@ -29,7 +29,7 @@ from benchsupport import load_test_support
 
 from mstail.parsers import load_formats
 from mstail.tailer.config import Config
-from mstail.tailer.history.db import open_state
+from mstail.tailer.app.state import open_state
 from mstail.tailer.live.hub import Hub, ItemsMessage, SourceMessage, Subscriber
 from mstail.tailer.live.planner import Plan
 from mstail.tailer.app.serve import HeapFreezer

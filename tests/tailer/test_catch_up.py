@@ -25,7 +25,8 @@ from mstail.tailer.live import sidecar as tailer_module
 from mstail.tailer.inputs.checkpoint import SourceCheckpoint
 from mstail.tailer.alerts.engine import AlertEngine
 from mstail.tailer.config import Config
-from mstail.tailer.history.db import _item_json, _loads, open_state
+from mstail.tailer.app.state import open_state
+from mstail.tailer.history.db import _item_json, _loads
 from mstail.tailer.live.hub import Hub
 from mstail.tailer.history.store import Store, prepare
 from mstail.tailer.live.sidecar import Tailer

@@ -225,7 +225,7 @@ def test_a_value_one_line_later_keeps_a_column_aligned() -> None:
     store = Store()
     info = store.add_source("a", "")
     for step in range(1, 6):
-        [stored] = store.add("a", [Item("record", {"step": step, "time": 1.0, "loss": 1.0})])
+        [stored] = store.add("a", [Item("record", {"step": step, "time": 1.0, "loss": 1.0})]).items
         store._index_values(info, store._columns.frames[("a", 0)], 0, {**stored, "samples_per_s": step * 2.0})
     series = store._series[("a", "samples_per_s", 0)]
     assert series.steps is store._columns.frames[("a", 0)].steps

@@ -26,7 +26,8 @@ from mstail.tailer.config import Config
 from mstail.tailer.live.hub import Hub
 from mstail.tailer.live.sidecar import Tailer
 from mstail.parsers.derived import load_derived
-from mstail.tailer.history.db import StateDB, open_state
+from mstail.tailer.app.state import open_state
+from mstail.tailer.history.db import StateDB
 from mstail.tailer.history.store import Store
 from tests.conftest import finish_writer, start_mstail, wait_until
 from tests.web.sse_client import collect, stream_seqs

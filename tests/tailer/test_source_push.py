@@ -14,13 +14,14 @@ from typing import List
 import pytest
 
 from mstail.parsers import load_formats
-from mstail.parsers.record import dumps
+from mstail.parsers.record import dumps, json_bytes
 from mstail.tailer.live import sidecar as tailer_module
 from mstail.tailer.config import Config
 from mstail.tailer.live.hub import Hub, ItemsMessage, SourceMessage
 from mstail.tailer.live.planner import Plan
 from mstail.tailer.history.store import Store
 from mstail.tailer.live.sidecar import Tailer
+from mstail.web import sse
 from mstail.web.sse import _source_frames, frame
 
 PATTERN = r"^step=(?P<step>\d+) loss=(?P<loss>\S+)$"
@@ -62,13 +63,16 @@ def test_held_back_counts_go_out_with_a_later_pass_in_one_message(tmp_path: Path
     assert sorted((s["id"] == a_id, s["records"]) for s in later) == [(False, 2), (True, 2)]
 
 
-def test_source_frames_are_frame_by_frame_and_encoded_once() -> None:
+def test_source_frames_are_frame_by_frame_and_encoded_once(monkeypatch: pytest.MonkeyPatch) -> None:
     entries = [{"id": "rank_0", "records": 3, "loss": "NaN"}, {"id": "rank_1", "records": 4}]
     message = SourceMessage(entries)
-    assert _source_frames(message, 7) == frame(7, "source", entries[0]) + frame(7, "source", entries[1])
-    encoded = message.encoded
-    assert _source_frames(message, 9) == frame(9, "source", entries[0]) + frame(9, "source", entries[1])
-    assert message.encoded is encoded  # a second stream (another id) reuses the JSON
+    at_7, at_9 = (frame(seq, "source", entries[0]) + frame(seq, "source", entries[1]) for seq in (7, 9))
+    encoded: List[object] = []
+    monkeypatch.setattr(sse, "json_bytes", lambda data: encoded.append(data) or json_bytes(data))
+    assert _source_frames(message, 7) == at_7
+    assert encoded == entries
+    assert _source_frames(message, 9) == at_9
+    assert encoded == entries  # a second stream (another id) reuses the JSON
 
 
 def test_counts_held_back_are_at_most_a_second_behind_with_many_sources(

@@ -1,4 +1,4 @@
-"""The stream's JSON of the items stored, made with their stored JSON (`Store.add`'s `sent`, `ItemsMessage.texts`):
+"""The stream's JSON of the items stored, made with their stored JSON (`Store.add`'s `texts`, `ItemsMessage.texts`):
 the stream's frames built from it are those of encoding the items in the stream, byte for byte."""
 
 from __future__ import annotations
@@ -44,12 +44,11 @@ def _frames(items: List[Item], prepared: bool, with_texts: bool) -> Tuple[List[b
     stored: List[Dict[str, Any]] = []
     noted: Dict[int, str] = {}
     for start in range(0, len(items), 17):
-        sent: Dict[int, str] = {}
         chunk = items[start:start + 17]
-        delivered = store.add("rank_0", list(map(prepare, chunk)) if prepared else chunk, prepared, sent)
-        frames.append(encode_items(delivered, sent if with_texts else None))
+        delivered, texts = store.add("rank_0", list(map(prepare, chunk)) if prepared else chunk, prepared)
+        frames.append(encode_items(delivered, texts if with_texts else None))
         stored += delivered
-        noted.update(sent)
+        noted.update(texts)
     return frames, stored, noted
 
 

@@ -77,7 +77,7 @@ from mstail.tailer.config import Config
 from mstail.tailer.inputs.follower import FileFollower, _signature
 from mstail.tailer.live.hub import Hub
 from mstail.tailer.live.sidecar import Tailer
-from mstail.tailer.history.db import open_state
+from mstail.tailer.app.state import open_state
 from mstail.tailer.history.store import Store
 
 PATTERN = r"^w=(?P<w>\d+) seq=(?P<step>\d+) pad=(?P<_pad>x*)$"

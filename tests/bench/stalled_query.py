@@ -1,0 +1,188 @@
+"""Queries and the event loop: do 40 concurrent chart queries on a long history stall the server?
+
+Setup (loopback only): page_load.py's JSONL log of --steps steps x 8 metrics; a real `mstail --jsonl FILE
+--state-dir DIR --port 0` reads it all (not measured), then is stopped; each measured run is a restart over that
+state (its history back from the saved columns), waiting until `/api/series` serves the whole run.
+
+Measured per run: 40 `/api/series` requests at once, each from a client address of its own (127.0.0.2 and up: the
+server bounds the expensive requests of one address, `web/limits.py`), each with a random metric, `smooth=` (a new
+weight each, so no cached EMA serves it), `points=` and, one time in two, `aggregate=mean`. Meanwhile `/healthz` is
+asked in a loop, each time on a new connection: its latency p50 / p99 / max while the queries run; the queries' wall
+time until the last answered; the server's RSS (VmRSS) before them, when they ended and 3 s later.
+
+With --before REV the same is measured with the code of git revision REV (`restart.code_of`) over a copy of the
+same state, after one start that checks the copy (not counted); --rounds N alternates the two N times.
+
+Run: python tests/bench/stalled_query.py [--steps 1000000] [--before main] [--keep DIR] [--rounds N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import os
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+from benchsupport import installed_env, load_test_support
+from page_load import rss_mib, write_log
+from restart import METRICS, code_of, full_history
+
+QUERIES = 40
+HEALTH_EVERY_S = 0.02
+SEED = 20261208
+
+
+def queries(seed: int) -> List[str]:
+    """The 40 random `/api/series` paths (the same for every run)."""
+    rng = random.Random(seed)
+    out = []
+    for k in range(QUERIES):
+        smooth = round(0.5 + 0.49 * rng.random(), 3)
+        path = (f"/api/series?metric={rng.choice(METRICS)}&points={rng.choice((500, 1000, 2000))}"
+                f"&smooth={smooth}")
+        out.append(path + ("&aggregate=mean" if k % 2 else ""))
+    return out
+
+
+def ask(port: int, path: str, source: str) -> Tuple[int, float]:
+    """One GET from the loopback address `source`: (status, seconds)."""
+    began = time.perf_counter()
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600, source_address=(source, 0))
+    try:
+        conn.request("GET", path)
+        response = conn.getresponse()
+        response.read()
+        return response.status, time.perf_counter() - began
+    finally:
+        conn.close()
+
+
+def health_samples(port: int, stop: threading.Event, out: List[float]) -> None:
+    """`/healthz` latencies (s), one request after another, each on a connection of its own (as a probe asks;
+    on one kept open, each answer here came 40 ms late whatever the server did), until `stop`."""
+    while not stop.is_set():
+        out.append(ask(port, "/healthz", "127.0.0.1")[1])
+        time.sleep(HEALTH_EVERY_S)
+
+
+def percentile(values: List[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))] if ordered else float("nan")
+
+
+def burst(port: int, pid: int, paths: List[str]) -> Dict[str, float]:
+    """The 40 queries at once with /healthz sampled meanwhile: the figures."""
+    rss_before = rss_mib(pid)
+    health: List[float] = []
+    stop = threading.Event()
+    sampler = threading.Thread(target=health_samples, args=(port, stop, health), daemon=True)
+    sampler.start()
+    time.sleep(0.5)  # a few samples of the idle server first
+    idle = len(health)
+    answers: List[Tuple[int, float]] = []
+    began = time.perf_counter()
+    clients = [threading.Thread(target=lambda k=k: answers.append(ask(port, paths[k], f"127.0.0.{2 + k}")))
+               for k in range(len(paths))]
+    for client in clients:
+        client.start()
+    for client in clients:
+        client.join()
+    wall = time.perf_counter() - began
+    stop.set()
+    sampler.join()
+    rss_end = rss_mib(pid)
+    time.sleep(3)
+    during = health[idle:]
+    return {"wall_s": wall, "ok": sum(1 for status, _ in answers if status == 200), "answered": len(answers),
+            "query_p50_s": percentile([s for _, s in answers], 0.5), "health_n": len(during),
+            "health_p50_ms": 1000 * percentile(during, 0.5), "health_p99_ms": 1000 * percentile(during, 0.99),
+            "health_max_ms": 1000 * max(during, default=float("nan")), "rss_before": rss_before,
+            "rss_end": rss_end, "rss_after_3s": rss_mib(pid)}
+
+
+def run(support: Any, label: str, log: Path, state: Path, work: Path, steps: int, paths: List[str],
+        code: Optional[Path] = None) -> Dict[str, float]:
+    """One mstail over `log` and `state` (run from `code`, default this tree) once it serves the whole run: the
+    burst's figures, printed."""
+    env = installed_env([code])
+    here, support.ROOT = support.ROOT, code or support.ROOT  # start_mstail runs mstail from ROOT (cwd, PYTHONPATH)
+    try:
+        server = support.start_mstail([], work, args=["--jsonl", str(log), "--state-dir", str(state)], timeout=600,
+                                      env=env)
+    finally:
+        support.ROOT = here
+    try:
+        support.wait_until(lambda: full_history(server, steps), 1800, interval=0.1)
+        port = int(server.url.rsplit(":", 1)[1].split("/")[0])
+        figures = burst(port, server.proc.pid, paths)
+    finally:
+        server.stop(timeout=600)
+    print(f"[{label}] {figures['ok']}/{figures['answered']} queries answered 200 in {figures['wall_s']:.2f} s "
+          f"(median {figures['query_p50_s']:.2f} s); /healthz meanwhile ({figures['health_n']} answers): p50 "
+          f"{figures['health_p50_ms']:.1f} ms, p99 {figures['health_p99_ms']:.1f} ms, max {figures['health_max_ms']:.0f} "
+          f"ms; RSS {figures['rss_before']:.0f} MiB before, {figures['rss_end']:.0f} MiB at the end, "
+          f"{figures['rss_after_3s']:.0f} MiB 3 s later; load {os.getloadavg()[0]:.2f}", flush=True)
+    return figures
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=1_000_000)
+    parser.add_argument("--before", help="also measure the code of this git revision (e.g. main)")
+    parser.add_argument("--keep", type=Path, help="keep the log and the state in this folder and reuse them")
+    parser.add_argument("--rounds", type=int, default=1, help="measure this code (and REV's) this many times")
+    args = parser.parse_args()
+    support = load_test_support()
+    work = Path(tempfile.mkdtemp(prefix="mstail-stalled-"))
+    try:
+        kept = args.keep.absolute() if args.keep else work
+        kept.mkdir(parents=True, exist_ok=True)
+        log, state = kept / "metrics.jsonl", kept / "state"
+        if not any(state.glob("*.sqlite")):
+            write_log(log, args.steps)
+            began = time.perf_counter()
+            server = support.start_mstail([], work / "first", args=["--jsonl", str(log), "--state-dir", str(state)],
+                                          timeout=600, env=installed_env())
+            try:
+                support.wait_until(lambda: full_history(server, args.steps), 3600, interval=0.5)
+            finally:
+                server.stop(timeout=600)
+            print(f"history: {args.steps:,} steps x 8 metrics read in {time.perf_counter() - began:.0f} s", flush=True)
+        paths = queries(SEED)
+        before = None
+        if args.before:
+            before = (code_of(args.before, work / "before-code"), work / "state-copy")
+            shutil.copytree(state, before[1])
+            run(support, f"warm-up by {args.before}, not counted", log, before[1], work / "warm-up", args.steps,
+                paths[:2], code=before[0])
+        results: Dict[str, List[Dict[str, float]]] = {"this code": []}
+        for round_ in range(args.rounds):
+            results["this code"].append(run(support, f"this code, round {round_ + 1}", log, state,
+                                            work / f"this-{round_}", args.steps, paths))
+            if before is not None:
+                results.setdefault(args.before, []).append(
+                    run(support, f"{args.before}, round {round_ + 1}", log, before[1], work / f"before-{round_}",
+                        args.steps, paths, code=before[0]))
+        for name, runs in results.items():
+            if not runs:
+                continue  # --rounds 0: only the log and the state made (with --keep)
+            median = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
+            print(f"{name} (median of {len(runs)}): /healthz p50 {median['health_p50_ms']:.1f} ms, p99 "
+                  f"{median['health_p99_ms']:.1f} ms, max {median['health_max_ms']:.0f} ms; 40 queries "
+                  f"{median['wall_s']:.2f} s; RSS {median['rss_before']:.0f} -> {median['rss_end']:.0f} -> "
+                  f"{median['rss_after_3s']:.0f} MiB")
+        return 0
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
