@@ -5,10 +5,10 @@
 // chart grid, render loop, zoom, detail panel).
 
 import { GROUPS, getJSON, nameMatcher, natural } from "./util.js";
-import { readURL, state, tracked, view, writeURL } from "./state.js";
+import { CARDS_MAX, offChart, readURL, state, tracked, view, writeURL } from "./state.js";
 import { ChartView, EVENT_KINDS, EVENT_STYLE, MAX_MARKERS, legendGlyph } from "./chart.js";
 import { connect, noteEvent, setConnection, setupStream } from "./stream.js";
-import { CARDS_MAX, fetchSources, loadRecentStepTimes, noteSource, renderSources, setHidden, setupSources } from "./sources.js";
+import { fetchSources, loadRecentStepTimes, noteSource, renderSources, setHidden, setupSources } from "./sources.js";
 import { alertMarks, loadAlerts, setupAlerts } from "./alerts.js";
 import { HEATMAP_REFRESH_MS, refreshHeatmap } from "./heatmap.js";
 
@@ -208,7 +208,7 @@ function updateExtent() {
   if (view.x === "step" && lo <= hi) {
     // A bucket sits at its last step: start the axis at the first step logged, so step 1 is on it too.
     for (const info of state.sources.values()) {
-      if (!view.hidden.has(info.id) && typeof info.first_step === "number" && info.first_step < lo) lo = info.first_step;
+      if (!offChart(info.id) && typeof info.first_step === "number" && info.first_step < lo) lo = info.first_step;
     }
   }
   const extent = lo <= hi ? (lo === hi ? [lo - 1, hi + 1] : [lo, hi]) : null;
@@ -521,9 +521,9 @@ const echartsLoaded = typeof window.echarts !== "undefined" ? Promise.resolve()
 
 async function boot() {
   performance.mark("mstail-boot");
+  readURL();  // first: the toolbar's and the sources' boxes show the URL's view
   setupSources({ scheduleRender });
   setupStream({ chartFor, scheduleRender });
-  readURL();
   applyTheme();
   setupToolbar();
   setupAlerts();

@@ -3,7 +3,7 @@
 
 import { bisectRight, csvCell, download, fmt, fmtAxis, fmtDuration, fmtTick, getJSON, isoTime, metricGroup, natural, num, safeName,
   smoothByDefault } from "./util.js";
-import { MANY_LINES, colorOf, comparingRuns, meanMode, shownSourcesOf, state, themeColors, view } from "./state.js";
+import { MANY_LINES, colorOf, comparingRuns, filteredOut, meanMode, offChart, offChartSources, shownSourcesOf, state, themeColors, view } from "./state.js";
 
 // Event markers on the x axis: one glyph per kind, each a shape of its own (never two kinds alike), drawn from
 // the same paths in the page's legend (legendGlyph). Kinds at the same place are stacked upwards in this order.
@@ -235,8 +235,9 @@ export class ChartView {
     if (this.aggregated()) {
       // One answer: the mean across the shown sources, and the few drawn on top of it (the outliers come with it).
       params.set("aggregate", "mean");
-      const shown = [...state.sources.keys()].filter((s) => !view.hidden.has(s));
-      if (view.hidden.size <= shown.length) for (const s of view.hidden) params.append("exclude", s);
+      const off = offChartSources();
+      const shown = [...state.sources.keys()].filter((s) => !off.has(s));
+      if (off.size <= shown.length) for (const s of off) params.append("exclude", s);
       else for (const s of shown) params.append("source", s);
       for (const s of this.pinned()) params.append("top", s);
     }
@@ -253,14 +254,14 @@ export class ChartView {
   }
 
   pinned() {
-    return [...new Set([...view.pick, ...state.worst])].filter((s) => !view.hidden.has(s)).sort(natural);
+    return [...new Set([...view.pick, ...state.worst])].filter((s) => !offChart(s)).sort(natural);
   }
 
   // What the data must have been fetched for; a change (mode, hidden or starred sources) makes render() re-fetch.
   // The table's worst few are asked for too, but a change among them waits for the next fetch (a zoom, a live
   // run's refresh): with 1,024 ranks the ranking moves often, and each re-fetch is a fold of every rank.
   wantedFor() {
-    return this.aggregated() ? `mean|${[...view.hidden].sort()}|${[...view.pick].sort()}` : "sources";
+    return this.aggregated() ? `mean|${[...offChartSources()].sort()}|${[...view.pick].sort()}` : "sources";
   }
 
   smoothing() {
@@ -305,7 +306,7 @@ export class ChartView {
 
   // The sources it shows (data-visible), kept current for charts off screen too (they are drawn when they come back).
   noteShown() {
-    this.el.dataset.visible = [...new Set(this.sortedLines().map((l) => l.source))].filter((s) => !view.hidden.has(s)).join(",");
+    this.el.dataset.visible = [...new Set(this.sortedLines().map((l) => l.source))].filter((s) => !offChart(s)).join(",");
   }
 
   // Its points (data-points), noted when it is drawn or loaded, not per record (a DOM write each).
@@ -383,7 +384,7 @@ export class ChartView {
   // cell is filled over several records; the cells the stream made are smoothed by continuing the server's EMA.
   appendAggregate(record, y) {
     const a = this.agg;
-    if (view.hidden.has(record.source) || !Number.isFinite(y)) return;
+    if (offChart(record.source) || !Number.isFinite(y)) return;
     const step = record.step;
     let i = bisectRight(a.x, step);
     if (i >= 0 && a.x[i] === step) {
@@ -518,7 +519,7 @@ export class ChartView {
     let lo = Infinity;
     let hi = -Infinity;
     for (const line of this.allLines()) {
-      if (view.hidden.has(line.source)) continue;
+      if (offChart(line.source)) continue;
       for (const i of [0, line.x.length - 1]) {
         if (i < 0) continue;
         const v = this.disp(line, i);
@@ -726,7 +727,7 @@ export class ChartView {
     const places = new Map();  // pixel bucket -> kind -> {x, item, count}
     const bucketWidth = this.unitsPerPixel() * MARKER_GAP_PX;
     const push = (item, kind, source, step, time) => {
-      if (view.hidden.has(source)) return;
+      if (offChart(source)) return;
       const x = this.dispOfStep(source, step, time);
       if (x === null || x === undefined) return;
       const key = Math.round(x / bucketWidth);
@@ -775,7 +776,7 @@ export class ChartView {
   nonfiniteSeries() {
     const marks = [];
     for (const p of this.nonfinite.values()) {
-      if (view.hidden.has(p.source)) continue;
+      if (offChart(p.source)) continue;
       const x = this.dispOfStep(p.source, p.x, null);
       if (x !== null && x !== undefined) marks.push({ xAxis: x, text: `${p.value} @ ${p.x}` });
     }
@@ -870,7 +871,7 @@ export class ChartView {
     if (!this.chart) return;
     this.dirty = false;
     const c = themeColors();
-    const lines = this.sortedLines();
+    const lines = this.sortedLines().filter((l) => !filteredOut(l.source));
     const shownLines = lines.filter((l) => !view.hidden.has(l.source));
     const shownSources = [...new Set(shownLines.map((l) => l.source))];
     if (this.loaded && !this.refreshing && this.fetchedFor !== this.wantedFor()) this.hooks.refetch(this);
@@ -890,7 +891,7 @@ export class ChartView {
     const legendRows = this.legendRows(legendNames);
     this.el.dataset.legendRows = String(legendRows);
     const selected = {};
-    for (const s of sources) if (!mean || this.onTop(s)) selected[s] = !view.hidden.has(s);
+    for (const s of sources) if (!mean || this.onTop(s)) selected[s] = !offChart(s);
     const logScale = view.log.has(this.metric);
     const fit = view.fit.has(this.metric) ? robustRange(series, logScale) : null;
     const zoom = {};
@@ -963,7 +964,7 @@ export class ChartView {
 
   latestText() {
     // The newest value per shown source; with many sources their mean and range.
-    const values = [...this.latest.entries()].filter(([s]) => !view.hidden.has(s)).sort((a, b) => natural(a[0], b[0]));
+    const values = [...this.latest.entries()].filter(([s]) => !offChart(s)).sort((a, b) => natural(a[0], b[0]));
     if (values.length <= 4) return values.map(([source, v]) => `${source}: ${fmt(v)}`).join("  ");
     const finite = values.map(([, v]) => num(v)).filter((v) => v !== null && Number.isFinite(v));
     if (!finite.length) return `${values.length} sources`;
@@ -1049,7 +1050,7 @@ export class ChartView {
     const range = view.zoom;
     const rows = [["source", "segment", "step", "time", "time_s", "samples", "value", "min", "max", "smoothed"]];
     for (const line of this.sortedLines()) {
-      if (view.hidden.has(line.source)) continue;
+      if (offChart(line.source)) continue;
       for (let i = 0; i < line.x.length; i++) {
         const x = this.disp(line, i);
         if (range && (x === null || x < range[0] || x > range[1])) continue;

@@ -2,7 +2,7 @@
 // mirrored into the URL's fragment (#s=0.6&x=step...), so copying the address bar reproduces the view.
 // Requests in flight are counted here too (tracked), mirrored into <body data-busy data-loads> for the tests.
 
-import { colorAt } from "./util.js";
+import { colorAt, nameMatcher } from "./util.js";
 
 export const view = {
   smooth: 0.6,          // EMA weight (0 = off), computed by the server on the full-resolution series
@@ -12,7 +12,7 @@ export const view = {
   pick: new Set(),      // sources drawn on top of the mean + band (besides the worst few)
   filter: "",           // charts whose metric name contains this (case-insensitive)
   collapsed: new Set(), // chart groups folded away
-  sourceFilter: "",     // the source table's name filter
+  sourceFilter: "",     // the source table's name filter (a regex): the charts draw the matching sources only
   sourceSort: "name",   // name | lag | steptime | loss
   details: false,       // file-reading counters shown (a disclosure)
   baseline: "",         // a source id: charts show each other source minus this one, step-aligned
@@ -78,12 +78,37 @@ export function colorOf(source) {
   return state.colors.get(key);
 }
 
+export const CARDS_MAX = 8;       // more sources than this: a compact table (with its filter) instead of cards
+
+// The source filter's test, compiled once per text (asked per line at every redraw).
+let sourceTest = { text: null, test: () => true };
+export function sourceMatcher() {
+  if (sourceTest.text !== view.sourceFilter) sourceTest = { text: view.sourceFilter, ...nameMatcher(view.sourceFilter) };
+  return sourceTest;
+}
+
+// A source the source filter leaves out (the filter is shown, and applies, with the table only).
+export function filteredOut(id) {
+  return state.sources.size > CARDS_MAX && !sourceMatcher().test(id);
+}
+
+// A source the charts leave out: toggled off, or filtered out.
+export function offChart(id) {
+  return view.hidden.has(id) || filteredOut(id);
+}
+
+// The sources left out of the charts (sent to the server as `exclude`).
+export function offChartSources() {
+  if (state.sources.size <= CARDS_MAX || !view.sourceFilter.trim()) return new Set(view.hidden);
+  return new Set([...view.hidden, ...[...state.sources.keys()].filter(filteredOut)]);
+}
+
 export const MANY_LINES = 16;  // beyond this many shown sources, "auto" draws the mean + band, the worst on top
 
 // How many shown (not hidden) sources log `metric`.
 export function shownSourcesOf(metric) {
   let n = 0;
-  for (const info of state.sources.values()) if (!view.hidden.has(info.id) && info.metrics.includes(metric)) n += 1;
+  for (const info of state.sources.values()) if (!offChart(info.id) && info.metrics.includes(metric)) n += 1;
   return n;
 }
 

@@ -1,0 +1,91 @@
+"""TensorBoard's habits on the page, in real headless Chromium against a real mstail following 40 ranks: the source
+filter filters the charts' lines too (and the server's mean is of the matching sources); a chart pinned first and
+one enlarged to the window; the chart filter's matches drawn in one chart. Each is kept in the URL."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any, Iterator, List
+
+import pytest
+
+from ..conftest import start_mstail
+from .browser import dashboard, show_chart, wait_js
+
+pytestmark = pytest.mark.browser
+
+RANKS = 40
+STEPS = 20
+T0 = time.time() - 3600
+CHART = "section.chart[data-metric='{}']"
+
+
+def _write_ranks(root: Path) -> List[str]:
+    files = []
+    for rank in range(RANKS):
+        path = root / f"rank_{rank}" / "metrics.jsonl"
+        path.parent.mkdir(parents=True)
+        lines = [{"step": s, "time": T0 + s, "loss": 4.0 + 6.0 * math.exp(-s / 8) + 0.01 * rank,
+                  "grad_norm": 1.0 + 0.1 * rank + 0.01 * s, "grad_scale": 100.0 + rank, "lr": 1e-4}
+                 for s in range(1, STEPS + 1)]
+        path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+        files.append(str(path))
+    return files
+
+
+@pytest.fixture(scope="module")
+def ranks40(browser: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    root = tmp_path_factory.mktemp("ranks40")
+    server = start_mstail([], root / "mstail", args=["--jsonl", *_write_ranks(root / "job")])
+    try:
+        server.wait_records(RANKS * STEPS, timeout=60)
+        with dashboard(browser, server.url) as watched:
+            watched.ids = sorted(s["id"] for s in server.get_json("/api/sources"))
+            yield watched
+    finally:
+        code = server.stop()
+    assert code is not None and "Traceback" not in server.stderr, server.stderr
+
+
+def _visible(page: Any, metric: str) -> List[str]:
+    return sorted(filter(None, page.get_attribute(CHART.format(metric), "data-visible").split(",")))
+
+
+def _drawn(page: Any, metric: str) -> None:
+    wait_js(page, "m => { const c = window.mstail.state.charts.get(m); return !c.dirty && !c.refreshing"
+                  " && document.body.dataset.busy === '0'; }", arg=metric)
+
+
+@pytest.mark.timeout(90)
+def test_the_source_filter_filters_the_charts_lines(ranks40: Any) -> None:
+    page = ranks40.page
+    ids = ranks40.ids
+    show_chart(page, "loss")
+    wait_js(page, "() => window.mstail.option('loss').series.some(s => s.name === 'mean of 40')")
+    # two sources: their two lines only (no mean: too few), in the legend too
+    page.fill("#source-filter", "rank_(3|7)$")
+    wait_js(page, "m => document.querySelector(m).dataset.visible.split(',').length === 2", arg=CHART.format("loss"))
+    _drawn(page, "loss")
+    wanted = sorted(i for i in ids if i.endswith(("rank_3", "rank_7")))
+    assert _visible(page, "loss") == wanted, _visible(page, "loss")
+    raw = {s["name"] for s in page.evaluate("() => window.mstail.option('loss').series") if s["id"].endswith("|raw")}
+    assert raw == set(wanted), raw
+    assert set(page.evaluate("() => window.mstail.option('loss').legend[0].data")) == set(wanted)
+    # 30 sources: the server's mean of those 30, not of all 40
+    page.fill("#source-filter", "rank_[12]?[0-9]$")
+    wait_js(page, "() => (window.mstail.option('loss').series || []).some(s => s.name === 'mean of 30')")
+    assert "sq=" in page.url
+    # kept in the URL: a reload draws the same lines
+    page.fill("#source-filter", "rank_(3|7)$")
+    wait_js(page, "m => document.querySelector(m).dataset.visible.split(',').length === 2", arg=CHART.format("loss"))
+    ranks40.reload()
+    wait_js(page, "() => document.body.dataset.firstPaint === '1' && document.body.dataset.busy === '0'")
+    show_chart(page, "loss")
+    assert page.input_value("#source-filter") == "rank_(3|7)$"
+    assert _visible(page, "loss") == wanted
+    page.fill("#source-filter", "")
+    wait_js(page, "() => (window.mstail.option('loss').series || []).some(s => s.name === 'mean of 40')")
+    ranks40.assert_clean()
