@@ -89,3 +89,48 @@ def test_the_source_filter_filters_the_charts_lines(ranks40: Any) -> None:
     page.fill("#source-filter", "")
     wait_js(page, "() => (window.mstail.option('loss').series || []).some(s => s.name === 'mean of 40')")
     ranks40.assert_clean()
+
+
+def _chart_order(page: Any) -> List[List[str]]:
+    return page.eval_on_selector_all("section.chart", "els => els.map(e => [e.closest('section.group').dataset.group,"
+                                                      " e.dataset.metric])")
+
+
+@pytest.mark.timeout(90)
+def test_a_pinned_chart_comes_first_and_an_enlarged_one_fills_the_window(ranks40: Any) -> None:
+    page = ranks40.page
+    before = _chart_order(page)
+    assert before[0][1] == "loss" and ["other", "grad_scale"] in before, before
+    page.click(CHART.format("grad_scale") + " .tool-pin")
+    wait_js(page, "() => document.querySelector('#charts > section.group').dataset.group === 'pinned'")
+    assert _chart_order(page)[0] == ["pinned", "grad_scale"]
+    assert page.text_content("#charts > section.group h2").strip().startswith("Pinned")
+    assert "pin=grad_scale" in page.url
+    # kept in the URL
+    ranks40.reload()
+    wait_js(page, "() => document.body.dataset.firstPaint === '1' && document.body.dataset.busy === '0'")
+    assert _chart_order(page)[0] == ["pinned", "grad_scale"]
+    assert page.get_attribute(CHART.format("grad_scale") + " .tool-pin", "aria-pressed") == "true"
+    # unpinned: back in its group, where it was
+    page.click(CHART.format("grad_scale") + " .tool-pin")
+    wait_js(page, "() => document.querySelector('section.group[data-group=\"pinned\"]').hidden")
+    assert _chart_order(page) == before
+    assert "pin=" not in page.url
+
+    # enlarged: the chart fills the window, drawn at that size; Esc brings it back
+    show_chart(page, "loss")
+    normal = page.evaluate("() => window.mstail.state.charts.get('loss').chart.getWidth()")
+    page.click(CHART.format("loss") + " .tool-enlarge")
+    wait_js(page, "() => window.mstail.state.charts.get('loss').chart.getWidth() > 1300")
+    box = page.evaluate("m => { const r = document.querySelector(m).getBoundingClientRect();"
+                        " return [r.left, r.top, r.width, r.height]; }", CHART.format("loss"))
+    assert box[0] == 0 and box[1] == 0 and box[2] >= 1390 and box[3] >= 990, box
+    assert page.evaluate("() => window.mstail.state.charts.get('loss').chart.getHeight()") > 800
+    assert "e=loss" in page.url
+    _drawn(page, "loss")
+    assert page.evaluate("() => window.mstail.option('loss').series.some(s => s.name === 'mean of 40')")
+    page.keyboard.press("Escape")
+    wait_js(page, "w => window.mstail.state.charts.get('loss').chart.getWidth() === w", arg=normal)
+    assert not page.evaluate("m => document.querySelector(m).classList.contains('enlarged')", CHART.format("loss"))
+    assert "e=loss" not in page.url
+    ranks40.assert_clean()

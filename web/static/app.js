@@ -22,7 +22,7 @@ const HEALTH_CHECK_MS = 5000;  // how often the page asks /healthz whether mstai
 const HEALTH_RECHECK_MS = 1000;  // ... and while it shows a problem: the banner goes within a second of its end
 const SOURCES_REFRESH_MS = 1000;  // the sources' facts (step, lag, since last step) are at most this much behind
 
-const page = { sourcesAt: -Infinity, booting: true, applyingZoom: false, zoomTimer: null, lastRender: 0, renderMs: 0, renderQueued: false, detailItem: null };
+const page = { boxes: 0, sourcesAt: -Infinity, booting: true, applyingZoom: false, zoomTimer: null, lastRender: 0, renderMs: 0, renderQueued: false, detailItem: null };
 
 // ---- charts ---------------------------------------------------------------------------------------------
 // A chart is a box at once (cheap: a title and an empty plot of fixed height) and becomes an ECharts instance with
@@ -35,13 +35,15 @@ const EAGER_METRICS = ["loss", "lr", "throughput_tflops", "samples_per_s", "over
 const eager = (metric) => (state.sources.size > CARDS_MAX ? metric === "loss" : EAGER_METRICS.includes(metric));
 
 const hooks = {
-  place(box, group) { groupGrid(group).append(box); applyFilter(box); observer().observe(box); },
+  place(box, group) { placeBox(box, group); applyFilter(box); observer().observe(box); },
   zoomed: (view_) => onZoom(view_),
   legend(name, selected) { if (state.sources.has(name)) setHidden(name, !selected); },
   eventClicked: (item) => showDetail(item),
   toggleLog(metric) { toggleIn(view.log, metric, false); },
   toggleFit(metric) { toggleIn(view.fit, metric, false); },
   toggleSmooth(metric) { toggleIn(view.flip, metric, true); },
+  togglePin: (metric) => togglePin(metric),
+  enlarge: (metric) => enlarge(metric),
   ready: (chart) => activate(chart, true),
   refetch(chart) { chart.stale = true; if (chart.visible) activate(chart, false); },
   alertMarks,
@@ -54,6 +56,54 @@ function toggleIn(set, metric, refetch) {
   if (!chart) return;
   if (refetch) { chart.stale = true; if (chart.visible) activate(chart, true); return; }
   chart.dirty = true;
+  scheduleRender();
+}
+
+// ---- pin and enlarge ----------------------------------------------------------------------------------
+const PINNED = "pinned";  // the group of pinned charts: first, above every other (not in GROUPS' order)
+
+// A chart box into its group's grid (or the pinned one), before the boxes made after it: unpinned, it is back
+// where it was.
+function placeBox(box, group) {
+  if (!box.dataset.order) box.dataset.order = String(page.boxes++);
+  const pinned = view.pinned.has(box.dataset.metric);
+  const grid = groupGrid(pinned ? PINNED : group);
+  const order = Number(box.dataset.order);
+  const after = pinned ? null : [...grid.children].find((b) => Number(b.dataset.order) > order);
+  grid.insertBefore(box, after || null);
+}
+
+function togglePin(metric) {
+  if (view.pinned.has(metric)) view.pinned.delete(metric); else view.pinned.add(metric);
+  writeURL();
+  const chart = state.charts.get(metric);
+  if (!chart) return;
+  placeBox(chart.el, chart.group);
+  chart.setTool(chart.pinButton, view.pinned.has(metric));
+  filterCharts();
+}
+
+// One chart fills the window ("" : none); Esc or its button again brings it back into the grid.
+function enlarge(metric) {
+  const old = state.charts.get(view.enlarged);
+  view.enlarged = state.charts.has(metric) ? metric : "";
+  writeURL();
+  if (old && old.el.classList.contains("enlarged")) {
+    old.el.classList.remove("enlarged");
+    old.setTool(old.enlargeButton, false);
+    if (old.chart) old.chart.resize(old.plotSize());
+    old.dirty = true;
+  }
+  document.body.classList.toggle("enlarging", !!view.enlarged);
+  const chart = state.charts.get(view.enlarged);
+  if (chart) {
+    chart.el.classList.add("enlarged");
+    chart.setTool(chart.enlargeButton, true);
+    chart.visible = true;
+    if (chart.chart) chart.chart.resize(chart.plotSize());
+    chart.stale = true;  // asked again: more points for the wider plot
+    activate(chart, true).then(() => { if (chart.chart) chart.chart.resize(chart.plotSize()); });
+  }
   scheduleRender();
 }
 
@@ -109,7 +159,7 @@ function groupGrid(group) {
     fold.className = "fold";
     fold.title = "fold or unfold this group";
     const name = document.createElement("span");
-    name.textContent = (GROUPS.find((g) => g[0] === group) || [group, group])[1];
+    name.textContent = group === PINNED ? "Pinned" : (GROUPS.find((g) => g[0] === group) || [group, group])[1];
     const count = document.createElement("span");
     count.className = "count muted";
     fold.append(name, count);
@@ -423,7 +473,7 @@ const SHORTCUTS = [
   ["r", "reset the zoom", () => zoomTo(null, null)],
   ["t", "light or dark theme", () => document.getElementById("theme").click()],
   ["?", "show or hide this list", () => toggleShortcuts()],
-  ["Esc", "close this list, the alerts and the event text", () => closePanels()],
+  ["Esc", "close this list, the alerts, the event text and an enlarged chart", () => closePanels()],
 ];
 
 function cycleSelect(id) {
@@ -453,6 +503,7 @@ function toggleShortcuts() {
 }
 
 function closePanels() {
+  if (view.enlarged) enlarge("");
   for (const id of ["shortcuts", "detail"]) document.getElementById(id).hidden = true;
   if (!document.getElementById("alerts-panel").hidden) document.getElementById("alerts-badge").click();
 }
@@ -557,6 +608,7 @@ async function boot() {
   // Stream from the oldest snapshot; each chart skips the records it already has (its own seq).
   state.lastSeq = answers.length ? Math.min(...answers.map((r) => r.seq)) : 0;
   if (view.zoom) applyZoom();
+  if (view.enlarged) enlarge(view.enlarged);
   connect();
   await Promise.all([loadAlerts(), loadRecentStepTimes(sources).catch((err) => console.warn("step times unavailable", err))]);
   // The alerts' marks in the next paced redraw, with the records streamed meanwhile: a second full render here
@@ -567,11 +619,13 @@ async function boot() {
   await refreshHeatmap();
   window.addEventListener("resize", () => {
     state.plotSize = null;
-    const chart = drawnCharts()[0];
-    if (chart) {
-      const size = chart.plotSize();
-      drawnCharts().forEach((v) => v.chart.resize(size));
+    const inGrid = drawnCharts().filter((v) => v.metric !== view.enlarged);
+    if (inGrid.length) {
+      const size = inGrid[0].plotSize();
+      inGrid.forEach((v) => v.chart.resize(size));
     }
+    const enlarged = state.charts.get(view.enlarged);
+    if (enlarged && enlarged.chart) enlarged.chart.resize(enlarged.plotSize());
     if (state.heatmap) state.heatmap.resize();
   });
   setInterval(renderSourcesNow, SOURCES_REFRESH_MS);

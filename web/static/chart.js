@@ -87,7 +87,9 @@ function foldEma(ema, state, x, y) {
 const TOOLS = [["smooth", ""], ["log", "log-scale y axis"],
   ["fit", "ignore outliers: the y axis spans the 5th to 95th percentile of the drawn raw values"],
   ["csv", "download the visible data as CSV"],
-  ["png", "download this chart as PNG"]];
+  ["png", "download this chart as PNG"],
+  ["pin", "pin this chart: shown first, above every group"],
+  ["enlarge", "enlarge this chart to the whole window (Esc: back)"]];
 const views = new WeakMap();  // box -> its ChartView
 let template = null;
 
@@ -157,6 +159,8 @@ export class ChartView {
     name.textContent = this.metric;
     this.latestEl = latest;
     [this.smoothButton, this.logButton, this.fitButton] = tools.children;
+    this.pinButton = tools.querySelector(".tool-pin");
+    this.enlargeButton = tools.querySelector(".tool-enlarge");
     this.smoothButton.title = smoothByDefault(this.metric)
       ? "smoothing on for this chart (the slider's weight): click to draw it as logged"
       : "a schedule, flag or counter: drawn as logged; click to smooth it too";
@@ -164,6 +168,7 @@ export class ChartView {
     this.plot = box.lastChild;
     views.set(box, this);
     this.hooks.place(box, this.group);
+    if (view.pinned.has(this.metric)) this.setTool(this.pinButton, true);
   }
 
   toolClicked(label) {
@@ -172,11 +177,20 @@ export class ChartView {
     else if (label === "fit") this.hooks.toggleFit(this.metric);
     else if (label === "csv") this.exportCSV();
     else if (label === "png") this.exportPNG();
+    else if (label === "pin") this.hooks.togglePin(this.metric);
+    else if (label === "enlarge") this.hooks.enlarge(view.enlarged === this.metric ? "" : this.metric);
+  }
+
+  // A tool button's state (pin, enlarge: set by app.js when they change, not at each redraw).
+  setTool(button, on) {
+    button.classList.toggle("on", on);
+    button.setAttribute("aria-pressed", String(on));
   }
 
   // Every plot of the grid has the same size: measured once (app.js, state.plotSize) rather than per chart, as each
   // reading of a size after a change to the page lays out every chart box again (1,000 of them: seconds).
   plotSize() {
+    if (this.el.classList.contains("enlarged")) return { width: this.plot.clientWidth || 600, height: this.plot.clientHeight || 270 };
     if (!state.plotSize) state.plotSize = { width: this.plot.clientWidth || 600, height: this.plot.clientHeight || 270 };
     return state.plotSize;
   }

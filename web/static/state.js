@@ -22,6 +22,8 @@ export const view = {
   log: new Set(),       // metrics drawn on a log y axis
   fit: new Set(),       // metrics whose y axis ignores outliers (the drawn raw values' 5th-95th percentile)
   zoom: null,           // [from, to] in x-axis units, or null (everything)
+  pinned: new Set(),    // metrics whose charts are shown first (the "pinned" group), in the order pinned
+  enlarged: "",         // the metric whose chart fills the window (Esc: back), or ""
 };
 
 export const state = {
@@ -147,6 +149,8 @@ export function readURL() {
   view.hidden = set("h");
   view.log = set("l");
   view.fit = set("io");
+  view.pinned = set("pin");
+  view.enlarged = params.get("e") || "";
   const zoom = (params.get("z") || "").split(",").map(Number);
   if (zoom.length === 2 && zoom.every(Number.isFinite) && zoom[0] < zoom[1]) view.zoom = zoom;
 }
@@ -162,6 +166,8 @@ export function writeURL() {
   if (view.hidden.size) params.set("h", [...view.hidden].join(","));
   if (view.log.size) params.set("l", [...view.log].join(","));
   if (view.fit.size) params.set("io", [...view.fit].join(","));
+  if (view.pinned.size) params.set("pin", [...view.pinned].join(","));
+  if (view.enlarged) params.set("e", view.enlarged);
   for (const [key, values] of [["f", view.flip], ["p", view.pick], ["c", view.collapsed]]) {
     if (values.size) params.set(key, [...values].join(","));
   }
