@@ -1,6 +1,7 @@
 """TensorBoard's habits on the page, in real headless Chromium against a real mstail following 40 ranks: the source
 filter filters the charts' lines too (and the server's mean is of the matching sources); a chart pinned first and
-one enlarged to the window; the chart filter's matches drawn in one chart. Each is kept in the URL."""
+one enlarged to the window; the chart filter's matches drawn in one chart (one line per metric and source, the
+tooltip's rows named by metric). Each is kept in the URL."""
 
 from __future__ import annotations
 
@@ -133,4 +134,53 @@ def test_a_pinned_chart_comes_first_and_an_enlarged_one_fills_the_window(ranks40
     wait_js(page, "w => window.mstail.state.charts.get('loss').chart.getWidth() === w", arg=normal)
     assert not page.evaluate("m => document.querySelector(m).classList.contains('enlarged')", CHART.format("loss"))
     assert "e=loss" not in page.url
+    ranks40.assert_clean()
+
+
+COMBINED = "section.chart[data-metric='matching metrics']"
+TIP_NAMES = """() => {
+  const tip = [...document.querySelectorAll('.mstail-tip')].find(t => getComputedStyle(t).display !== 'none'
+    && getComputedStyle(t).visibility !== 'hidden' && t.querySelector(".tip[data-metric='matching metrics']"));
+  return tip ? [...tip.querySelectorAll('.tip-name')].map(n => n.textContent).sort() : null;
+}"""
+
+
+def _combined_tip(page: Any) -> List[str]:
+    box = page.evaluate("s => { const r = document.querySelector(s + ' .plot').getBoundingClientRect();"
+                        " return [r.left, r.top, r.width, r.height]; }", COMBINED)
+    for attempt in range(50):
+        page.mouse.move(box[0] + box[2] * (0.5 + 0.002 * (attempt % 2)), box[1] + box[3] * 0.5)
+        page.wait_for_timeout(50)
+        names = page.evaluate(TIP_NAMES)
+        if names:
+            return names
+    raise AssertionError("no tooltip on the matching metrics' chart")
+
+
+@pytest.mark.timeout(90)
+def test_the_filters_matches_in_one_chart(ranks40: Any) -> None:
+    page = ranks40.page
+    page.fill("#metric-filter", "^grad_")
+    page.check("#combine")
+    wait_js(page, "s => { const e = document.querySelector(s); return !!e && e.dataset.lines === '2'; }", arg=COMBINED)
+    assert page.get_attribute(COMBINED, "data-members") == "grad_norm,grad_scale"
+    assert "qm=1" in page.url
+    # the means of 40 ranks: one line per metric, the legend and the tooltip by metric
+    assert _combined_tip(page) == ["grad_norm · mean of 40", "grad_scale · mean of 40"]
+    # two sources: one line per metric and source
+    page.fill("#source-filter", "rank_(3|7)$")
+    wait_js(page, "s => document.querySelector(s).dataset.lines === '4'", arg=COMBINED)
+    ids = sorted(i for i in ranks40.ids if i.endswith(("rank_3", "rank_7")))
+    assert _combined_tip(page) == sorted(f"{m} · {i}" for m in ("grad_norm", "grad_scale") for i in ids)
+    # kept in the URL
+    ranks40.reload()
+    wait_js(page, "s => { const e = document.querySelector(s); return !!e && e.dataset.lines === '4'; }", arg=COMBINED)
+    assert page.is_checked("#combine")
+    # off, or one match only: no such chart
+    page.fill("#metric-filter", "^grad_norm$")
+    wait_js(page, "s => !document.querySelector(s)", arg=COMBINED)
+    page.fill("#metric-filter", "")
+    page.uncheck("#combine")
+    page.fill("#source-filter", "")
+    assert "qm=1" not in page.url
     ranks40.assert_clean()

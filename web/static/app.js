@@ -6,7 +6,7 @@
 
 import { GROUPS, getJSON, nameMatcher, natural } from "./util.js";
 import { CARDS_MAX, offChart, readURL, state, tracked, view, writeURL } from "./state.js";
-import { ChartView, EVENT_KINDS, EVENT_STYLE, MAX_MARKERS, legendGlyph } from "./chart.js";
+import { ChartView, EVENT_KINDS, readTime, EVENT_STYLE, MATCHING, MAX_MARKERS, MetricsChart, legendGlyph } from "./chart.js";
 import { connect, noteEvent, setConnection, setupStream } from "./stream.js";
 import { fetchSources, loadRecentStepTimes, noteSource, renderSources, setHidden, setupSources } from "./sources.js";
 import { alertMarks, loadAlerts, setupAlerts } from "./alerts.js";
@@ -43,6 +43,12 @@ const hooks = {
   toggleFit(metric) { toggleIn(view.fit, metric, false); },
   toggleSmooth(metric) { toggleIn(view.flip, metric, true); },
   togglePin: (metric) => togglePin(metric),
+  expandRun(run) {
+    if (view.expanded.has(run)) view.expanded.delete(run); else view.expanded.add(run);
+    writeURL();
+    for (const chart of state.charts.values()) chart.dirty = true;  // each asks again (render: wantedFor)
+    scheduleRender();
+  },
   enlarge: (metric) => enlarge(metric),
   ready: (chart) => activate(chart, true),
   refetch(chart) { chart.stale = true; if (chart.visible) activate(chart, false); },
@@ -159,7 +165,7 @@ function groupGrid(group) {
     fold.className = "fold";
     fold.title = "fold or unfold this group";
     const name = document.createElement("span");
-    name.textContent = group === PINNED ? "Pinned" : (GROUPS.find((g) => g[0] === group) || [group, group])[1];
+    name.textContent = group === PINNED ? "Pinned" : group === MATCHING ? "Matching metrics" : (GROUPS.find((g) => g[0] === group) || [group, group])[1];
     const count = document.createElement("span");
     count.className = "count muted";
     fold.append(name, count);
@@ -214,12 +220,46 @@ function applyFilter(box) {
 
 function filterCharts() {
   for (const chart of state.charts.values()) applyFilter(chart.el);
+  updateCombined();
   for (const section of document.querySelectorAll("section.group")) {
     const boxes = [...section.querySelectorAll("section.chart")];
     const shown = boxes.filter((b) => !b.hidden).length;
     section.hidden = shown === 0;
     section.querySelector(".fold .count").textContent = shown === boxes.length ? ` ${boxes.length}` : ` ${shown} of ${boxes.length}`;
   }
+}
+
+// The toolbar's "one chart": the filter's matches (two or more) drawn together above their own charts. Their own
+// charts fetch the data (those not fetched yet are now) and take the live records; it draws what they hold.
+function updateCombined() {
+  const members = view.combine && view.filter.trim() ? [...state.charts.values()].filter((c) => !c.el.hidden) : [];
+  if (members.length < 2) {
+    if (page.combined) {
+      if (page.combined.chart) page.combined.chart.dispose();
+      page.combined.el.remove();
+      page.combined = null;
+    }
+    return;
+  }
+  if (!page.combined) {
+    page.combined = new MetricsChart({ ...hooks, place(box) { groupGrid(MATCHING).append(box); } });
+  }
+  if (String(page.combined.members.map((c) => c.metric)) === String(members.map((c) => c.metric))) return;
+  page.combined.setMembers(members);
+  const combined = page.combined;
+  for (const chart of members) {
+    if (chart.loaded) continue;
+    load(chart).then(() => { noteFirstTimes(); updateExtent(); combined.dirty = true; scheduleRender(); })
+      .catch((err) => console.warn("chart fetch failed", err));
+  }
+  scheduleRender();
+}
+
+function renderCombined() {
+  const combined = page.combined;
+  if (!combined || typeof echarts === "undefined") return;
+  if (!combined.chart) combined.init();
+  combined.render();
 }
 
 function chartFor(metric) {
@@ -291,6 +331,7 @@ function renderNow() {
       chart.notePoints();
     }
   }
+  renderCombined();
   if (moved && view.zoom) applyZoom();
   // The sources' strip at most once a second from here (its own timer keeps it current): 1,024 ranks' table is
   // tens of ms to rebuild, which a zoom's redraw and every live batch would otherwise pay.
@@ -402,10 +443,12 @@ async function reloadAll() {
 function showDetail(item) {
   page.detailItem = item;
   const panel = document.getElementById("detail");
-  const when = typeof item.time === "number" ? ` · ${new Date(item.time * 1000).toLocaleString()}` : "";
+  // The log's time of the line; a line without one has the moment mstail read it, said as such.
+  const read = readTime(item) ? " (read time)" : "";
+  const when = typeof item.time === "number" ? ` · ${new Date(item.time * 1000).toLocaleString()}${read}` : "";
   const step = typeof item.step === "number" ? ` · step ${item.step}` : "";
   document.getElementById("detail-title").textContent = `${item.kind} · ${item.source}${step}${when}`;
-  const extra = Object.entries(item).filter(([k]) => !["seq", "source", "kind", "time", "step", "message", "segment"].includes(k))
+  const extra = Object.entries(item).filter(([k]) => !["seq", "source", "kind", "time", "step", "message", "segment", "estimated"].includes(k))
     .map(([k, v]) => `${k}: ${typeof v === "object" ? JSON.stringify(v) : String(v)}`);
   document.getElementById("detail-text").textContent = [String(item.message || ""), ...extra].filter(Boolean).join("\n");
   panel.hidden = false;
@@ -458,6 +501,9 @@ function setupToolbar() {
   const filter = document.getElementById("metric-filter");
   filter.value = view.filter;
   filter.addEventListener("input", () => { view.filter = filter.value; writeURL(); filterCharts(); });
+  const combine = document.getElementById("combine");
+  combine.checked = view.combine;
+  combine.addEventListener("change", () => { view.combine = combine.checked; writeURL(); filterCharts(); });
   document.getElementById("reset-zoom").addEventListener("click", () => zoomTo(null, null));
   document.getElementById("shortcuts-button").addEventListener("click", () => toggleShortcuts());
   setupShortcuts();

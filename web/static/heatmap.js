@@ -8,7 +8,7 @@
 // time live in state.js's `state`.
 
 import { fmt, getJSON } from "./util.js";
-import { offChartSources, state, themeColors, tracked, view } from "./state.js";
+import { state, themeColors, tracked, view } from "./state.js";
 
 const HEATMAP_COLUMNS = 120;
 const ON_SCREEN = "100px 0px";  // its answer is dear: asked only when (about) on screen
@@ -37,7 +37,7 @@ export async function refreshHeatmap(lazy = false) {
   state.heatmapAt = performance.now();
   // The same range and sources as the last answer and nothing new since (a finished run), or new steps but a
   // recent answer: drawn again (the theme may have changed), not asked again.
-  const shows = `${view.zoom}|${view.x}|${[...offChartSources()].sort()}`;
+  const shows = `${view.zoom}|${view.x}|${[...view.hidden].sort()}`;
   if (state.heatmapAnswer && state.heatmapAsked.range === shows
       && (state.heatmapAsked.seq === state.lastSeq || performance.now() - state.heatmapAsked.at < HEATMAP_REFRESH_MS)) {
     drawHeatmap(state.heatmapAnswer);
@@ -53,7 +53,7 @@ export async function refreshHeatmap(lazy = false) {
   if (speed && section.parentElement !== speed) speed.insertBefore(section, speed.querySelector(".grid"));
   if (!state.heatmap) state.heatmap = echarts.init(document.getElementById("heatmap-plot"), null, { renderer: "canvas" });
   const params = new URLSearchParams({ metric: "step_time_ms", columns: String(HEATMAP_COLUMNS), rows: String(HEATMAP_ROWS_MAX) });
-  for (const id of offChartSources()) params.append("exclude", id);
+  for (const id of view.hidden) params.append("exclude", id);
   const loss = state.charts.get("step_time_ms") || state.charts.get("loss");
   const range = view.zoom && loss ? loss.stepsOf(view.zoom) : null;
   if (range) { params.set("start", String(range[0])); params.set("end", String(range[1])); }

@@ -34,7 +34,7 @@ export function setupSources(hooks) {
     writeURL();
     renderSources();
     clearTimeout(timer);
-    timer = setTimeout(() => { redrawAll(); if (state.heatmapAnswer) refreshHeatmap(); }, 200);
+    timer = setTimeout(() => redrawAll(), 200);  // (the heatmap keeps every rank: it is where stragglers show)
   });
   const sort = document.getElementById("source-sort");
   sort.value = view.sourceSort;

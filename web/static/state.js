@@ -10,7 +10,9 @@ export const view = {
   x: "step",            // step | time | relative | samples
   ranks: "auto",        // auto (overlay up to MANY_LINES sources, else mean) | overlay | mean
   pick: new Set(),      // sources drawn on top of the mean + band (besides the worst few)
-  filter: "",           // charts whose metric name contains this (case-insensitive)
+  expanded: new Set(),  // compared runs whose ranks are drawn with their mean (a click on its legend entry)
+  filter: "",           // charts whose metric name matches this regex (case-insensitive)
+  combine: false,       // the filter's matches drawn in one chart too (MetricsChart), above the others
   collapsed: new Set(), // chart groups folded away
   sourceFilter: "",     // the source table's name filter (a regex): the charts draw the matching sources only
   sourceSort: "name",   // name | lag | steptime | loss
@@ -140,6 +142,7 @@ export function readURL() {
   view.pick = set("p");
   view.collapsed = set("c");
   if (params.has("q")) view.filter = params.get("q");
+  view.combine = params.get("qm") === "1";
   if (params.has("sq")) view.sourceFilter = params.get("sq");
   if (["name", "lag", "steptime", "loss"].includes(params.get("o"))) view.sourceSort = params.get("o");
   if (params.has("b")) view.baseline = params.get("b");
@@ -150,6 +153,7 @@ export function readURL() {
   view.log = set("l");
   view.fit = set("io");
   view.pinned = set("pin");
+  view.expanded = set("xr");
   view.enlarged = params.get("e") || "";
   const zoom = (params.get("z") || "").split(",").map(Number);
   if (zoom.length === 2 && zoom.every(Number.isFinite) && zoom[0] < zoom[1]) view.zoom = zoom;
@@ -167,11 +171,13 @@ export function writeURL() {
   if (view.log.size) params.set("l", [...view.log].join(","));
   if (view.fit.size) params.set("io", [...view.fit].join(","));
   if (view.pinned.size) params.set("pin", [...view.pinned].join(","));
+  if (view.expanded.size) params.set("xr", [...view.expanded].join(","));
   if (view.enlarged) params.set("e", view.enlarged);
   for (const [key, values] of [["f", view.flip], ["p", view.pick], ["c", view.collapsed]]) {
     if (values.size) params.set(key, [...values].join(","));
   }
   if (view.filter) params.set("q", view.filter);
+  if (view.combine) params.set("qm", "1");
   if (view.sourceFilter) params.set("sq", view.sourceFilter);
   if (view.sourceSort !== "name") params.set("o", view.sourceSort);
   if (view.zoom) params.set("z", view.zoom.map((v) => String(Number(v.toPrecision(12)))).join(","));
