@@ -26,6 +26,7 @@ const MARKER_BASE_Y = 0.035;  // on the hidden 0..1 axis: just above the x axis
 const MARKER_STEP_Y = 0.075;  // one glyph higher per kind at the same place
 const MARKER_GAP_PX = 16;     // glyphs closer than this on the x axis share a stack (the widest glyph: 14 px)
 const ALERT_LABEL_GAP_PX = 90;  // alert labels closer than this are merged into one ("+N")
+const NAN_LABEL_GAP_PX = 4;     // at least this much room between two NaN labels (else merged: "+N")
 const LEGEND_ROWS_MAX = 3;   // legend rows above a plot at most (two dozen names or so); beyond, none on the chart
 const LEGEND_ROW_PX = 18;
 const LEGEND_GAP_PX = 10;
@@ -899,8 +900,9 @@ export class ChartView {
       const x = this.dispOfStep(p.source, p.x, null);
       if (x !== null && x !== undefined) marks.push({ xAxis: x, text: `${p.value} @ ${p.x}` });
     }
-    const shown = marks.slice(-MAX_NAN_LINES);
+    const shown = marks.slice(-MAX_NAN_LINES).sort((a, b) => a.xAxis - b.xAxis);
     const labels = shown.length <= 12;
+    if (labels) mergeLabels(shown, this.unitsPerPixel());
     return {
       id: "nonfinite", name: "non-finite", type: "line", data: [], color: NAN_COLOR, silent: true,
       markLine: { symbol: ["none", "circle"], symbolSize: 6, silent: true, animation: false,
@@ -1068,10 +1070,8 @@ export class ChartView {
 
   // The rows the legend's names take across the plot (each: the swatch, its text, the gap).
   legendRows(names) {
-    if (!measureCtx) {
-      measureCtx = document.createElement("canvas").getContext("2d");
-      measureCtx.font = "11px sans-serif";
-    }
+    if (!measureCtx) measureCtx = document.createElement("canvas").getContext("2d");
+    measureCtx.font = "11px sans-serif";  // (the NaN labels' measure is 10 px: mergeLabels)
     const width = this.plotSize().width - 10;
     let rows = 1;
     let x = 0;
@@ -1291,6 +1291,27 @@ export class MetricsChart extends ChartView {
     this.el.dataset.lines = String(series.length);
     this.el.dataset.members = names.join(",");
   }
+}
+
+// Labels centred above their mark lines (the NaN marks'), laid left to right: one that would meet the label before it
+// (its text's width, NAN_LABEL_GAP_PX apart) is merged into it ("NaN @ 200 +2"), so none overlaps another at any zoom.
+function mergeLabels(marks, unitsPerPixel) {
+  if (!measureCtx) measureCtx = document.createElement("canvas").getContext("2d");
+  measureCtx.font = "10px sans-serif";
+  const half = (text) => (measureCtx.measureText(text).width / 2 + NAN_LABEL_GAP_PX / 2) * unitsPerPixel;
+  let head = null;
+  for (const mark of marks) {
+    if (head && mark.xAxis - half(mark.text) < head.xAxis + half(head.text)) {
+      head.more += 1;
+      head.text = `${head.base} +${head.more}`;
+      mark.label = { show: false };
+    } else {
+      head = mark;
+      head.base = mark.text;
+      head.more = 0;
+    }
+  }
+  for (const mark of marks) { delete mark.base; delete mark.more; }
 }
 
 // A min/max band as one custom series: polygons over the runs of points that have both bounds. Its data (each
