@@ -160,6 +160,7 @@ def _combined_tip(page: Any) -> List[str]:
 @pytest.mark.timeout(90)
 def test_the_filters_matches_in_one_chart(ranks40: Any) -> None:
     page = ranks40.page
+    assert page.is_hidden("#combine-label")
     page.fill("#metric-filter", "^grad_")
     page.check("#combine")
     wait_js(page, "s => { const e = document.querySelector(s); return !!e && e.dataset.lines === '2'; }", arg=COMBINED)
@@ -179,8 +180,9 @@ def test_the_filters_matches_in_one_chart(ranks40: Any) -> None:
     # off, or one match only: no such chart
     page.fill("#metric-filter", "^grad_norm$")
     wait_js(page, "s => !document.querySelector(s)", arg=COMBINED)
-    page.fill("#metric-filter", "")
     page.uncheck("#combine")
+    page.fill("#metric-filter", "")
+    assert page.is_hidden("#combine-label")  # it draws the filter's matches: shown with a filter only
     page.fill("#source-filter", "")
     assert "qm=1" not in page.url
     ranks40.assert_clean()

@@ -92,6 +92,9 @@ def test_compared_runs_are_the_servers_means_and_a_runs_ranks_come_on_demand(wat
     assert not [s for s in series if s["id"].endswith("|raw")]
     assert sorted(page.evaluate("() => window.mstail.option('loss').legend[0].data")) == [
         "exp1: mean of 3", "exp2: mean of 3"]
+    # the chart's CSV holds the runs' means
+    rows = page.evaluate("() => window.mstail.state.charts.get('loss').visibleRows().map(r => r[0])")
+    assert {"exp1: mean of 3", "exp2: mean of 3"} <= set(rows), set(rows)
     # a click on a run's legend entry: its ranks too (kept in the URL); again: its mean alone
     toggle = ("n => window.mstail.state.charts.get('loss').chart.dispatchAction("
               "{type: 'legendToggleSelect', name: n})")

@@ -232,6 +232,7 @@ function filterCharts() {
 // The toolbar's "one chart": the filter's matches (two or more) drawn together above their own charts. Their own
 // charts fetch the data (those not fetched yet are now) and take the live records; it draws what they hold.
 function updateCombined() {
+  document.getElementById("combine-label").hidden = !view.filter.trim();  // (it draws the filter's matches)
   const members = view.combine && view.filter.trim() ? [...state.charts.values()].filter((c) => !c.el.hidden) : [];
   if (members.length < 2) {
     if (page.combined) {

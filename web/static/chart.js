@@ -1184,12 +1184,14 @@ export class ChartView {
           this.smoothing() ? line.smooth[i] : null]);
       }
     }
-    const a = this.agg;
-    for (let i = 0; a && i < a.x.length; i++) {
-      const x = this.disp(a, i);
-      if (range && (x === null || x < range[0] || x > range[1])) continue;
-      rows.push([`mean of ${a.sources}`, "", a.x[i], isoTime(a.t[i]), a.t[i], "", a.last[i], a.min[i], a.max[i],
-        this.smoothing() ? a.smooth[i] : null]);
+    const means = [...(this.agg ? [["", this.agg]] : []), ...[...this.runAggs].map(([run, a]) => [`${run}: `, a])];
+    for (const [prefix, a] of means) {
+      for (let i = 0; i < a.x.length; i++) {
+        const x = this.disp(a, i);
+        if (range && (x === null || x < range[0] || x > range[1])) continue;
+        rows.push([`${prefix}mean of ${a.sources}`, "", a.x[i], isoTime(a.t[i]), a.t[i], "", a.last[i], a.min[i], a.max[i],
+          this.smoothing() ? a.smooth[i] : null]);
+      }
     }
     return rows;
   }
