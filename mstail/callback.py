@@ -204,7 +204,7 @@ class JsonlWriter:
             if not self._due(step):
                 return False
             return self._write(step, epoch, metrics)
-        except Exception:  # monitoring must never stop training
+        except Exception:  # noqa: BLE001 - monitoring must never stop training
             self.dropped += 1
             self._report("log", "a record could not be built", exc_info=True)
             return False
@@ -228,7 +228,7 @@ class JsonlWriter:
             if total_steps is not None:
                 record["total_steps"] = int(total_steps)
             return self._append((json.dumps(record) + "\n").encode(), time.perf_counter())
-        except Exception:  # monitoring must never stop training
+        except Exception:  # noqa: BLE001 - monitoring must never stop training
             self.dropped += 1
             self._report("event", "an event could not be written", exc_info=True)
             return False
@@ -279,7 +279,7 @@ class JsonlWriter:
         for name, source in self._metrics.items():
             try:
                 value = source() if callable(source) else source
-            except Exception:
+            except Exception:  # noqa: BLE001 - a user's metric may raise anything: said, recorded as null
                 self._report(f"metric:{name}", f"metric {name!r} raised; null", exc_info=True)
                 value = None
             record[name] = self._convert(name, value)
@@ -297,7 +297,7 @@ class JsonlWriter:
     def _convert(self, name: str, value: Any) -> int | float | str | None:
         try:
             return _number(value)
-        except Exception:
+        except Exception:  # noqa: BLE001 - as for a metric: said, recorded as null
             self._report(f"value:{name}", f"metric {name!r} is not a number ({type(value).__name__}); null")
             return None
 
@@ -332,7 +332,7 @@ class JsonlWriter:
     def _still_there(self) -> bool:
         """Whether ``path`` still names the open file (not deleted, not replaced)."""
         try:
-            st = os.stat(self.path)
+            st = os.stat(self.path)  # type: ignore[arg-type]  # resolved by _this_rank() before any write
         except OSError:
             return False
         return (st.st_dev, st.st_ino) == self._identity
@@ -342,10 +342,10 @@ class JsonlWriter:
             self._report("vanished", f"{self.path} was removed or replaced; reopening it")
             self.close()
         try:
-            directory = os.path.dirname(self.path)
+            directory = os.path.dirname(self.path)  # type: ignore[type-var]  # as in _still_there
             if directory:
                 os.makedirs(directory, exist_ok=True)
-            self._file = open(self.path, "ab", buffering=0)
+            self._file = open(self.path, "ab", buffering=0)  # type: ignore[arg-type]  # as in _still_there
             st = os.fstat(self._file.fileno())
         except OSError as exc:
             self._file = None
@@ -439,7 +439,7 @@ class JsonlCallback(Callback):
         cb = run_context.original_args()
         try:
             self._begin(cb)
-        except Exception:
+        except Exception:  # noqa: BLE001 - said; monitoring must never stop training
             self.writer._report("begin", "could not inspect the training setup", exc_info=True)
         self.writer.event("start", self._offset + cb.cur_step_num, "training started", _total_steps(cb, self._offset))
 
@@ -447,7 +447,7 @@ class JsonlCallback(Callback):
         """Write the record of the step that just ended (unless ``every`` skips it)."""
         try:
             self._step_end(run_context.original_args())
-        except Exception:
+        except Exception:  # noqa: BLE001 - monitoring must never stop training
             self.writer.dropped += 1
             self.writer._report("step", "a record could not be built", exc_info=True)
 
@@ -500,7 +500,7 @@ class JsonlCallback(Callback):
         if self._extra is not None:
             try:
                 metrics.update(self._extra(cb))
-            except Exception:
+            except Exception:  # noqa: BLE001 - a user's extra() may raise anything: said, left out
                 self.writer._report("extra", "extra() raised; its metrics are left out", exc_info=True)
         self.writer._write(step, cb.cur_epoch_num, metrics)
 
@@ -517,7 +517,7 @@ class JsonlCallback(Callback):
                 names = _AUTO_OUTPUTS.get(min(len(outputs), 5), ())
         return {name: value for name, value in zip(names, outputs) if name is not None}
 
-    def _lr(self, step: int) -> float | None:
+    def _lr(self, step: int) -> int | float | str | None:
         """The lr used at ``step`` (1-based global step), or None when it is not read at this step."""
         if self._lr_list is not None:
             # The optimizer gathered lr[global_step] before incrementing it, so step k used entry k - 1.

@@ -68,7 +68,7 @@ def feed_block(
         end = find(b"\n", pos)
         try:
             out.extend(feed(decode(block[pos:end], offset + pos), line_no, now))
-        except Exception as exc:  # noqa: BLE001 - the caller decides what a line the parser fails on costs
+        except Exception as exc:  # the caller decides what a line the parser fails on costs
             if on_error is None:
                 raise
             on_error(line_no, exc)
@@ -95,8 +95,8 @@ def feed_block(
         nonlocal pending
         items, pending = pending, []
         try:
-            out.extend(parser.derive_main(items) if interleaved else items)  # type: ignore[union-attr]
-        except Exception as exc:  # noqa: BLE001 - as in `feed_next`
+            out.extend(parser.derive_main(items) if interleaved else items)  # type: ignore[union-attr]  # interleaved: an InterleavedParser
+        except Exception as exc:  # as in `feed_next`
             if on_error is None:
                 raise
             on_error(pending_line, exc)
@@ -132,7 +132,7 @@ def feed_block(
             # and any while a multi-line event is open, is fed.
             taken = hot_match(text) if hot_match is not None and not collecting and "\x1b" not in text else None
             found = main_feed(text, line_no, now) if taken is None else feed_hot(*taken, line_no, now)
-        except Exception as exc:  # noqa: BLE001 - as in `feed_next`
+        except Exception as exc:  # as in `feed_next`
             if on_error is None:
                 raise
             on_error(line_no, exc)

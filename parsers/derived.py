@@ -40,7 +40,7 @@ import math
 import operator
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Tuple, TypeVar, Union
+from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Set, Tuple, TypeVar, Union
 
 from .record import MAX_NAME_CHARS, RESERVED, Item, metric_key
 
@@ -99,7 +99,12 @@ class Derived:
         if isinstance(self.perplexity, bool):
             object.__setattr__(self, "perplexity", LM_LOSSES if self.perplexity else ())
         object.__setattr__(self, "_inputs", frozenset(
-            [name for s in self.series for name in s.names] + list(self.perplexity)))
+            [name for s in self.series for name in s.names] + list(self._losses)))
+
+    @property
+    def _losses(self) -> Tuple[str, ...]:
+        """`perplexity` as `__post_init__` leaves it: the losses, a tuple."""
+        return self.perplexity  # type: ignore[return-value]  # a bool is made a tuple in __post_init__
 
     def values(self, record: Mapping[str, Any]) -> Dict[str, float]:
         """The derived values computable from `record`'s metrics that it does not have yet, in order."""
@@ -115,7 +120,7 @@ class Derived:
         losses: List[Tuple[str, str]] = []  # (perplexity's name, the loss it is of)
         names = set(keys)  # the record's and those computed before: a name computed once only
         for key in keys:
-            if key in self.perplexity:
+            if key in self._losses:
                 name = perplexity_name(key)
                 if name not in names:
                     losses.append((name, key))
@@ -140,7 +145,7 @@ class Derived:
     def describe(self) -> List[str]:
         """What decides the values this adds, one line each (the state file's fingerprint: another `--derived`
         file gives another history)."""
-        return ([f"derived perplexity of {' '.join(self.perplexity) or 'nothing'}"]
+        return ([f"derived perplexity of {' '.join(self._losses) or 'nothing'}"]
                 + [f"derived constant {k} {v!r}" for k, v in self.constants]
                 + [f"derived series {s.name} {s.text}" for s in self.series])
 
@@ -251,7 +256,7 @@ def _format_metrics() -> FrozenSet[str]:
     """The metric names the built-in formats' fields and pairs give (`loss`, `lr`, `grad_norm`, `step_time_ms`...)."""
     from .loader import builtin_formats
 
-    names = set()
+    names: Set[str] = set()
     for fmt in builtin_formats():
         for rule in fmt.rules:
             names.update(spec.name for spec in rule.fields)

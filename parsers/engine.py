@@ -261,7 +261,7 @@ _PLAIN_FIELDS = tuple(f.name for f in fields(ParserState) if f.name not in ("epo
 #: (`_METRIC_LOOKING`), or a matched line holding `name: number` pairs its rule's pairs did not take.
 #: `read_times`: records and events whose time is the moment the line was read (it has none: `stamp_time`), which the
 #: page says on its wall-time axes.
-COUNTS = ("lines", "records", "events", "amends", "field_errors", "unmatched_metric_lines", "slow_lines", "read_times")
+COUNTS: Tuple[str, ...] = ("lines", "records", "events", "amends", "field_errors", "unmatched_metric_lines", "slow_lines", "read_times")
 
 #: (format origin, format name, where) of the user regexes that ran out of time and were warned about: once each.
 _WARNED: set = set()
@@ -330,7 +330,7 @@ class SourceParser:
             if METRIC_HINT in match.message.casefold() and _METRIC_LOOKING.search(match.message):
                 self.state.counts["unmatched_metric_lines"] += 1
             if match.prefixed and match.level in match.fmt.error_levels:
-                error = {"kind": "error"}
+                error: Dict[str, Any] = {"kind": "error"}
                 stamp_time(error, match.when(), now)
                 error.update(line=line_no, level=match.level)
                 self._open_event = (error, [match.message], now)
@@ -345,12 +345,13 @@ class SourceParser:
         elif kind == "attach":
             self.attach_line(rule, match.groups, out)
         else:
-            event = {"kind": rule.event}
+            event: Dict[str, Any] = {"kind": rule.event}
             stamp_time(event, match.when(), now)
             event["line"] = line_no
-            if match.groups.get("step") is not None:  # e.g. "initial step: 500": the event's own step
+            own_step = match.groups.get("step")
+            if own_step is not None:  # e.g. "initial step: 500": the event's own step
                 try:
-                    event["step"] = int(match.groups["step"])  # type: ignore[arg-type]
+                    event["step"] = int(own_step)
                 except ValueError:
                     self.state.counts["field_errors"] += 1
             if rule.same_step_as and rule.same_step_as in self.state.event_steps:
@@ -364,8 +365,8 @@ class SourceParser:
                 self._emit_event(event, out)
             if rule.record:  # eval results: the numbers are charted at the current step too
                 self._amend(dict(values), out)
-        event = self._open_event
-        if event is not None and now - event[2] >= self.grace_s:  # what `flush(now)` would emit
+        held = self._open_event
+        if held is not None and now - held[2] >= self.grace_s:  # what `flush(now)` would emit
             out += self.flush(now)
         return out
 
@@ -505,8 +506,9 @@ class SourceParser:
         """Whether a line's step counter is the one of the `last` record."""
         get = groups.get
         try:
-            if get("step") is not None:
-                return int(get("step")) == last["step"]  # type: ignore[arg-type]
+            step = get("step")
+            if step is not None:
+                return int(step) == last["step"]
             in_epoch, epoch, per_epoch = get("step_in_epoch"), get("epoch"), get("steps_per_epoch")
             if in_epoch is None or epoch is None or int(epoch) != last.get("epoch"):
                 return False
@@ -533,7 +535,7 @@ class SourceParser:
                 if epochs is not None:
                     self.state.meta["total_steps"] = int(epochs)
                 self.state.meta["x_axis"] = "epoch"
-                return int(get("epoch"))  # type: ignore[arg-type]
+                return int(get("epoch"))  # type: ignore[arg-type]  # not None: the if checked it
             if step_in_epoch is None:
                 # A rule without a step group (a --pattern), or whose step group did not take part (a Trainer dict
                 # line): the step counts the matching lines, an estimate (a line every 10 steps is 10 steps).
@@ -807,7 +809,7 @@ class SourceParser:
         return rule.kind == "event" and rule.multiline and rule.event == self._open_event[0]["kind"]
 
     def _continue_event(self, text: str) -> None:
-        event, lines, since = self._open_event  # type: ignore[misc]
+        event, lines, since = self._open_event  # type: ignore[misc]  # called while an event is open
         if len(lines) < MAX_EVENT_LINES:
             lines.append(text[:MAX_EVENT_CHARS])
 
@@ -928,7 +930,7 @@ def jsonl_values(obj: Dict[str, Any]) -> Record:
     out: Record = {}
     for key, value in obj.items():
         if key not in RESERVED:
-            key = metric_key(key)
+            key = metric_key(key)  # type: ignore[assignment]  # None: skipped just below
             if key is None:
                 continue
         if isinstance(value, bool):

@@ -26,7 +26,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Set, Tuple
 
 from .derived import Derived, Deriver
 from .engine import ParserState
-from .record import RESERVED, Item, Record, metric_key
+from .record import PART_KEY, RESERVED, Item, Record, metric_key
 
 #: The kinds of event files, as `ParserState.format` and `/api/sources` name them.
 TENSORBOARD = "tensorboard"
@@ -89,7 +89,7 @@ def metric_name(tag: str) -> str:
             tag = tag[: -len(suffix)]
             break
     name = TAG_NAMES.get(tag, tag)
-    return metric_key(f"tag_{name}" if name in RESERVED or name == "_part" else name) or ""  # "": no name
+    return metric_key(f"tag_{name}" if name in RESERVED or name == PART_KEY else name) or ""  # "": no name
 
 
 class EventFileParser:

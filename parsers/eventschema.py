@@ -24,13 +24,13 @@ import struct
 from typing import Any, Iterator, List, Optional, Tuple, Union
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
-from google.protobuf.message import DecodeError  # what `decode` raises for bytes that are no Event
+from google.protobuf.message import DecodeError as DecodeError  # what `decode` raises for bytes that are no Event
 
 _F = descriptor_pb2.FieldDescriptorProto
 _OPTIONAL, _REPEATED = _F.LABEL_OPTIONAL, _F.LABEL_REPEATED
 
 #: (message, [(field, number, type, label, message type name or None)]) per package, as the .proto files say.
-_TENSORBOARD = [
+_TENSORBOARD: List[Tuple[str, list]] = [
     ("Event", [("wall_time", 1, _F.TYPE_DOUBLE, _OPTIONAL, None), ("step", 2, _F.TYPE_INT64, _OPTIONAL, None),
                ("file_version", 3, _F.TYPE_STRING, _OPTIONAL, None), ("summary", 5, _F.TYPE_MESSAGE, _OPTIONAL, "Summary")]),
     ("Summary", [("value", 1, _F.TYPE_MESSAGE, _REPEATED, "Value")]),
@@ -48,7 +48,7 @@ _TENSORBOARD = [
     ("TensorShapeProto", [("dim", 2, _F.TYPE_MESSAGE, _REPEATED, "Dim")]),
     ("Dim", [("size", 1, _F.TYPE_INT64, _OPTIONAL, None)]),
 ]
-_MINDSPORE = [
+_MINDSPORE: List[Tuple[str, list]] = [
     ("Event", [("wall_time", 1, _F.TYPE_DOUBLE, _OPTIONAL, None), ("step", 2, _F.TYPE_INT64, _OPTIONAL, None),
                ("version", 3, _F.TYPE_STRING, _OPTIONAL, None), ("summary", 5, _F.TYPE_MESSAGE, _OPTIONAL, "Summary")]),
     ("Summary", [("value", 1, _F.TYPE_MESSAGE, _REPEATED, "Value")]),
@@ -82,7 +82,7 @@ def _event_class(package: str, messages: List[Tuple[str, list]], root: str = "Ev
     pool.Add(proto)
     descriptor = pool.FindMessageTypeByName(f"{package}.{root}")
     get_class = getattr(message_factory, "GetMessageClass", None)  # protobuf >= 4.21; 3.20 has the factory only
-    return get_class(descriptor) if get_class is not None else message_factory.MessageFactory(pool).GetPrototype(descriptor)
+    return get_class(descriptor) if get_class is not None else message_factory.MessageFactory(pool).GetPrototype(descriptor)  # type: ignore[attr-defined]  # 3.20
 
 
 def _text_as_bytes(messages: List[Tuple[str, list]]) -> List[Tuple[str, list]]:

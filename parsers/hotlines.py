@@ -84,7 +84,7 @@ class HotLines:
         """(rule, its groups, the prefix's time parser, the prefix's time text, its field texts: `engine.Texts`, or
         None when it has no fields) when the engine would match `text` (a line with no ANSI escape) to a record or
         attach rule under a prefix; None: ask the engine."""
-        for envelope, clock, timed in self._prefixes:
+        for envelope, clock, timed in self._prefixes:  # noqa: B007 - read after the break
             found = envelope(text)
             if found is not None:
                 break
@@ -135,7 +135,7 @@ def _counters(rule: Rule, hot: "re.Pattern[str]", numbers: Tuple[int, ...]
     if not numbers or rule.epoch_length or None in read:
         return None
     names = tuple(name for name in COUNTER_GROUPS if name in hot.groupindex) + tuple(
-        name for groups in read for name in groups if name in hot.groupindex)
+        name for groups in read for name in groups if name in hot.groupindex)  # type: ignore[union-attr]  # no None
     return names, tuple(hot.groupindex[name] for name in names)
 
 

@@ -12,7 +12,7 @@ import functools
 import math
 import re
 import time
-from typing import Callable, Dict, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Union
 
 Value = Union[int, float, str, None]
 
@@ -37,7 +37,7 @@ def fits(value: Value, text: str = "") -> bool:
     written as infinite (`1` followed by 400 zeros becomes inf in `float()`: that is a value out of range, not an
     Infinity the log printed)."""
     if value.__class__ is int:
-        return -(1 << 63) <= value < (1 << 63)  # type: ignore[operator]
+        return -(1 << 63) <= value < (1 << 63)
     if value.__class__ is float and (value == math.inf or value == -math.inf):
         return "inf" in text.lower()
     return True
@@ -177,7 +177,7 @@ def time_parser(fmt: str) -> Callable[[str], float]:
         return NAMED_TIME_FORMATS[fmt]
     if fmt.endswith("%f") and len(fmt) > 3:
         separator = fmt[-3]
-        last = ["", 0, 0.0]  # the last minute parsed by `whole_seconds` ("2026-01-20 03:15:"), its zone, unix time
+        last: List[Any] = ["", 0, 0.0]  # the last minute parsed by `whole_seconds` ("2026-01-20 03:15:"), its zone, unix time
         whole_seconds = _cached_parser(fmt[:-3], last)
 
         def parse(text: str) -> float:

@@ -146,7 +146,7 @@ def _prefix(data: Mapping[str, Any], origin: str, index: int) -> Prefix:
         raise FormatError(
             origin, f"a (?P<time>...) group needs time_format (strptime, or one of {sorted(NAMED_TIME_FORMATS)})", name
         )
-    return Prefix(name=name, regex=regex, parse_time=time_parser(time_format) if "time" in regex.groupindex else None)
+    return Prefix(name=name, regex=regex, parse_time=time_parser(time_format) if "time" in regex.groupindex else None)  # type: ignore[arg-type]  # a str: checked above
 
 
 def _rule(data: Mapping[str, Any], origin: str, index: int) -> Rule:

@@ -66,7 +66,7 @@ def _walk(node: ast.Dict, path: Tuple[str, ...], leaves: List[Tuple[Tuple[str, .
             continue
         value = _number(value_node)
         if value is not _NOT_A_NUMBER:
-            leaves.append((key, value))  # type: ignore[arg-type]
+            leaves.append((key, value))
 
 
 def _number(node: ast.AST) -> Any:

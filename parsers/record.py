@@ -4,7 +4,8 @@ A record is one step of one source: a flat JSON object whose reserved keys (`RES
 `KEY_ORDER`, followed by its metrics in the order the log had them. An event is the same shape with a `kind`
 (and usually a `message`). Non-finite numbers travel as the strings in `NON_FINITE` (the proto3 JSON convention:
 bare NaN is not JSON, it crashes strict encoders such as sse-starlette's, and dropping it would hide the most
-important point). The page keeps a JavaScript copy of `RESERVED` (web/static/util.js); a test checks they agree.
+important point). All this is written once, as data, in record.schema.json beside this module: the constants below
+are read from it, the page reads it (web/static/util.js), and the tests validate every kind of output against it.
 
 A record is emitted at its step line; a line that belongs to it but comes later (TimeMonitor, MindFormers' progress
 line, eval results) amends it: the amend adds metrics the record lacks, never changes one it has, so one step of one
@@ -22,12 +23,17 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional
+from importlib import resources
+from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, TypedDict
 
 import orjson
 
+#: The record's definition (JSON Schema 2020-12), shared with the page and the tests: read once, here.
+SCHEMA: Dict[str, Any] = json.loads((resources.files(__package__) / "record.schema.json").read_text("utf-8"))
+_RESERVED_SCHEMA = SCHEMA["$defs"]["reserved"]
+
 #: The order reserved keys appear in a record's JSON; metrics follow in the order the log had them.
-KEY_ORDER = ("seq", "source", "step", "epoch", "time", "segment", "line", "kind")
+KEY_ORDER = tuple(_RESERVED_SCHEMA["x-key-order"])
 _AFTER_SOURCE = KEY_ORDER[2:]
 
 #: A record's or an event's reserved keys the log did not print, space-separated: "step" (a global step resting on a
@@ -35,10 +41,10 @@ _AFTER_SOURCE = KEY_ORDER[2:]
 ESTIMATED = "estimated"
 
 #: Keys every record or event may carry; a format, a JSONL writer or a derived series cannot use them as metrics.
-RESERVED = frozenset(KEY_ORDER + ("message", ESTIMATED))
+RESERVED = frozenset(_RESERVED_SCHEMA["properties"])
 
 #: Non-finite floats by the names they travel under in JSON (records, events, series, SSE, SQLite).
-NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+NON_FINITE = {name: float(name) for name in SCHEMA["$defs"]["nonFinite"]["enum"]}
 
 #: An item's data key naming its launcher-tagged part ("rank3"); never stored: the tailer makes it a source id.
 PART_KEY = "_part"
@@ -46,12 +52,30 @@ PART_KEY = "_part"
 #: A record or an event's data: reserved keys and metrics (numbers, NON_FINITE floats, None for "no value").
 Record = Dict[str, Any]
 
+
+class ReservedKeys(TypedDict, total=False):
+    """The reserved keys of a record or an event and their types (record.schema.json's `reserved`): the typed view
+    of a `Record` for code that wants one. Any of them may be absent; metrics are the record's other keys."""
+
+    seq: int
+    source: str
+    step: int
+    epoch: int
+    time: float
+    segment: int
+    line: int
+    kind: str
+    message: str
+    estimated: str
+
+
+_NAMES_SCHEMA = _RESERVED_SCHEMA["propertyNames"]
 #: The most characters a metric name may have: a longer one (a writer's bug, a hostile input) is no name, it would be
 #: a key in every record, series and answer.
-MAX_NAME_CHARS = 256
+MAX_NAME_CHARS: int = _NAMES_SCHEMA["maxLength"]
 #: Names no metric keeps as they are, kept with `UNSAFE_PREFIX` before them: `__proto__` (a JavaScript object given
 #: that key by assignment takes it as its prototype), `PART_KEY` (it names a launcher-tagged part).
-UNSAFE_NAMES = frozenset({"__proto__", PART_KEY})
+UNSAFE_NAMES = frozenset(_NAMES_SCHEMA["not"]["enum"])
 UNSAFE_PREFIX = "metric_"
 #: What `metric_key` writes for a control character: `\\n`, `\\t`, `\\r`, `\\xHH` (C0, DEL, C1), and the line separators
 #: JavaScript and many viewers break lines at (`\\u2028`, `\\u2029`).

@@ -88,6 +88,7 @@ def expected_wheel_files() -> Dict[str, Path]:
                 expected[f"{package}/{rel}"] = ROOT / folder / rel
     for name in (ROOT / "parsers" / "formats").glob("*.toml"):
         expected[f"mstail/parsers/formats/{name.name}"] = name
+    expected["mstail/parsers/record.schema.json"] = ROOT / "parsers" / "record.schema.json"
     for rel in source_files("web/static"):
         expected[f"mstail/web/static/{rel}"] = ROOT / "web" / "static" / rel
     return expected
@@ -245,6 +246,9 @@ def check_installed_mstail(venv: Venv, tmp_path: Path) -> None:
         for rel in ("app.js", "vendor/echarts-5.6.0-mstail.min.js"):
             with _NO_PROXY.open(f"{url}/static/{rel}", timeout=5) as response:
                 assert response.read() == (ROOT / "web" / "static" / rel).read_bytes(), rel
+        # and the record's schema (package data of mstail.parsers), which the page reads
+        with _NO_PROXY.open(f"{url}/static/record.schema.json", timeout=5) as response:
+            assert response.read() == (ROOT / "parsers" / "record.schema.json").read_bytes()
 
         proc.send_signal(signal.SIGINT)
         try:

@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from mstail.tailer.alerts.engine import AlertEngine
 
 STATIC_DIR = Path(str(resources.files("mstail.web") / "static"))
+#: The record's definition (mstail.parsers.record), which the page reads beside its static files.
+RECORD_SCHEMA = Path(str(resources.files("mstail.parsers") / "record.schema.json"))
 
 
 def create_app(
@@ -60,7 +62,12 @@ def create_app(
     app.include_router(metrics.router)
     app.state.metrics_collector = metrics.MstailCollector(
         store, hub, alerts=alerts, facts=lambda: health() if health else {}, version=__version__)
-    # Every asset is served from the package (offline clusters have no CDN).
+    # Every asset is served from the package (offline clusters have no CDN). The schema's route comes before the
+    # mount: one after it would never be reached.
+    @app.get("/static/record.schema.json", include_in_schema=False)
+    def record_schema() -> FileResponse:
+        return FileResponse(RECORD_SCHEMA)
+
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     # Middleware added last runs first: the security checks refuse a request before the bound counts it.
     app.add_middleware(ClientBound)

@@ -174,9 +174,9 @@ def _offered_token(scope: Scope, headers: Headers) -> Tuple[Optional[str], bool]
                 return value[:MAX_TOKEN_CHARS], True
     cookies = cookie_parser(headers.get("cookie", ""))
     port = (scope.get("server") or (None, None))[1]
-    value = cookies.get(cookie_name(port))
-    if value:
-        return value[:MAX_TOKEN_CHARS], False
+    cookie = cookies.get(cookie_name(port))
+    if cookie:
+        return cookie[:MAX_TOKEN_CHARS], False
     return None, False
 
 

@@ -52,7 +52,7 @@ class _VisibleFormatter(logging.Formatter):
     """Messages as `discovery.visible` shows them: a path or a name from disk holding escape sequences or newlines
     must not act on the terminal or forge a line of its own on stderr (a traceback after a message stays as is)."""
 
-    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
+    def formatMessage(self, record: logging.LogRecord) -> str:  # logging's name
         record.message = visible(record.message)
         return super().formatMessage(record)
 
@@ -68,7 +68,7 @@ class _Parser(argparse.ArgumentParser):
     #: the command whose --help the error points to (the top parser's own errors are about the command's options)
     command = ""
 
-    def error(self, message: str) -> "NoReturn":  # type: ignore[override]
+    def error(self, message: str) -> "NoReturn":
         prog = f"{self.prog} {self.command}" if self.command else self.prog
         self.exit(2, f"mstail: error: {visible(message)} (see `{prog} --help`)\n")
 
@@ -445,7 +445,7 @@ def _run_server(config: Config, formats: Sequence[Format]) -> int:
 
     address = url_of(sock)
     elsewhere = other_urls(*sock.getsockname()[:2])  # bound to all addresses: the machine's name and addresses
-    announced = []  # once, by the first server that starts: one that starts over (below) serves the same address
+    announced: List[bool] = []  # once, by the first server that starts: one that starts over (below) serves the same address
 
     def announce() -> None:
         if announced:
@@ -489,7 +489,7 @@ class _Version(argparse.Action):
         parser.exit()
 
 
-def _build_parser() -> argparse.ArgumentParser:
+def _build_parser() -> _Parser:
     parser = _Parser(
         prog="mstail",
         description="Live curves from MindSpore/MindFormers training logs. "

@@ -26,7 +26,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Iterable, Optional, cast
 
 log = logging.getLogger("mstail.connections")
 
@@ -72,7 +72,7 @@ def guarded_protocol(limits: Limits) -> type:
             """A request is being served (its headers are in, the response is not complete)."""
             return self.cycle is not None and not self.cycle.response_complete
 
-        def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+        def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
             self._await_request()
             if len(self.connections) > limits.max_connections:
@@ -103,7 +103,7 @@ def guarded_protocol(limits: Limits) -> type:
 
         def _make_room(self) -> None:
             live, oldest = 0, None
-            for conn in self.connections:
+            for conn in cast(Iterable[GuardedH11Protocol], self.connections):  # http= is this class, ws="none"
                 if conn.transport.is_closing():  # closed, not yet lost: it no longer counts
                     continue
                 live += 1

@@ -60,7 +60,8 @@ class SimulatedTraining:
         logger = self._logger()
         logger.info(".........Starting Training Model..........")
         total = self.epochs * self.steps_per_epoch
-        scale, clean_steps, avg = 65536.0, 0, []
+        scale, clean_steps = 65536.0, 0
+        avg: List[float] = []
         for step in range(1, total + 1):
             if self.stop_event.wait(self.step_s):
                 break

@@ -16,9 +16,10 @@ import socket
 import struct
 import sys
 import webbrowser
-from typing import List
+from typing import List, Union
 
 log = logging.getLogger("mstail")
+_Address = Union[ipaddress.IPv4Address, ipaddress.IPv6Address]
 
 #: what `bind` is given, or `getsockname` says, for "every address of this machine"
 WILDCARDS = ("", "0.0.0.0", "::")
@@ -46,7 +47,7 @@ def other_urls(host: str, port: int) -> List[str]:
     return [page_url(name, port) for name in dict.fromkeys(n for n in names if n)]
 
 
-def _own_addresses(with_v6: bool) -> List["ipaddress._BaseAddress"]:
+def _own_addresses(with_v6: bool) -> List[_Address]:
     found = _interface_v4() or _routed(socket.AF_INET, "192.0.2.1")  # (TEST-NET: nothing is sent to it)
     if with_v6:
         found += _interface_v6() or _routed(socket.AF_INET6, "2001:db8::1")
@@ -54,7 +55,7 @@ def _own_addresses(with_v6: bool) -> List["ipaddress._BaseAddress"]:
     return list(dict.fromkeys(kept))[:MAX_ADDRESSES]
 
 
-def _interface_v4() -> List["ipaddress._BaseAddress"]:
+def _interface_v4() -> List[_Address]:
     """Every interface's IPv4 address (Linux; [] elsewhere, or when the interfaces cannot be read)."""
     if not sys.platform.startswith("linux"):
         return []
@@ -67,7 +68,7 @@ def _interface_v4() -> List["ipaddress._BaseAddress"]:
     return found
 
 
-def _interface_v6() -> List["ipaddress._BaseAddress"]:
+def _interface_v6() -> List[_Address]:
     """Every interface's IPv6 address (Linux: /proc/net/if_inet6; [] elsewhere)."""
     try:
         with open("/proc/net/if_inet6", encoding="ascii") as table:
@@ -76,7 +77,7 @@ def _interface_v6() -> List["ipaddress._BaseAddress"]:
         return []
 
 
-def _routed(family: int, remote: str) -> List["ipaddress._BaseAddress"]:
+def _routed(family: int, remote: str) -> List[_Address]:
     """The address this machine would send from to `remote` (a UDP connect sends nothing): the main one."""
     try:
         with socket.socket(family, socket.SOCK_DGRAM) as probe:
@@ -96,7 +97,7 @@ def open_page(url: str) -> bool:
             if webbrowser.open(url):
                 return True
             reason = "no browser found, or it failed to start"
-        except Exception as exc:  # webbrowser.Error, an OSError starting the command: said, never fatal
+        except Exception as exc:  # noqa: BLE001 - webbrowser.Error, an OSError starting the command: said, never fatal
             reason = f"{type(exc).__name__}: {exc}"
     log.warning("could not open a browser (%s); open %s by hand", reason, url)
     return False

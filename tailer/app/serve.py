@@ -34,6 +34,8 @@ from mstail.tailer.outbound.webhooks import Webhooks
 if TYPE_CHECKING:
     import uvicorn
 
+    from mstail.web.sse import StreamLimit
+
 
 log = logging.getLogger("mstail.serve")
 
@@ -111,23 +113,23 @@ async def serve(
         send_timeout_s=config.send_timeout_s,
         alerts=tailer.alerts,
     )
-    streams = limit_streams(app, config.max_streams)
-    webhooks = Webhooks(config.webhooks, timeout_s=config.webhook_timeout_s)
+    streams: StreamLimit = limit_streams(app, config.max_streams)
+    webhooks: Webhooks = Webhooks(config.webhooks, timeout_s=config.webhook_timeout_s)
     tailer.alert_listeners.append(webhooks.submit)
-    remote = RemoteWrite(config.remote_write, store, config.node) if config.remote_write else None
-    alertmanager = _alertmanager(config, tailer, store, sock)
+    remote: Optional[RemoteWrite] = RemoteWrite(config.remote_write, store, config.node) if config.remote_write else None
+    alertmanager: Optional[Alertmanager] = _alertmanager(config, tailer, store, sock)
     quiet_dropped_clients()
-    server = uvicorn.Server(
+    server: uvicorn.Server = uvicorn.Server(
         uvicorn.Config(
             app,
             http=guarded_protocol(limits),  # h11 with a connection cap and a request deadline (.connections)
             ws="none",
             backlog=BACKLOG,
-            timeout_keep_alive=config.keep_alive_s,  # type: ignore[arg-type] - a float works; int is only its hint
+            timeout_keep_alive=config.keep_alive_s,  # type: ignore[arg-type]  # a float works; int is only its hint
             log_level="warning",
             access_log=False,
             lifespan="off",
-            timeout_graceful_shutdown=config.shutdown_timeout_s,
+            timeout_graceful_shutdown=config.shutdown_timeout_s,  # type: ignore[arg-type]  # as above
         )
     )
     restore_logs = install_quiet_logs(asyncio.get_running_loop())
@@ -317,13 +319,13 @@ def _restored_alerts(store: Store, alerts: AlertEngine) -> int:
     problem = (alerts.restore(saved) if isinstance(seq, int) and 0 <= seq <= store.last_seq
                else "it does not fit the stored items")
     if problem is None:
-        return seq  # type: ignore[return-value]
+        return seq  # type: ignore[return-value]  # an int: restored only then
     log.warning("state %s: the alert rules' saved state is not usable (%s): replaying the %d stored items",
                 store.db.path, problem, store.last_seq)
     return 0
 
 
-def _sigterm_as_sigint() -> Callable[[], None]:
+def _sigterm_as_sigint() -> Callable[[], object]:
     """SIGTERM takes Ctrl-C's path: uvicorn closes the server, then re-raises the signal it caught with the
     handler it found, which for SIGTERM would end the process at once (exit 143) before the tailer's last pass
     is committed and the state closed. With Ctrl-C's handler the cleanup above runs and mstail exits 0.

@@ -60,7 +60,7 @@ class Turns:
         loop = asyncio.get_running_loop()
         if self._loop is not loop:  # a lock belongs to one loop (tests run several, one after another)
             self._lock, self._loop = asyncio.Lock(), loop
-        async with self._lock:  # type: ignore[union-attr]
+        async with self._lock:  # type: ignore[union-attr]  # made just above
             points = Points(series, self._seq(), after)
             return await loop.run_in_executor(_WORKER, function, points, *args)
 
@@ -93,7 +93,7 @@ class AggregateCache:
             if under_way is None:
                 under_way = self._folding[key] = asyncio.ensure_future(
                     self._turns.run(series, _Fold, after=self._folds.get(key)))
-                under_way.add_done_callback(lambda _, k=key: self._folding.pop(k, None))
+                under_way.add_done_callback(lambda _, k=key: self._folding.pop(k, None))  # type: ignore[misc]  # its default
             fold = await asyncio.shield(under_way)
             known = self._folds.get(key)
             if known is not None and known.version > fold.version:
@@ -165,6 +165,15 @@ class _Fold:
     everything; the sources' distance sums (the outliers) are the base's with its points at those steps taken out
     and the copy's put in (equal up to rounding)."""
 
+    # numpy arrays (numpy is imported where a fold is made), declared for the base a fold grows from
+    steps: Any
+    low: Any
+    high: Any
+    count: Any
+    distance: Any
+    counted: Any
+    mean: Series
+
     def __init__(self, points: "Points") -> None:
         import numpy as np
 
@@ -195,7 +204,7 @@ class _Fold:
             distance = base.distance - gone + distance
             counted = base.counted - gone_counted + counted
             kept = bisect_left(base.bad[0], points.cut)
-            bad = tuple(old[:kept] + new for old, new in zip(base.bad, bad))  # type: ignore[assignment]
+            bad = (base.bad[0][:kept] + bad[0], base.bad[1][:kept] + bad[1], base.bad[2][:kept] + bad[2])
             self.ascending = True  # the copy was checked (`Points`)
             self.newest = max(base.newest, int(points.steps.max()))
         self.steps, self.low, self.high, self.count = steps, low, high, count
@@ -250,7 +259,7 @@ class Points:
             if _ascending(self.steps, [n - start for n, start in zip(self.lengths, starts)], np):
                 # each series' first points in the copy (its length in the base less its start) are the base's
                 copied = np.array(self.lengths, dtype=np.int64) - np.array(starts, dtype=np.int64)
-                before = np.array(after.lengths, dtype=np.int64) - np.array(starts, dtype=np.int64)  # type: ignore
+                before = np.array(after.lengths, dtype=np.int64) - np.array(starts, dtype=np.int64)  # type: ignore[union-attr]  # a fold grows from `after`
                 first = np.repeat(np.cumsum(copied) - copied, copied)
                 self.held = np.arange(len(self.steps)) - first < np.repeat(before, copied)
                 return

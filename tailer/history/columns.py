@@ -122,7 +122,7 @@ class Flush:
                 continue
             nonfinite = None if bad is None else array("q", bad[bisect_left(bad, start):bisect_left(bad, end)])
             yield (*key, start, *(None if c is None else c[start:end].tobytes() for c in (steps, times, values)),
-                   None if nonfinite is None else nonfinite.tobytes())  # type: ignore[misc]
+                   None if nonfinite is None else nonfinite.tobytes())  # type: ignore[misc]  # a starred tuple mypy cannot size
 
 
 class Columns:
@@ -200,7 +200,7 @@ class Columns:
     def _cut(self, key: ColumnKey, steps: Optional[array], times: Optional[array], values: Optional[array],
              bad: Optional[List[int]], cuts: List[Cut], deletes: List[Tuple[str, int, Optional[str], int]]) -> None:
         """The pieces (and the pieces they replace) that bring one column's copy up to date."""
-        n = len(values) if values is not None else len(steps)  # type: ignore[arg-type]
+        n = len(values) if values is not None else len(steps)  # type: ignore[arg-type]  # a frame has steps
         saved = self._saved.get(key)
         if saved is not None and saved.own_steps != (steps is not None):
             # an aligned series that got its own steps: its pieces lack them, so it is written again whole
@@ -222,24 +222,23 @@ class Columns:
         start) and block summaries; returns why they cannot be used (and leaves the columns empty), or None."""
         columns: Dict[ColumnKey, List[Optional[array]]] = {}
         saved: Dict[ColumnKey, _Saved] = {}
-        for source, segment, metric, start, steps, times, values, bad in pieces:
+        for source, segment, metric, start, *blobs in pieces:
             key = (source, segment, metric)
             column = columns.get(key)
             if column is None:
-                column = columns[key] = [None if steps is None else array("q"), None if times is None else array("d"),
-                                         None if values is None else array("d"), None if bad is None else array("q")]
-                saved[key] = _Saved(own_steps=steps is not None)
+                column = columns[key] = [None if blob is None else array(code) for blob, code in zip(blobs, "qddq")]
+                saved[key] = _Saved(own_steps=blobs[0] is not None)
             have = saved[key].points
             if start != have:
                 return f"column {key} has a gap at point {have}"
-            for target, blob in zip(column, (steps, times, values, bad)):
+            for target, blob in zip(column, blobs):
                 if (target is None) != (blob is None):
                     return f"column {key} mixes pieces with and without steps"
-                if target is not None:
-                    if len(blob) % target.itemsize:  # type: ignore[arg-type]
-                        return f"column {key} has a piece of {len(blob)} bytes"  # type: ignore[arg-type]
-                    target.frombytes(blob)  # type: ignore[arg-type]
-            points = len(column[2] if metric is not None else column[0])  # type: ignore[arg-type]
+                if target is not None and blob is not None:
+                    if len(blob) % target.itemsize:
+                        return f"column {key} has a piece of {len(blob)} bytes"
+                    target.frombytes(blob)
+            points = len(column[2] if metric is not None else column[0])  # type: ignore[arg-type]  # made above
             saved[key].pieces.append((start, points - start))
         frames: Dict[FrameKey, Frame] = {}
         for source, segment, length in manifest["frames"]:
@@ -257,10 +256,10 @@ class Columns:
                 steps, times = frame.steps, frame.times
                 if len(steps) < length:
                     return f"the column of {metric!r} of {source} is longer than its frame"
-            elif len(steps) != length or len(times) != length:  # type: ignore[arg-type]
+            elif len(steps) != length or len(times) != length:  # type: ignore[arg-type]  # its own: not aligned
                 return f"the column of {metric!r} of {source} (segment {segment}) has steps missing"
-            series[(source, metric, segment)] = Series(steps=steps, values=values, times=times,
-                                                       nonfinite=bad.tolist())  # type: ignore[arg-type,union-attr]
+            series[(source, metric, segment)] = Series(steps=steps, values=values, times=times,  # type: ignore[arg-type]  # see the elif
+                                                       nonfinite=bad.tolist())  # type: ignore[union-attr]  # a metric's has one
         saved_blocks: Dict[SeriesKey, int] = {}
         for source, segment, metric, mins, maxs in blocks:
             owner = series.get((source, metric, segment))

@@ -15,7 +15,7 @@ import math
 from array import array
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from mstail.parsers.record import finite_or_name, numbers
 
@@ -259,7 +259,7 @@ class Blocks:
         values, bad = series.values, series.nonfinite
         for k in range(len(self.mins), len(values) // BLOCK):
             a, b = k * BLOCK, (k + 1) * BLOCK
-            chunk = values[a:b]
+            chunk: Sequence[float] = values[a:b]
             if bisect_left(bad, a) != bisect_left(bad, b):
                 chunk = [v for v in chunk if math.isfinite(v)]
             self.mins.append(min(chunk) if chunk else math.inf)
@@ -294,7 +294,7 @@ def _bucketed(series: Series, lo: int, hi: int, points: int) -> Dict[str, Any]:
     inf = math.inf
 
     def edge(a: int, b: int) -> Tuple[float, float]:
-        chunk = values[a:b]
+        chunk: Sequence[float] = values[a:b]
         if bisect_left(bad, a) != bisect_left(bad, b):
             chunk = [v for v in chunk if math.isfinite(v)]  # rare: only buckets holding a NaN/Inf pay this
         return (min(chunk), max(chunk)) if chunk else (inf, -inf)

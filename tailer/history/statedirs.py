@@ -50,7 +50,7 @@ class State:
     def logs_gone(self) -> bool:
         """Every log it is of no longer exists. A log followed by a relative path (as given to that mstail) says
         nothing from here, nor does a state with no log read from it: such a state is not gone."""
-        return bool(self.logs) and all(log_gone(log) for log in self.logs)  # type: ignore[union-attr]
+        return bool(self.logs) and all(log_gone(log) for log in self.logs)  # type: ignore[union-attr]  # logs: not None
 
 
 def log_gone(log: str) -> bool:

@@ -73,9 +73,9 @@ class SourceCheckpoint:
         follower = data["follower"]
         return cls(
             follower=FollowerCheckpoint(
-                files=[FilePosition(tuple(f["id"]), tuple(f["head"]), f["offset"], f["line"])  # type: ignore[arg-type]
+                files=[FilePosition(tuple(f["id"]), tuple(f["head"]), f["offset"], f["line"])
                        for f in follower.get("files", [])],
-                seen=[tuple(entry) for entry in follower.get("seen", [])],  # type: ignore[misc]
+                seen=[tuple(entry) for entry in follower.get("seen", [])],
                 counters=dict(follower.get("counters", {})),
             ),
             parser_json=json_text(data["parser"]),

@@ -40,7 +40,7 @@ class EventFilesFollower(FileFollower):
         super().__init__(path, max_line_bytes, with_backups=folder, splitter=FrameSplitter)
         self.counters.update(dict.fromkeys(FRAME_COUNTERS, 0))
 
-    @property  # type: ignore[override]
+    @property
     def path(self) -> Path:
         """The file followed now: the folder's newest event file (a name in it that does not exist yet while it has
         none: the follower waits), or the one file."""
@@ -69,15 +69,15 @@ class EventFilesFollower(FileFollower):
         rule), and for `LISTING_MAX_AGE_S` at most (a FUSE mount of an object store may never move a folder's
         mtime)."""
         try:
-            mtime = os.stat(self.folder).st_mtime_ns
+            mtime = os.stat(self.folder).st_mtime_ns  # type: ignore[arg-type]  # called with a folder only
         except OSError:
             mtime = None
         now = time.monotonic()
         if mtime is not None and self._listed is not None and self._listed[0] == mtime and now < self._listed[2]:
             return self._listed[1]
-        files = event_files_in(self.folder)
+        files = event_files_in(self.folder)  # type: ignore[arg-type]  # as above
         trusted = mtime is not None and time.time_ns() - mtime >= 2_000_000_000
-        self._listed = (mtime, files, now + LISTING_MAX_AGE_S) if trusted else None
+        self._listed = (mtime, files, now + LISTING_MAX_AGE_S) if trusted else None  # type: ignore[assignment]  # trusted: an mtime
         return files
 
     def _read_from(self, handle: _OpenFile, budget: int, now: Optional[float] = None,
@@ -89,6 +89,6 @@ class EventFilesFollower(FileFollower):
         for name, old in zip(FRAME_COUNTERS, before):
             self.counters[name] += max(0, getattr(splitter, name) - old)
         if splitter.bad_frames > before[0] and not getattr(handle, "said_bad", False):
-            handle.said_bad = True  # once per file: the counter says how many more
+            handle.said_bad = True  # type: ignore[attr-defined]  # once per file: the counter says how many more
             log.warning("%s: a frame failed its checksum (or its length); skipped, reading on (bad_frames counts them)", handle.path)
         return frames

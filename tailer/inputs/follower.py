@@ -246,7 +246,7 @@ class FileFollower:
                 return lines  # this older file has more: newer files wait, so every line comes out in order
         if self.current is None and not self._open(now):
             return lines
-        got = self._read_from(self.current, budget, now, blocks)
+        got = self._read_from(self.current, budget, now, blocks)  # type: ignore[arg-type]  # opened above
         lines += got
         if got:
             self.last_data_time = now
@@ -325,7 +325,7 @@ class FileFollower:
             entry = pending.pop(handle.identity, None)
             resumed = entry is not None and handle.matches(entry.head) and os.fstat(handle.fd).st_size >= entry.offset
             if resumed:
-                handle.resume(entry.offset, entry.line)  # type: ignore[union-attr]
+                handle.resume(entry.offset, entry.line)  # type: ignore[union-attr]  # resumed: an entry
             elif entry is not None:
                 # Same inode, other content (a reused inode: a copy copytruncate made may get the number of a
                 # file deleted meanwhile) or shorter than what was read (truncated): not the file the checkpoint

@@ -34,7 +34,7 @@ import os
 import re
 import struct
 from pathlib import Path
-from typing import TYPE_CHECKING, List, NamedTuple, Optional, Tuple
+from typing import TYPE_CHECKING, List, NamedTuple, Optional, Tuple, cast
 
 import google_crc32c
 
@@ -133,6 +133,8 @@ class FrameSplitter:
     def _split(self, frames: List[Frame]) -> bool:
         """Take the buffer's frames into `frames`; True when a big frame turned out to hold valid frames and the
         buffer is to be split again from the first of them."""
+        if self._lost and self._scan is not None and len(self._buffer) >= HEADER_BYTES and self._search_on():
+            return False
         # One immutable copy per feed: each slice of it is then a single copy (a bytearray slice would be two).
         buffer, pos, limit = bytes(self._buffer), 0, self.max_line_bytes
         scan: Optional[FrameScan] = None  # built when first needed, then asked from later and later offsets
@@ -194,6 +196,21 @@ class FrameSplitter:
         self._lost = lost
         return to
 
+    def _search_on(self) -> bool:
+        """Still looking for a valid frame, the search of the buffer kept while it waited for more bytes: it goes on
+        over the bytes it has not read (those that arrived, and a few before), copying them alone, not the whole
+        buffer (a stretch of headers claiming a megabyte each waits a megabyte long). True when no valid frame starts
+        yet (the buffer then starts where the search waits); else the buffer starts at the valid frame found, to be
+        split as usual."""
+        scan = cast("FrameScan", self._scan)
+        skip = scan.untouched(self._buffer_start)
+        scan = _scan(bytes(self._buffer[skip:]), self.max_line_bytes, self._buffer_start, scan, skip)
+        pos = self._resync(scan, 0)
+        del self._buffer[:pos]
+        self._buffer_start += pos
+        self._scan = scan if self._lost and self._buffer else None
+        return self._lost
+
     def _resync(self, scan: FrameScan, pos: int) -> int:
         """The first offset from `pos` where a whole valid frame starts (clears `_lost`); else the first where a
         frame whose length checksum holds is still coming in, else the last bytes a header may start in: the bytes
@@ -205,7 +222,7 @@ class FrameSplitter:
         else:
             found = scan.first_waiting(pos)
             if found is None:
-                found = max(pos, len(scan.buffer) - HEADER_BYTES + 1)
+                found = max(pos, scan.size - HEADER_BYTES + 1)
         self.skipped_bytes += found - pos
         return found
 
@@ -232,10 +249,11 @@ class FrameSplitter:
         return data[len(taken):]
 
 
-def _scan(buffer: bytes, limit: int, base: int = 0, previous: Optional[FrameScan] = None) -> "FrameScan":
+def _scan(buffer: bytes, limit: int, base: int = 0, previous: Optional[FrameScan] = None,
+          skip: int = 0) -> "FrameScan":
     from mstail.tailer.inputs.framescan import FrameScan  # numpy: only once damage or a torn frame is met
 
-    return FrameScan(buffer, limit, base, previous)
+    return FrameScan(buffer, limit, base, previous, skip)
 
 
 def frame(payload: bytes) -> bytes:

@@ -9,9 +9,11 @@ linear over GF(2): the CRC of bytes [a, b) is the prefix register at b xor the r
 bytes, and advancing over n zero bytes is a table look-up per byte of n), so each candidate costs the same whatever
 it claims, and the candidates of a stretch are all checked in a handful of array operations.
 
-`FrameScan(buffer, limit, base, previous)` answers for one buffer (the splitter's, during one `feed`; `base` its
-file offset, `previous` the scan of the file's last buffer while it waited for more bytes, whose registers and
-classified offsets are kept: a live file read 8 KiB at a time costs what the same bytes cost read at once):
+`FrameScan(buffer, limit, base, previous, skip)` answers for one buffer (the splitter's, during one `feed`; `base`
+its file offset, `previous` the scan of the file's last buffer while it waited for more bytes, whose registers and
+classified offsets are kept, `skip` the bytes of the buffer it is not given, those `previous` says it will not read
+again: a live file read 8 KiB at a time costs what the same bytes cost read at once, plus a few hundred
+microseconds of array calls a read, and a read's bytes are all that is copied, however long a stretch waits):
 `first_valid(start)`, the first offset from `start` where a whole frame of at most `limit` bytes has both checksums holding, and
 `first_waiting(start)`, the first offset where a frame's length checksum holds but its bytes run past the buffer.
 Offsets are classified in windows that grow as the queries (always from a later offset) move on, so a buffer costs
@@ -30,7 +32,6 @@ import numpy as np
 
 _POLY = 0x82F63B78  # CRC-32C, reflected
 _INIT = 0xFFFFFFFF
-_BLOCK = 32  # bytes per block of prefix registers: a block's offset within it is one byte of a shift
 #: the first window of offsets classified; each next one is twice the last
 _MIN_WINDOW = 1 << 14
 #: the first stretch of prefix registers computed; each extension at least doubles what there is
@@ -47,15 +48,62 @@ def _byte_table() -> np.ndarray:
 _TABLE = _byte_table()
 
 
-def _pair_table() -> np.ndarray:
-    """[v]: a register holding the 16-bit v advanced over two zero bytes: two bytes of input a look-up."""
-    values = np.arange(1 << 16, dtype=np.uint32)
-    for _ in range(2):
-        values = (values >> 8) ^ _TABLE[values & 0xFF]
-    return values
+#: bytes of a stretch whose prefix registers are computed from the register at its start (given by `google_crc32c`):
+#: one unit of the second digit of a shift (`shift(..., level=1)` advances by whole regions)
+_REGION = 256
+_BYTE_OF_TOP = np.empty(256, dtype=np.uint32)
+_BYTE_OF_TOP[_TABLE >> 24] = np.arange(256, dtype=np.uint32)  # the top byte of _TABLE[v] says v
 
 
-_PAIRS: List[np.ndarray] = []  # built when first needed (256 KiB)
+def _back(registers: np.ndarray) -> np.ndarray:
+    """Registers taken back over one zero byte (the inverse of advancing over it)."""
+    byte = _BYTE_OF_TOP[registers >> 24]
+    return ((registers ^ _TABLE[byte]) << 8) | byte
+
+
+def _unwound_table() -> np.ndarray:
+    """[k << 8 | v]: byte v's image in a register (`_TABLE[v]`) taken back over k + 1 zero bytes: advancing over a
+    zero byte is invertible, so the register at offset m of a stretch is the one at its start xored with these images
+    of the bytes before m (k their offset), all advanced over m zero bytes."""
+    rows = [np.arange(256, dtype=np.uint32)]  # _TABLE[v] taken back over one zero byte: v
+    for _ in range(_REGION - 1):
+        rows.append(_back(rows[-1]))
+    return np.stack(rows).reshape(-1)
+
+
+def _init_back() -> np.ndarray:
+    """[d]: CRC-32C's initial value taken back over d zero bytes (d < _REGION)."""
+    values = [np.array([_INIT], dtype=np.uint32)]
+    for _ in range(_REGION - 1):
+        values.append(_back(values[-1]))
+    return np.concatenate(values)
+
+
+_UNWOUND: List[np.ndarray] = []  # built when first needed (256 KiB)
+_INIT_BACK = _init_back()
+#: [m]: where offset m of a stretch looks up its byte in _UNWOUND
+_AT_IN_REGION = np.arange(_REGION, dtype=np.uint32) << 8
+#: regions of prefix registers computed in one go (bounds the temporaries: about 13 bytes a byte, 64 KiB at a time)
+_PIECE_REGIONS = 1 << 8
+
+
+def _unshifted(data: bytes, crc: int, count: int) -> Tuple[np.ndarray, int]:
+    """[r * _REGION + m]: the register at offset m of each of `count` regions of `data` (zeros past its end), not yet
+    advanced over the m zero bytes (`_unwound_table`), the CRC before `data` `crc`; and the CRC after it. A C call a
+    region, then a handful of array operations for all of them."""
+    extend, starts = google_crc32c.extend, []
+    for at in range(0, count * _REGION, _REGION):
+        starts.append(crc)
+        crc = extend(crc, data[at:at + _REGION])
+    padded = np.zeros((count, _REGION), dtype=np.uint8)
+    padded.reshape(-1)[:len(data)] = np.frombuffer(data, dtype=np.uint8)
+    if not _UNWOUND:
+        _UNWOUND.append(_unwound_table())
+    images = _UNWOUND[0].take(padded | _AT_IN_REGION)
+    unshifted = np.bitwise_xor.accumulate(images, axis=1)  # [r, m]: of the bytes up to m
+    unshifted ^= images  # of those before m
+    unshifted ^= (np.array(starts, dtype=np.uint32) ^ np.uint32(_INIT))[:, None]
+    return unshifted.reshape(-1), crc
 
 
 def _apply(linear: np.ndarray, x: np.ndarray) -> np.ndarray:
@@ -88,16 +136,29 @@ def _shift_level(level: int) -> np.ndarray:
     return _SHIFTS[level]
 
 
-def shift(x: np.ndarray, n: np.ndarray) -> np.ndarray:
-    """Registers `x` advanced over `n` zero bytes each (elementwise)."""
+#: [lane]: where byte `lane` of a register looks up its image among a map's (a level of _SHIFTS flattened)
+_LANES = (np.arange(4, dtype=np.uint32) << 8).reshape(4, 1)
+
+
+def _shifted(maps: np.ndarray, base: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Registers `x` mapped by the maps of a flattened level of _SHIFTS at `base` (digit << 10, shaped as `x` or as
+    its last axis): the four bytes of each register looked up in one call, their images xored."""
+    x = np.ascontiguousarray(x, dtype=np.uint32)
+    lanes = x.reshape(-1).view(np.uint8).reshape(-1, 4).T  # [lane, i]: byte `lane` of register i (little-endian)
+    base = base.reshape(-1) if base.shape == x.shape else np.broadcast_to(base, x.shape).reshape(-1)
+    images = maps.take((base | _LANES) | lanes)
+    return (images[0] ^ images[1] ^ images[2] ^ images[3]).reshape(x.shape)
+
+
+def shift(x: np.ndarray, n: np.ndarray, level: int = 0) -> np.ndarray:
+    """Registers `x` advanced over `n` times 256**level zero bytes each (elementwise)."""
     top = int(n.max()) if n.size else 0
-    level = 0
-    while top >> (8 * level):
-        maps = _shift_level(level).reshape(-1)  # [digit, byte of x, its value] flat: one index per look-up
-        base = ((n >> (8 * level)) & 0xFF).astype(np.uint32) << 10
-        x = (maps.take(base | (x & 0xFF)) ^ maps.take(base | 0x100 | ((x >> 8) & 0xFF))
-             ^ maps.take(base | 0x200 | ((x >> 16) & 0xFF)) ^ maps.take(base | 0x300 | (x >> 24)))
-        level += 1
+    digits = np.ascontiguousarray(n, dtype="<u8").view(np.uint8).reshape(n.shape + (8,))
+    digit = 0
+    while top >> (8 * digit):
+        maps = _shift_level(level + digit).reshape(-1)  # [digit, byte of x, its value] flat: one index per look-up
+        x = _shifted(maps, digits[..., digit].astype(np.uint32) << 10, x)
+        digit += 1
     return x
 
 
@@ -145,126 +206,136 @@ def _header_checksums(limit: int, lengths: np.ndarray, u8: np.ndarray, offsets: 
 
 class _Prefix:
     """Prefix registers of a file's bytes (the register after the bytes from `origin` to an offset, CRC-32C's initial
-    value in at `origin`), at any file offsets asked, computed for the blocks asked about and kept: block starts by
-    `google_crc32c` (C speed), the even offsets within blocks for all blocks at once, two bytes of each block a step;
-    an odd offset is one byte more. Kept from one buffer of the file to the next (`attach`): a stretch that waits for
-    more bytes (claims reaching past them) is not computed again each time they grow."""
+    value in at `origin`), at any file offsets asked, computed for the regions (`_REGION` bytes) asked about and kept:
+    region starts by `google_crc32c` (C speed), every offset of all regions at once as its register before it is
+    advanced over the bytes since its region's start (`_unshifted`), which a look-up does for the offsets asked. Kept
+    from one buffer of the file to the next (`attach`): a stretch that waits for more bytes (claims reaching past
+    them) is not computed again each time they grow, and a read's worth of new bytes costs a few array operations."""
 
     def __init__(self, origin: int) -> None:
         self.origin = origin
-        self.first = self.end = 0  # blocks [first, end) known; block k: the file's bytes from origin + k * _BLOCK
-        self.whole = 0  # blocks whose bytes were all there (the one after may be known with bytes missing)
-        self._store = np.empty((_BLOCK // 2, 0), dtype=np.uint32)  # grown by doubling, `inner` a view of it
-        self._column = 0  # the store's column of block `first`
-        self.inner = self._store  # [i, k]: the register at byte 2i of block first + k
-        self._carry = 0  # the CRC at block `end`'s start
+        self.first = self.end = 0  # regions [first, end) known; region k: the file's bytes from origin + k * _REGION
+        self.whole = 0  # regions whose bytes were all there (the one after may be known with bytes missing)
+        self._store = np.empty(0, dtype=np.uint32)  # grown by doubling, `unshifted` a view of it
+        self._column = 0  # the store's index of region `first`'s start
+        self.unshifted = self._store  # [m]: offset origin + first * _REGION + m, see `_unshifted`
+        self._carry = 0  # the CRC at region `end`'s start
 
-    def attach(self, buffer: bytes, base: int) -> "_Prefix":
-        """Use with `buffer`, the file's bytes from offset `base` on (the same file's, from no earlier than the last
-        buffer's start): the blocks known from base's on are kept, from the first one whose bytes were not all there
-        computed again; anything else, and all is computed from `base`."""
-        keep = (base - self.origin) // _BLOCK
-        if self.end > self.first and self.first <= keep < self.whole and self.origin + self.whole * _BLOCK >= base:
+    def keeps(self, base: int) -> bool:
+        """Whether `attach` at `base` keeps regions (else all is computed again from `base`)."""
+        keep = (base - self.origin) // _REGION
+        return self.end > self.first and self.first <= keep < self.whole and self.origin + self.whole * _REGION >= base
+
+    def attach(self, buffer: bytes, base: int, skip: int = 0) -> "_Prefix":
+        """Use with the file's bytes from offset `base` on (the same file's, from no earlier than the last buffer's
+        start), of which `buffer` holds those from `base + skip` (`skip` no further than the first region whose bytes
+        were not all there, and 0 unless `keeps(base)`): the regions known from base's on are kept, from the first one
+        whose bytes were not all there computed again; anything else, and all is computed from `base`."""
+        keep = (base - self.origin) // _REGION
+        if self.keeps(base):
             if self.whole < self.end:
-                self._carry = int(self.inner[0, self.whole - self.first]) ^ _INIT
-            self._column += keep - self.first
-            self.inner = self._store[:, self._column:self._column + self.whole - keep]
+                self._carry = int(self.unshifted[(self.whole - self.first) * _REGION]) ^ _INIT
+            self._column += (keep - self.first) * _REGION
+            self.unshifted = self._store[self._column:self._column + (self.whole - keep) * _REGION]
             self.first, self.end = keep, self.whole
         else:
-            self.__init__(base)  # type: ignore[misc]
-        self.buffer, self.base = buffer, base
-        self.bytes = np.frombuffer(buffer, dtype=np.uint8)
+            self.__init__(base)  # type: ignore[misc]  # started afresh in place
+        self.buffer, self.base = buffer, base + skip  # the file offset of buffer[0]
         return self
 
-    def at(self, offsets: np.ndarray) -> np.ndarray:
-        """The registers at these file offsets (each at least 1 past the buffer's start)."""
-        if not offsets.size:
-            return np.empty(0, dtype=np.uint32)
-        relative = offsets - self.origin
-        blocks = relative // _BLOCK
-        self._cover(int(blocks.min()), int(blocks.max()) + 1)
-        registers = self.inner[(relative % _BLOCK) >> 1, blocks - self.first]
-        odd = np.flatnonzero(relative & 1)  # one byte more than the even offset before it
-        register = registers[odd]
-        registers[odd] = (register >> 8) ^ _TABLE[(register ^ self.bytes[offsets[odd] - 1 - self.base]) & 0xFF]
-        return registers
+    def crcs(self, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+        """The CRC-32C of the file's bytes from each of `starts` to the offset in `ends` (all in the buffer). With
+        the registers (r) at both ends as kept (u, not advanced over the d bytes since their region's start),
+        the CRC is d(end)'s advance of [(u(start) ^ the initial value taken back over d(start)) advanced over the
+        regions between, ^ u(end)], ^ the initial value: r(start) ^ the initial value advanced over the length,
+        ^ r(end), ^ the initial value; three look-ups a CRC, one call each for all of them."""
+        relative = np.concatenate([starts, ends]) - self.origin
+        self.cover(int(relative.min()) + self.origin, int(relative.max()) + self.origin)
+        unshifted = self.unshifted[relative - self.first * _REGION]
+        region, into = relative >> 8, relative & (_REGION - 1)  # a region is 256 bytes
+        count = starts.size
+        crc = shift(unshifted[:count] ^ _INIT_BACK[into[:count]], region[count:] - region[:count], level=1)
+        crc ^= unshifted[count:]
+        return _shifted(_shift_level(0).reshape(-1), into[count:].astype(np.uint32) << 10, crc) ^ np.uint32(_INIT)
+
+    def cover(self, start: int, end: int) -> None:
+        """Have the registers of the file offsets from `start` to `end` (in the buffer) at hand."""
+        self._cover((start - self.origin) // _REGION, (end - self.origin) // _REGION + 1)
 
     def _cover(self, first: int, end: int) -> None:
         if first < self.first or self.end == self.first:
             self.first = self.end = first
-            self._store = self.inner = np.empty((_BLOCK // 2, 0), dtype=np.uint32)
+            self._store = self.unshifted = np.empty(0, dtype=np.uint32)
             self._column = 0
-            skip = self.origin - self.base  # origin is base unless blocks were kept, and then none is empty
-            self._carry = google_crc32c.value(self.buffer[skip:skip + first * _BLOCK])
+            skip = self.origin - self.base  # origin is base unless regions were kept, and then none is empty
+            self._carry = google_crc32c.value(self.buffer[skip:skip + first * _REGION])
         if end <= self.end:
             return
         size = self.base + len(self.buffer) - self.origin  # bytes from origin to the buffer's end
-        end = min(size // _BLOCK + 1, max(end, self.end + max(self.end - self.first, _MIN_PREFIX // _BLOCK)))
-        start = self.origin + self.end * _BLOCK - self.base
-        data = self.buffer[start:start + (end - self.end) * _BLOCK]
-        crc, extend, registers = self._carry, google_crc32c.extend, []
-        for at in range(0, (end - self.end) * _BLOCK, _BLOCK):  # a C call a block: the loop's cost is the calls
-            registers.append(crc)
-            crc = extend(crc, data[at:at + _BLOCK])
-        starts = np.array(registers, dtype=np.uint32) ^ np.uint32(_INIT)
-        self._carry = crc
-        count = end - self.end
-        rows = np.zeros(count * _BLOCK, dtype=np.uint8)
-        rows[:len(data)] = np.frombuffer(data, dtype=np.uint8)
-        # [i]: bytes 2i and 2i + 1 of each block, contiguous
-        columns = np.ascontiguousarray(rows.view("<u2").reshape(count, _BLOCK // 2).T)
-        if not _PAIRS:
-            _PAIRS.append(_pair_table())
-        pairs = _PAIRS[0]
-        inner = np.empty((_BLOCK // 2, count), dtype=np.uint32)
-        inner[0] = starts
-        index, looked_up = np.empty(count, dtype=np.uint32), np.empty(count, dtype=np.uint32)
-        for i in range(_BLOCK // 2 - 1):  # two bytes of every block a step, into preallocated rows: no temporaries
-            np.bitwise_and(inner[i], 0xFFFF, out=index)
-            np.bitwise_xor(index, columns[i], out=index)
-            np.take(pairs, index, out=looked_up)
-            np.right_shift(inner[i], 16, out=inner[i + 1])
-            np.bitwise_xor(inner[i + 1], looked_up, out=inner[i + 1])
-        self._append(inner)
-        self.end = end
-        self.whole = min(end, size // _BLOCK)
+        end = min(size // _REGION + 1, max(end, self.end + max(self.end - self.first, _MIN_PREFIX // _REGION)))
+        while self.end < end:  # in pieces: the temporaries stay small
+            count = min(_PIECE_REGIONS, end - self.end)
+            start = self.origin + self.end * _REGION - self.base
+            unshifted, self._carry = _unshifted(self.buffer[start:start + count * _REGION], self._carry, count)
+            self._append(unshifted)
+            self.end += count
+        self.whole = min(end, size // _REGION)
 
-
-    def _append(self, columns: np.ndarray) -> None:
-        """The known registers and `columns` after them; the store grows by doubling, so appending costs what is
+    def _append(self, values: np.ndarray) -> None:
+        """The known registers and `values` after them; the store grows by doubling, so appending costs what is
         appended, not what is kept (a stretch waiting for bytes grows by a read's worth at a time)."""
-        kept, count = self.end - self.first, columns.shape[1]
-        if self._column + kept + count > self._store.shape[1]:
-            store = np.empty((_BLOCK // 2, 2 * (kept + count)), dtype=np.uint32)
-            store[:, :kept] = self._store[:, self._column:self._column + kept]
+        kept, count = self.unshifted.size, values.size
+        if self._column + kept + count > self._store.size:
+            store = np.empty(2 * (kept + count), dtype=np.uint32)
+            store[:kept] = self.unshifted
             self._store, self._column = store, 0
-        self._store[:, self._column + kept:self._column + kept + count] = columns
-        self.inner = self._store[:, self._column:self._column + kept + count]
+        self._store[self._column + kept:self._column + kept + count] = values
+        self.unshifted = self._store[self._column:self._column + kept + count]
 
 
 class FrameScan:
     """The offsets of one buffer where frames start (see the module's doc). `limit`: the longest frame data taken."""
 
-    def __init__(self, buffer: bytes, limit: int, base: int = 0, previous: Optional["FrameScan"] = None) -> None:
+    def __init__(self, buffer: bytes, limit: int, base: int = 0, previous: Optional["FrameScan"] = None,
+                 skip: int = 0) -> None:
         """`base`: the file offset of the buffer's start; `previous`: the scan of the file's last buffer (from no
         later an offset), whose prefix registers and classified offsets are kept: only the bytes that arrived since
-        are classified, and a frame that waited for its bytes is checked once they are all there."""
-        self.buffer = buffer
+        are classified, and a frame that waited for its bytes is checked once they are all there. `skip`: `buffer`
+        holds the buffer's bytes from that one on, at most `previous.untouched(base)` (what a scan going on from
+        `previous` never reads), and such a scan is asked from offset 0 only."""
         self.limit = limit
         self.base = base
-        size = len(buffer)
+        self.skip = skip
+        self.size = size = skip + len(buffer)
         self._last = size - 12  # the last offset a whole header fits at
         self._lo = self._hi = 0  # offsets [lo, hi) classified
         self._valid: List[int] = []  # the offsets found in [lo, hi), in order
         self._waiting = _Waiting()  # the frames starting in [lo, hi) whose bytes run past the buffer
-        u8 = np.frombuffer(buffer, dtype=np.uint8)
-        self._u8 = u8
-        self._lengths = np.ndarray((max(0, size - 7),), dtype="<u8", buffer=buffer, strides=(1,))
-        self._words = np.ndarray((max(0, size - 3),), dtype="<u4", buffer=buffer, strides=(1,))
+        # the buffer's bytes from `skip` on: indexed by offset - skip
+        self._u8 = np.frombuffer(buffer, dtype=np.uint8)
+        self._lengths: np.ndarray = np.ndarray((max(0, len(buffer) - 7),), dtype="<u8", buffer=buffer, strides=(1,))
+        self._words: np.ndarray = np.ndarray((max(0, len(buffer) - 3),), dtype="<u4", buffer=buffer, strides=(1,))
         kept = previous is not None and previous.limit == limit and base >= previous.base
-        self.prefix = (previous.prefix if kept else _Prefix(base)).attach(buffer, base)  # type: ignore[union-attr]
+        self.prefix: _Prefix = (previous.prefix if kept else _Prefix(base)).attach(  # type: ignore[union-attr]  # kept: a previous
+            buffer, base, skip)
         if kept:
-            self._keep(previous, base - previous.base)  # type: ignore[arg-type]
+            self._keep(previous, base - previous.base)  # type: ignore[arg-type,union-attr]  # as above
+
+    def untouched(self, base: int) -> int:
+        """How many bytes from `base` (the file offset of this file's next buffer, no earlier than this one's) a scan
+        going on from this one never reads, asked from the buffer's start: the offsets classified here, up to the
+        first region of prefix registers whose bytes were not all there (none when those would all be computed
+        again). The bytes arrived since, and a few before, are then all it copies, however long the stretch that
+        waits for them."""
+        if self._lo > base - self.base:
+            return 0
+        behind = not self.prefix.keeps(base) or self.prefix.origin + self.prefix.whole * _REGION < self.base + self._hi
+        if behind and self._waiting.first(base) is not None:
+            # the frames waiting need the registers from base on: computed now, once, from the bytes here
+            self.prefix.cover(base, self.base + self.size)
+        if not self.prefix.keeps(base):
+            return 0
+        return max(0, min(self._hi + self.base, self.prefix.origin + self.prefix.whole * _REGION) - base)
 
     def _keep(self, previous: "FrameScan", moved: int) -> None:
         """Take over what `previous` classified (its offsets `moved` bytes later in this buffer); check the frames
@@ -275,7 +346,7 @@ class FrameScan:
             self._valid = [offset - moved for offset in self._valid]
         self._waiting = previous._waiting
         self._waiting.drop_before(self.base)
-        arrived, ends = self._waiting.arrived(self.base + len(self.buffer))
+        arrived, ends = self._waiting.arrived(self.base + self.size)
         if arrived.size:
             valid = self._data_holds(arrived - self.base, ends - arrived - 16).tolist()
             self._valid = sorted(self._valid + valid) if valid else self._valid
@@ -308,29 +379,28 @@ class FrameScan:
         self._hi = max(self._hi, hi)
         if hi <= lo:
             return
-        lengths = self._lengths[lo:hi]
+        lengths = self._lengths[lo - self.skip:hi - self.skip]
         offsets = np.flatnonzero(lengths <= self.limit)
         if not offsets.size:
             return
-        expected = _header_checksums(self.limit, lengths[offsets], self._u8, offsets + lo)
-        holds = expected == self._words[offsets + (lo + 8)]
-        offsets = offsets[holds]
-        lengths = lengths[offsets].astype(np.int64)
-        offsets = offsets + lo
-        ends = offsets + 12 + lengths + 4
-        whole = ends <= len(self.buffer)
-        self._waiting.add(offsets[~whole] + self.base, ends[~whole] + self.base)
+        lengths = lengths[offsets]
+        holds = _header_checksums(self.limit, lengths, self._u8, offsets + (lo - self.skip)) == self._words[
+            offsets + (lo + 8 - self.skip)]
+        offsets, lengths = offsets[holds] + lo, lengths[holds].astype(np.int64)
+        ends = offsets + (lengths + 16)
+        whole = ends <= self.size
+        coming = ~whole
+        self._waiting.add(offsets[coming] + self.base, ends[coming] + self.base)
         self._valid += self._data_holds(offsets[whole], lengths[whole]).tolist()
 
     def _data_holds(self, offsets: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         """Those of `offsets` (frames of `lengths` bytes of data, all in the buffer) whose data checksum holds."""
         if not offsets.size:
             return offsets
-        a = offsets + 12
+        a = offsets + (12 + self.base)
         b = a + lengths
-        before, after = np.split(self.prefix.at(np.concatenate([a, b]) + self.base), 2)  # one look-up: one pass
-        crc = shift(before ^ _INIT, lengths.astype(np.uint64)) ^ after ^ _INIT
-        return offsets[masked(crc) == self._words[b]]
+        crc = self.prefix.crcs(a, b)
+        return offsets[masked(crc) == self._words[b - (self.base + self.skip)]]
 
 
 class _Waiting:

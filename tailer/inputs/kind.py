@@ -99,8 +99,9 @@ class Follower(Protocol):
 class Parser(Protocol):
     """Turns one source's pieces into items (`mstail.parsers.interleave.InterleavedParser` is the model)."""
 
-    #: launcher-tagged parts seen (`[rank3]:` -> that part's parser); empty for most sources
-    parts: Mapping[str, Any]
+    @property
+    def parts(self) -> Mapping[str, Any]:
+        """Launcher-tagged parts seen (`[rank3]:` -> that part's parser); empty for most sources."""
 
     @property
     def main(self) -> Any:

@@ -28,7 +28,7 @@ class Block(NamedTuple):
     data: bytes  # the lines, each ending with b"\n"
     start: int  # byte offset of the first line in its file
     number: int  # 1-based number of the first line
-    count: int  # how many lines
+    count: int  # type: ignore[assignment]  # how many lines (a field: it hides tuple.count)
     decode: Callable[[bytes, int], str]  # a line's text from its bytes and offset (the splitter's)
 
     @property
@@ -72,7 +72,7 @@ class LineSplitter:
         pos, size = 0, len(data)
         # The line in progress (buffered, or the cut-off tail of a long one) is finished byte-carefully ...
         while pos < size and (self._buffer or self._skipping or self._consumed):
-            pos = self._feed_piece(data, pos, lines)  # type: ignore[arg-type]
+            pos = self._feed_piece(data, pos, lines)
         # ... then whole lines go straight from the chunk (the hot path: one split, no per-byte work) ...
         last_newline = data.rfind(b"\n", pos)
         whole = data[pos:last_newline + 1] if blocks and 0 <= last_newline and size <= self.max_line_bytes else b""
@@ -103,10 +103,10 @@ class LineSplitter:
             pos = last_newline + 1
         # ... and an unfinished last line waits in the buffer for its newline.
         while pos < size:
-            pos = self._feed_piece(data, pos, lines)  # type: ignore[arg-type]
+            pos = self._feed_piece(data, pos, lines)
         return lines
 
-    def _feed_piece(self, data: bytes, pos: int, lines: List[Line]) -> int:
+    def _feed_piece(self, data: bytes, pos: int, lines: List[Union[Line, Block]]) -> int:
         """Consume data[pos:] up to and including the next newline (or to the end); returns the new pos."""
         newline = data.find(b"\n", pos)
         chunk_end = len(data) if newline < 0 else newline

@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import logging
 from pathlib import Path
-from typing import Iterable, Set, Tuple
+from typing import Dict, Iterable, List, Set, Tuple
 
 import watchfiles
 
@@ -45,7 +45,7 @@ async def watch_directories(roots: Set[Tuple[Path, bool]], changes: Changes, sto
     rotation). If watching fails (no inotify, too many watches, a file name that is no UTF-8) we log once, mark
     `changes.failed`, rely on the timer and try watching again now and then (`_watch`).
     """
-    groups = {}
+    groups: Dict[bool, List[Path]] = {}
     for directory, recursive in roots:
         groups.setdefault(recursive, []).append(directory)
     await asyncio.gather(*(_watch(dirs, recursive, changes, stop, step_ms) for recursive, dirs in groups.items()))
@@ -80,7 +80,7 @@ async def _watch(dirs: list, recursive: bool, changes: Changes, stop: asyncio.Ev
         except Exception as exc:  # noqa: BLE001 - OSError, RuntimeError, and either inside anyio's ExceptionGroup
             # (watchfiles raises from its task group: a file name that is no UTF-8 under a watched folder ends it so)
             while len(getattr(exc, "exceptions", ())) == 1:
-                exc = exc.exceptions[0]
+                exc = exc.exceptions[0]  # type: ignore[attr-defined]  # an ExceptionGroup: it has them
             changes.failing.add(recursive)
             changes.failed = True
             changes.event.set()

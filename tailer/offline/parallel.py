@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, TextIO, Tuple, Union
+from typing import TYPE_CHECKING, Callable, List, MutableSequence, Optional, Sequence, TextIO, Tuple, Union
 
 from mstail.parsers import Format
 from mstail.parsers.derived import Derived
@@ -20,6 +20,9 @@ from mstail.tailer.offline.reading import Chain, ParseError, Summary, _Part, add
 from mstail.tailer.offline.output import copy_jsonl, progress_bar, write_csv
 from mstail.tailer.offline.split import Piece, PieceResult, copy_piece, joined_part, parse_piece, pieces, shift_rows, stitch
 
+if TYPE_CHECKING:
+    from concurrent.futures import ProcessPoolExecutor
+
 #: Below this many bytes in all, chains are parsed in this process: starting workers would cost more than it saves.
 PARALLEL_MIN_BYTES = 4 << 20
 _POLL_S = 0.2  # how often the parent updates the progress bar while workers parse
@@ -28,7 +31,7 @@ _PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent die
 
 def _usable_cpus() -> int:
     try:
-        return len(os.sched_getaffinity(0))  # type: ignore[attr-defined]  # the CPUs this process may run on
+        return len(os.sched_getaffinity(0))  # the CPUs this process may run on
     except (AttributeError, OSError):  # pragma: no cover - not Linux
         return os.cpu_count() or 1
 
@@ -80,7 +83,7 @@ class _Job:
     with_events: bool
     derived: Optional[Derived]
     folder: str
-    progress: "Sequence[int]"  # a shared array: bytes read so far, per unit
+    progress: "MutableSequence[int]"  # a shared array: bytes read so far, per unit
     now: float  # the read time of lines without a timestamp: one for all, as in one process
 
 
@@ -114,7 +117,7 @@ def _parse_in_worker(index: int) -> Union[_Part, PieceResult]:
     def advance(n_bytes: int) -> None:
         progress[index] += n_bytes
 
-    def parse(write) -> Union[_Part, PieceResult]:  # type: ignore[no-untyped-def]
+    def parse(write: Callable[[str], object]) -> Union[_Part, PieceResult]:
         if piece is None:
             return parse_group(group, job.formats, job.forced, job.to, write, rows, job.with_events, advance, job.now,
                                job.derived)
@@ -185,7 +188,7 @@ def run_parallel(
                     else:
                         rows += part.rows or []
                 else:
-                    part = _joined(group, mine, results, folder, formats, forced, to, out, rows, with_events, _JOB.now,
+                    part = _joined(group, mine, results, folder, formats, forced, to, out, rows, with_events, _JOB.now,  # type: ignore[arg-type]  # several: PieceResults
                                    derived)
                 add_part(summary, group, part)
             if bar:
@@ -224,7 +227,7 @@ def _joined(
     return joined_part(results)
 
 
-def _stop(pool) -> None:  # type: ignore[no-untyped-def]
+def _stop(pool: ProcessPoolExecutor) -> None:
     """Cancel what has not started and terminate the workers (ProcessPoolExecutor has no public way before 3.14)."""
     processes = list((getattr(pool, "_processes", None) or {}).values())
     pool.shutdown(wait=False, cancel_futures=True)

@@ -22,8 +22,8 @@ Inputs = Union[Sequence[str], Sequence[Chain]]
 def _chains(inputs: Inputs) -> List[Chain]:
     """Paths and globs grouped into chains, or the chains `chains` made of them already."""
     if all(isinstance(given, Chain) for given in inputs):
-        return list(inputs)  # type: ignore[arg-type]
-    return chains(inputs)  # type: ignore[arg-type]
+        return list(inputs)  # type: ignore[arg-type]  # all Chains: checked just above
+    return chains(inputs)  # type: ignore[arg-type]  # paths and globs then
 
 
 def run_explain(inputs: Inputs, formats: Sequence[Format], forced: Optional[Format], out: TextIO) -> None:
@@ -36,7 +36,7 @@ def run_explain(inputs: Inputs, formats: Sequence[Format], forced: Optional[Form
             continue
         explainer = Explainer(InterleavedParser(lambda: SourceParser(formats, forced=forced)))
         for path, line in chain_lines(group):
-            shown = explainer.explain(path.name, line.number, line.text, now)
+            shown = explainer.explain(path.name, line.number, line.text, now)  # type: ignore[arg-type,union-attr]  # a text log: Lines
             if shown is not None:
                 out.write(shown + "\n")
         detected = explainer.parser.format.name if explainer.parser.format else "none"

@@ -130,7 +130,7 @@ def _follow(following: Following, items: List[Item], taking: Dict[str, str]) -> 
         if kind != "event":
             continue
         for probe, unknown in following:
-            if taking.get(data.get("kind")) in unknown:
+            if taking.get(data.get("kind")) in unknown:  # type: ignore[arg-type,operator]  # an event has a kind
                 probe.valid = False
             unknown.discard(data.get("kind"))
     return [(probe, unknown) for probe, unknown in following if probe.valid and unknown]
@@ -175,7 +175,7 @@ def parse_piece(
                     for line in splitter.feed(data, blocks=True):
                         items += items_of(parser, line, now)
                     if following:
-                        following = _follow(following, items, takers(parser.main.format))  # type: ignore[arg-type]
+                        following = _follow(following, items, takers(parser.main.format))
                     write_items(settler.push(items), piece.chain.source, part, to, write, rows, with_events)
                     yield True
 
@@ -196,7 +196,7 @@ def parse_piece(
                         if state is not None:
                             fmt = parser.main.format
                             known = parser.main.state.event_steps
-                            missing = sorted(set(takers(fmt).values()) - set(known))  # type: ignore[arg-type]
+                            missing = sorted(set(takers(fmt).values()) - set(known))
                             probe = Probe(splitter.offset, state, parser.main.state.segment, part.written, part.records,
                                           part.events, parser.counts["unmatched_metric_lines"], missing)
                             result.probes.append(probe)

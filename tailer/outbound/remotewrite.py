@@ -136,8 +136,8 @@ class Batch:
             series = request.timeseries.add()
             for name, value in labels:
                 series.labels.add(name=name, value=value)
-            for ms, value in samples:
-                series.samples.add(value=value, timestamp=ms)
+            for ms, sample in samples:
+                series.samples.add(value=sample, timestamp=ms)
         return bytes(cramjam.snappy.compress_raw(request.SerializeToString()))
 
 

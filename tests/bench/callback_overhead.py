@@ -29,13 +29,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-import mindspore as ms  # noqa: E402
-import mindspore.dataset as ds  # noqa: E402
-import numpy as np  # noqa: E402
-from mindspore import Tensor, nn  # noqa: E402
-from mindspore.train import Callback, LossMonitor, Model  # noqa: E402
+import mindspore as ms
+import mindspore.dataset as ds
+import numpy as np
+from mindspore import Tensor, nn
+from mindspore.train import Callback, LossMonitor, Model
 
-from mstail.callback import JsonlCallback, _lr_sources  # noqa: E402
+from mstail.callback import JsonlCallback, _lr_sources
 
 
 class Timed(Callback):

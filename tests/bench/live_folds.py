@@ -74,7 +74,7 @@ def measure(ranks: int, steps: int, live: int) -> None:
             answers.append(time.process_time() - began)
         grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss) / 1024
         tracemalloc.start()  # one more step, traced: the memory a live step's fold takes at its peak
-        for rank, (_, s) in enumerate(series):
+        for _rank, (_, s) in enumerate(series):
             s.append(steps + live + 1, 2.0, 1.7e9)
         seq[0] += 1
         await cache.fold(key, series, fresh=True)

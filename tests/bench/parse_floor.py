@@ -65,7 +65,7 @@ def floor(path: Path, fmt_name: str = "mindformers") -> int:
             find = block.find
             for start in finder.starts(block):
                 text = block[start:find(b"\n", start)].decode()
-                for match, clock in prefixes:
+                for match, clock in prefixes:  # noqa: B007 - read after the break
                     envelope = match(text)
                     if envelope is not None:
                         break

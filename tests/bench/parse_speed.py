@@ -662,7 +662,7 @@ def timeline(paths: Sequence[Path], folder: Path, rounds: int) -> None:
         if spans:
             both = max(0.0, min(last for _, last in spans.values()) - max(first for first, _ in spans.values()))
             cpu = sum(max(c for _, p, c, _ in events if p == pid) for pid in spans)
-            print(f"  workers from {min(f for f, _ in spans.values()):.3f} to {max(l for _, l in spans.values()):.3f} s "
+            print(f"  workers from {min(f for f, _ in spans.values()):.3f} to {max(end for _, end in spans.values()):.3f} s "
                   f"(cpu {cpu:.3f} s); all of them at once for {both:.3f} s of {ended:.3f} s")
 
 

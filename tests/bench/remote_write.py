@@ -24,11 +24,11 @@ from benchsupport import ROOT
 
 sys.path.insert(0, str(ROOT))  # the tests' package (its Prometheus starter)
 
-from mstail.parsers import Item  # noqa: E402
-from mstail.tailer.history.db import StateDB  # noqa: E402
-from mstail.tailer.outbound.remotewrite import RemoteWrite  # noqa: E402
-from mstail.tailer.history.store import Store  # noqa: E402
-from tests.tailer.prom_support import prometheus  # noqa: E402
+from mstail.parsers import Item
+from mstail.tailer.history.db import StateDB
+from mstail.tailer.outbound.remotewrite import RemoteWrite
+from mstail.tailer.history.store import Store
+from tests.tailer.prom_support import prometheus
 
 METRICS = ("loss", "loss_avg", "lr", "grad_norm", "step_time_ms", "overflow", "loss_scale", "throughput_tflops",
            "perplexity", "samples_per_s")

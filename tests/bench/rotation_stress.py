@@ -55,7 +55,7 @@ class NotingHandler(logging.handlers.RotatingFileHandler):
 
     def __init__(self, path: str, notes: str, max_bytes: int, backups: int) -> None:
         super().__init__(path, maxBytes=max_bytes, backupCount=backups)
-        self.notes = open(notes, "a", encoding="ascii")  # noqa: SIM115 - closed in close()
+        self.notes = open(notes, "a", encoding="ascii")  # closed in close()
         self.last_seq = 0
 
     def doRollover(self) -> None:

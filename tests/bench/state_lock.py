@@ -28,7 +28,7 @@ from pathlib import Path
 from benchsupport import load_test_support
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "hostile"))
-from state_lock import HealthProbe, LockHolder, StreamProbe, percentile, write_times  # noqa: E402
+from state_lock import HealthProbe, LockHolder, StreamProbe, percentile, write_times
 
 GOAL_P99_S = 0.100
 GOAL_CLEARED_S = 2.0

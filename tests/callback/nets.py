@@ -13,6 +13,8 @@ import numpy as np
 from mindspore import Tensor, nn, ops
 from mindspore.train import Callback
 
+from tests.record_schema import check_items
+
 ms.set_context(mode=ms.GRAPH_MODE)
 ms.set_device("CPU")
 
@@ -55,12 +57,15 @@ def warmup_cosine(total: int, warmup: int = 3, peak: float = 0.05, floor: float 
 
 
 def read_lines(path: Path) -> list[dict[str, Any]]:
-    """Every line of ``path`` as strict JSON (a bare NaN or Infinity fails the test): records and events."""
+    """Every line of ``path`` as strict JSON (a bare NaN or Infinity fails the test): records and events, each one
+    the record schema allows (parsers/record.schema.json; a JSONL writer's keys may come in any order)."""
 
     def reject(token: str) -> None:
         raise AssertionError(f"bare {token} in {path}")
 
-    return [json.loads(line, parse_constant=reject) for line in path.read_text().splitlines()]
+    lines = [json.loads(line, parse_constant=reject) for line in path.read_text().splitlines()]
+    check_items(lines, str(path), ordered=False)
+    return lines
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:

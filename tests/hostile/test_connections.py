@@ -181,7 +181,7 @@ def test_requests_that_never_complete_are_closed_at_the_header_deadline(  # type
             "kept": _closed_after(kept, kept_began, 8),
             "loris": drip_closed,
         }
-        for name, after in closed.items():
+        for _name, after in closed.items():
             assert after is not None and 1.5 < after < 4.0, closed
     finally:
         for sock in (half, silent, kept):

@@ -106,7 +106,7 @@ def test_a_folder_of_many_event_files_is_listed_again_only_when_it_changes(tmp_p
     assert follower.path.name == "events.out.tfevents.1700000100.host"
     assert len(follower._backups()) == 50
     os.utime(folder, (old, old))
-    follower.path  # a listing kept: the folder's mtime is old again
+    follower.path  # noqa: B018 - looked at for its listing: kept, the folder's mtime is old again
     (folder / "events.out.tfevents.1700000200.host").write_bytes(b"")
     os.utime(folder, (old, old))  # a filesystem that keeps a folder's mtime: the listing is taken again in time
     assert follower.path.name == "events.out.tfevents.1700000100.host"

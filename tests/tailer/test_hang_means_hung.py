@@ -86,7 +86,7 @@ def test_every_way_a_training_ends_gets_the_right_alert_or_none(tmp_path: Path, 
     try:
         # The writers to kill or stop first, each as soon as it is ready: one left alive and silent past HANG_S while
         # the test waited for another (the JSONL writers import MindSpore, seconds apart at a high load) is a hang.
-        for (kind, ending), proc in sorted(writers.items(), key=lambda writer: writer[0][1] not in ("kill", "stop")):
+        for (_kind, ending), proc in sorted(writers.items(), key=lambda writer: writer[0][1] not in ("kill", "stop")):
             if ending in ("kill", "stop"):
                 assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
                 proc.send_signal(signal.SIGKILL if ending == "kill" else signal.SIGSTOP)

@@ -20,7 +20,7 @@ from tests.parsers.support import FORMATS, READ_TIME, ROOT
 from tests.tailer.test_offline_chains import LOGS, mixed_log, whole_file_lines
 
 sys.path.insert(0, str(ROOT / "tests" / "bench"))
-import parse_speed  # noqa: E402  - the bench's generator of realistic MindFormers logs
+import parse_speed  # the bench's generator of realistic MindFormers logs
 
 
 @pytest.fixture(autouse=True)

@@ -50,7 +50,7 @@ def _steps(tailer: Tailer) -> Dict[str, List[int]]:
 
 def test_an_event_pass_reads_the_named_files_and_a_sweep_finds_what_no_event_named(tmp_path: Path) -> None:
     logs = {rank: tmp_path / f"rank_{rank}" / "info.log" for rank in range(3)}
-    for rank, log in logs.items():
+    for _rank, log in logs.items():
         log.parent.mkdir()
         _append(log, 1)
     tailer = _tailer(str(tmp_path / "rank_*" / "info.log"))

@@ -149,7 +149,7 @@ def _burst(server: MstailServer, paths: List[str]) -> List[Tuple[int, Dict[str, 
     answers = []
     for sock in socks:
         with sock:
-            data = b"".join(iter(lambda: sock.recv(65536), b""))  # noqa: B023 - read here, before the next one
+            data = b"".join(iter(lambda: sock.recv(65536), b""))  # read here, before the next one
         head, _, body = data.partition(b"\r\n\r\n")
         status_line, *lines = head.decode("latin-1").split("\r\n")
         headers = {name.lower(): value.strip() for name, _, value in (line.partition(":") for line in lines)}

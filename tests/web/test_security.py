@@ -29,6 +29,7 @@ from ..conftest import ROOT, MstailServer, finish_writer, spawn_writer, start_ms
 TOKEN = "test-token-0123456789abcdefABCDEF"
 STEPS = 5
 ALL_PATHS = ["/", "/static/app.js", "/static/app.css", "/static/vendor/echarts-5.6.0-mstail.min.js", "/static/favicon.svg",
+             "/static/record.schema.json",
              "/api/sources", "/api/series?metric=loss", "/api/records?after=0", "/api/events", "/api/stream",
              "/healthz", "/no-such-page", "/static/no-such-file.js"]
 

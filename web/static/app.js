@@ -4,9 +4,9 @@
 // sources.js (header strip), alerts.js (alerts), heatmap.js (step-time heatmap), this file (boot, toolbar,
 // chart grid, render loop, zoom, detail panel).
 
-import { GROUPS, getJSON, nameMatcher, natural } from "./util.js";
+import { GROUPS, RESERVED, getJSON, nameMatcher, natural } from "./util.js";
 import { CARDS_MAX, offChart, readURL, state, tracked, view, writeURL } from "./state.js";
-import { ChartView, EVENT_KINDS, readTime, EVENT_STYLE, MATCHING, MAX_MARKERS, MetricsChart, legendGlyph } from "./chart.js";
+import { ChartView, EVENT_KINDS, EVENT_STYLE, MATCHING, MAX_MARKERS, MetricsChart, legendGlyph, readTime } from "./chart.js";
 import { connect, noteEvent, setConnection, setupStream } from "./stream.js";
 import { fetchSources, loadRecentStepTimes, noteSource, renderSources, setHidden, setupSources } from "./sources.js";
 import { alertMarks, loadAlerts, setupAlerts } from "./alerts.js";
@@ -441,6 +441,10 @@ async function reloadAll() {
 }
 
 // ---- detail panel (event text, tracebacks) -----------------------------------------------------------------
+// The reserved keys the panel lists below the message; the title shows the others that matter (kind, source, step,
+// time), and seq and segment are the stream's bookkeeping.
+const DETAIL_RESERVED = new Set(["epoch", "line", "estimated"]);
+
 function showDetail(item) {
   page.detailItem = item;
   const panel = document.getElementById("detail");
@@ -449,7 +453,7 @@ function showDetail(item) {
   const when = typeof item.time === "number" ? ` · ${new Date(item.time * 1000).toLocaleString()}${read}` : "";
   const step = typeof item.step === "number" ? ` · step ${item.step}` : "";
   document.getElementById("detail-title").textContent = `${item.kind} · ${item.source}${step}${when}`;
-  const extra = Object.entries(item).filter(([k]) => !["seq", "source", "kind", "time", "step", "message", "segment", "estimated"].includes(k))
+  const extra = Object.entries(item).filter(([k]) => !RESERVED.has(k) || DETAIL_RESERVED.has(k))
     .map(([k, v]) => `${k}: ${typeof v === "object" ? JSON.stringify(v) : String(v)}`);
   document.getElementById("detail-text").textContent = [String(item.message || ""), ...extra].filter(Boolean).join("\n");
   panel.hidden = false;

@@ -1,6 +1,15 @@
 // Small helpers shared by the page's modules. Nothing here touches the DOM with markup: text only.
 
-export const RESERVED = new Set(["seq", "source", "step", "epoch", "time", "segment", "line", "kind", "message", "estimated"]);
+// The record's definition, parsers/record.schema.json (the app serves it beside these files; index.html preloads
+// it): read before any module of the page runs, so no record is ever drawn without it. A plain fetch, not getJSON:
+// its "no-store" would pass the preloaded answer by.
+const RECORD_SCHEMA = await (async () => {
+  const response = await fetch("/static/record.schema.json");
+  if (!response.ok) throw new Error(`/static/record.schema.json: HTTP ${response.status}`);
+  return response.json();
+})();
+// The keys of a record or an event that are never metrics (seq, source, step, time, kind, ...).
+export const RESERVED = new Set(Object.keys(RECORD_SCHEMA.$defs.reserved.properties));
 
 // 16 colours far apart in hue and lightness (readable on both themes); sources beyond them get hues spaced by the
 // golden angle (colorAt), so no two lines drawn together share a colour.
