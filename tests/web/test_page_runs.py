@@ -66,3 +66,45 @@ def test_two_runs_are_grouped_and_compared(watched, mstail_server, log_writer, t
     page.click(".run-heading[data-run='exp1']")
     wait_js(page, "() => window.mstail.view.hidden.size === 0")
     watched.assert_clean()
+
+
+@pytest.mark.timeout(90)
+def test_compared_runs_are_the_servers_means_and_a_runs_ranks_come_on_demand(watched, mstail_server, log_writer,
+                                                                             tmp_path):
+    runs = tmp_path / "runs"
+    logs = [runs / f"exp{e}/output/log/rank_{r}/info.log" for e in (1, 2) for r in range(3)]
+    log_writer.finish(log_writer(logs, steps=20, interval_s=0))
+    server = mstail_server(args=[str(runs)])
+    server.wait_records(20 * len(logs))
+    page = watched.page
+    asked: list = []
+    page.on("request", lambda r: "/api/series?metric=loss" in r.url and asked.append(r.url))
+    page.goto(server.url + "/#t=light", wait_until="load")
+    watched.wait_live()
+    show_chart(page, "loss")
+    # one mean + band per run, each the server's mean of its 3 ranks (one request per run), no rank's own line
+    wait_js(page, "() => document.querySelector(\"section.chart[data-metric='loss']\").dataset.aggregate === 'runs'")
+    means = [u for u in asked if "aggregate=mean" in u]
+    assert len(means) >= 2 and {("exp1%2Frank_0" in u, "exp2%2Frank_0" in u) for u in means} == {(True, False),
+                                                                                               (False, True)}, asked
+    series = page.evaluate("() => window.mstail.option('loss').series")
+    assert sorted(s["name"] for s in series if s["id"].endswith("|line")) == ["exp1: mean of 3", "exp2: mean of 3"]
+    assert not [s for s in series if s["id"].endswith("|raw")]
+    assert sorted(page.evaluate("() => window.mstail.option('loss').legend[0].data")) == [
+        "exp1: mean of 3", "exp2: mean of 3"]
+    # the chart's CSV holds the runs' means
+    rows = page.evaluate("() => window.mstail.state.charts.get('loss').visibleRows().map(r => r[0])")
+    assert {"exp1: mean of 3", "exp2: mean of 3"} <= set(rows), set(rows)
+    # a click on a run's legend entry: its ranks too (kept in the URL); again: its mean alone
+    toggle = ("n => window.mstail.state.charts.get('loss').chart.dispatchAction("
+              "{type: 'legendToggleSelect', name: n})")
+    page.evaluate(toggle, "exp1: mean of 3")
+    wait_js(page, "() => window.mstail.option('loss').series.filter(s => s.id.endsWith('|raw')).length === 3")
+    series = page.evaluate("() => window.mstail.option('loss').series")
+    assert sorted(s["name"] for s in series if s["id"].endswith("|raw")) == [f"exp1/rank_{r}" for r in range(3)]
+    assert sorted(s["name"] for s in series if s["id"].endswith("|line")) == ["exp1: mean of 3", "exp2: mean of 3"]
+    assert "xr=exp1" in page.url
+    page.evaluate(toggle, "exp1: mean of 3")
+    wait_js(page, "() => !window.mstail.option('loss').series.some(s => s.id.endsWith('|raw'))")
+    assert "xr=" not in page.url
+    watched.assert_clean()

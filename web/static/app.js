@@ -5,10 +5,10 @@
 // chart grid, render loop, zoom, detail panel).
 
 import { GROUPS, RESERVED, getJSON, nameMatcher, natural } from "./util.js";
-import { readURL, state, tracked, view, writeURL } from "./state.js";
-import { ChartView, EVENT_KINDS, EVENT_STYLE, MAX_MARKERS, legendGlyph } from "./chart.js";
+import { CARDS_MAX, offChart, readURL, state, tracked, view, writeURL } from "./state.js";
+import { ChartView, EVENT_KINDS, EVENT_STYLE, MATCHING, MAX_MARKERS, MetricsChart, legendGlyph, readTime } from "./chart.js";
 import { connect, noteEvent, setConnection, setupStream } from "./stream.js";
-import { CARDS_MAX, fetchSources, loadRecentStepTimes, noteSource, renderSources, setHidden, setupSources } from "./sources.js";
+import { fetchSources, loadRecentStepTimes, noteSource, renderSources, setHidden, setupSources } from "./sources.js";
 import { alertMarks, loadAlerts, setupAlerts } from "./alerts.js";
 import { HEATMAP_REFRESH_MS, refreshHeatmap } from "./heatmap.js";
 
@@ -22,7 +22,7 @@ const HEALTH_CHECK_MS = 5000;  // how often the page asks /healthz whether mstai
 const HEALTH_RECHECK_MS = 1000;  // ... and while it shows a problem: the banner goes within a second of its end
 const SOURCES_REFRESH_MS = 1000;  // the sources' facts (step, lag, since last step) are at most this much behind
 
-const page = { sourcesAt: -Infinity, booting: true, applyingZoom: false, zoomTimer: null, lastRender: 0, renderMs: 0, renderQueued: false, detailItem: null };
+const page = { boxes: 0, sourcesAt: -Infinity, booting: true, applyingZoom: false, zoomTimer: null, lastRender: 0, renderMs: 0, renderQueued: false, detailItem: null };
 
 // ---- charts ---------------------------------------------------------------------------------------------
 // A chart is a box at once (cheap: a title and an empty plot of fixed height) and becomes an ECharts instance with
@@ -35,13 +35,21 @@ const EAGER_METRICS = ["loss", "lr", "throughput_tflops", "samples_per_s", "over
 const eager = (metric) => (state.sources.size > CARDS_MAX ? metric === "loss" : EAGER_METRICS.includes(metric));
 
 const hooks = {
-  place(box, group) { groupGrid(group).append(box); applyFilter(box); observer().observe(box); },
+  place(box, group) { placeBox(box, group); applyFilter(box); observer().observe(box); },
   zoomed: (view_) => onZoom(view_),
   legend(name, selected) { if (state.sources.has(name)) setHidden(name, !selected); },
   eventClicked: (item) => showDetail(item),
   toggleLog(metric) { toggleIn(view.log, metric, false); },
   toggleFit(metric) { toggleIn(view.fit, metric, false); },
   toggleSmooth(metric) { toggleIn(view.flip, metric, true); },
+  togglePin: (metric) => togglePin(metric),
+  expandRun(run) {
+    if (view.expanded.has(run)) view.expanded.delete(run); else view.expanded.add(run);
+    writeURL();
+    for (const chart of state.charts.values()) chart.dirty = true;  // each asks again (render: wantedFor)
+    scheduleRender();
+  },
+  enlarge: (metric) => enlarge(metric),
   ready: (chart) => activate(chart, true),
   refetch(chart) { chart.stale = true; if (chart.visible) activate(chart, false); },
   alertMarks,
@@ -54,6 +62,54 @@ function toggleIn(set, metric, refetch) {
   if (!chart) return;
   if (refetch) { chart.stale = true; if (chart.visible) activate(chart, true); return; }
   chart.dirty = true;
+  scheduleRender();
+}
+
+// ---- pin and enlarge ----------------------------------------------------------------------------------
+const PINNED = "pinned";  // the group of pinned charts: first, above every other (not in GROUPS' order)
+
+// A chart box into its group's grid (or the pinned one), before the boxes made after it: unpinned, it is back
+// where it was.
+function placeBox(box, group) {
+  if (!box.dataset.order) box.dataset.order = String(page.boxes++);
+  const pinned = view.pinned.has(box.dataset.metric);
+  const grid = groupGrid(pinned ? PINNED : group);
+  const order = Number(box.dataset.order);
+  const after = pinned ? null : [...grid.children].find((b) => Number(b.dataset.order) > order);
+  grid.insertBefore(box, after || null);
+}
+
+function togglePin(metric) {
+  if (view.pinned.has(metric)) view.pinned.delete(metric); else view.pinned.add(metric);
+  writeURL();
+  const chart = state.charts.get(metric);
+  if (!chart) return;
+  placeBox(chart.el, chart.group);
+  chart.setTool(chart.pinButton, view.pinned.has(metric));
+  filterCharts();
+}
+
+// One chart fills the window ("" : none); Esc or its button again brings it back into the grid.
+function enlarge(metric) {
+  const old = state.charts.get(view.enlarged);
+  view.enlarged = state.charts.has(metric) ? metric : "";
+  writeURL();
+  if (old && old.el.classList.contains("enlarged")) {
+    old.el.classList.remove("enlarged");
+    old.setTool(old.enlargeButton, false);
+    if (old.chart) old.chart.resize(old.plotSize());
+    old.dirty = true;
+  }
+  document.body.classList.toggle("enlarging", !!view.enlarged);
+  const chart = state.charts.get(view.enlarged);
+  if (chart) {
+    chart.el.classList.add("enlarged");
+    chart.setTool(chart.enlargeButton, true);
+    chart.visible = true;
+    if (chart.chart) chart.chart.resize(chart.plotSize());
+    chart.stale = true;  // asked again: more points for the wider plot
+    activate(chart, true).then(() => { if (chart.chart) chart.chart.resize(chart.plotSize()); });
+  }
   scheduleRender();
 }
 
@@ -109,7 +165,7 @@ function groupGrid(group) {
     fold.className = "fold";
     fold.title = "fold or unfold this group";
     const name = document.createElement("span");
-    name.textContent = (GROUPS.find((g) => g[0] === group) || [group, group])[1];
+    name.textContent = group === PINNED ? "Pinned" : group === MATCHING ? "Matching metrics" : (GROUPS.find((g) => g[0] === group) || [group, group])[1];
     const count = document.createElement("span");
     count.className = "count muted";
     fold.append(name, count);
@@ -164,12 +220,47 @@ function applyFilter(box) {
 
 function filterCharts() {
   for (const chart of state.charts.values()) applyFilter(chart.el);
+  updateCombined();
   for (const section of document.querySelectorAll("section.group")) {
     const boxes = [...section.querySelectorAll("section.chart")];
     const shown = boxes.filter((b) => !b.hidden).length;
     section.hidden = shown === 0;
     section.querySelector(".fold .count").textContent = shown === boxes.length ? ` ${boxes.length}` : ` ${shown} of ${boxes.length}`;
   }
+}
+
+// The toolbar's "one chart": the filter's matches (two or more) drawn together above their own charts. Their own
+// charts fetch the data (those not fetched yet are now) and take the live records; it draws what they hold.
+function updateCombined() {
+  document.getElementById("combine-label").hidden = !view.filter.trim();  // (it draws the filter's matches)
+  const members = view.combine && view.filter.trim() ? [...state.charts.values()].filter((c) => !c.el.hidden) : [];
+  if (members.length < 2) {
+    if (page.combined) {
+      if (page.combined.chart) page.combined.chart.dispose();
+      page.combined.el.remove();
+      page.combined = null;
+    }
+    return;
+  }
+  if (!page.combined) {
+    page.combined = new MetricsChart({ ...hooks, place(box) { groupGrid(MATCHING).append(box); } });
+  }
+  if (String(page.combined.members.map((c) => c.metric)) === String(members.map((c) => c.metric))) return;
+  page.combined.setMembers(members);
+  const combined = page.combined;
+  for (const chart of members) {
+    if (chart.loaded) continue;
+    load(chart).then(() => { noteFirstTimes(); updateExtent(); combined.dirty = true; scheduleRender(); })
+      .catch((err) => console.warn("chart fetch failed", err));
+  }
+  scheduleRender();
+}
+
+function renderCombined() {
+  const combined = page.combined;
+  if (!combined || typeof echarts === "undefined") return;
+  if (!combined.chart) combined.init();
+  combined.render();
 }
 
 function chartFor(metric) {
@@ -208,7 +299,7 @@ function updateExtent() {
   if (view.x === "step" && lo <= hi) {
     // A bucket sits at its last step: start the axis at the first step logged, so step 1 is on it too.
     for (const info of state.sources.values()) {
-      if (!view.hidden.has(info.id) && typeof info.first_step === "number" && info.first_step < lo) lo = info.first_step;
+      if (!offChart(info.id) && typeof info.first_step === "number" && info.first_step < lo) lo = info.first_step;
     }
   }
   const extent = lo <= hi ? (lo === hi ? [lo - 1, hi + 1] : [lo, hi]) : null;
@@ -241,6 +332,7 @@ function renderNow() {
       chart.notePoints();
     }
   }
+  renderCombined();
   if (moved && view.zoom) applyZoom();
   // The sources' strip at most once a second from here (its own timer keeps it current): 1,024 ranks' table is
   // tens of ms to rebuild, which a zoom's redraw and every live batch would otherwise pay.
@@ -356,7 +448,9 @@ const DETAIL_RESERVED = new Set(["epoch", "line", "estimated"]);
 function showDetail(item) {
   page.detailItem = item;
   const panel = document.getElementById("detail");
-  const when = typeof item.time === "number" ? ` · ${new Date(item.time * 1000).toLocaleString()}` : "";
+  // The log's time of the line; a line without one has the moment mstail read it, said as such.
+  const read = readTime(item) ? " (read time)" : "";
+  const when = typeof item.time === "number" ? ` · ${new Date(item.time * 1000).toLocaleString()}${read}` : "";
   const step = typeof item.step === "number" ? ` · step ${item.step}` : "";
   document.getElementById("detail-title").textContent = `${item.kind} · ${item.source}${step}${when}`;
   const extra = Object.entries(item).filter(([k]) => !RESERVED.has(k) || DETAIL_RESERVED.has(k))
@@ -412,6 +506,9 @@ function setupToolbar() {
   const filter = document.getElementById("metric-filter");
   filter.value = view.filter;
   filter.addEventListener("input", () => { view.filter = filter.value; writeURL(); filterCharts(); });
+  const combine = document.getElementById("combine");
+  combine.checked = view.combine;
+  combine.addEventListener("change", () => { view.combine = combine.checked; writeURL(); filterCharts(); });
   document.getElementById("reset-zoom").addEventListener("click", () => zoomTo(null, null));
   document.getElementById("shortcuts-button").addEventListener("click", () => toggleShortcuts());
   setupShortcuts();
@@ -427,7 +524,7 @@ const SHORTCUTS = [
   ["r", "reset the zoom", () => zoomTo(null, null)],
   ["t", "light or dark theme", () => document.getElementById("theme").click()],
   ["?", "show or hide this list", () => toggleShortcuts()],
-  ["Esc", "close this list, the alerts and the event text", () => closePanels()],
+  ["Esc", "close this list, the alerts, the event text and an enlarged chart", () => closePanels()],
 ];
 
 function cycleSelect(id) {
@@ -457,6 +554,7 @@ function toggleShortcuts() {
 }
 
 function closePanels() {
+  if (view.enlarged) enlarge("");
   for (const id of ["shortcuts", "detail"]) document.getElementById(id).hidden = true;
   if (!document.getElementById("alerts-panel").hidden) document.getElementById("alerts-badge").click();
 }
@@ -525,9 +623,9 @@ const echartsLoaded = typeof window.echarts !== "undefined" ? Promise.resolve()
 
 async function boot() {
   performance.mark("mstail-boot");
+  readURL();  // first: the toolbar's and the sources' boxes show the URL's view
   setupSources({ scheduleRender });
   setupStream({ chartFor, scheduleRender });
-  readURL();
   applyTheme();
   setupToolbar();
   setupAlerts();
@@ -561,6 +659,7 @@ async function boot() {
   // Stream from the oldest snapshot; each chart skips the records it already has (its own seq).
   state.lastSeq = answers.length ? Math.min(...answers.map((r) => r.seq)) : 0;
   if (view.zoom) applyZoom();
+  if (view.enlarged) enlarge(view.enlarged);
   connect();
   await Promise.all([loadAlerts(), loadRecentStepTimes(sources).catch((err) => console.warn("step times unavailable", err))]);
   // The alerts' marks in the next paced redraw, with the records streamed meanwhile: a second full render here
@@ -571,11 +670,13 @@ async function boot() {
   await refreshHeatmap();
   window.addEventListener("resize", () => {
     state.plotSize = null;
-    const chart = drawnCharts()[0];
-    if (chart) {
-      const size = chart.plotSize();
-      drawnCharts().forEach((v) => v.chart.resize(size));
+    const inGrid = drawnCharts().filter((v) => v.metric !== view.enlarged);
+    if (inGrid.length) {
+      const size = inGrid[0].plotSize();
+      inGrid.forEach((v) => v.chart.resize(size));
     }
+    const enlarged = state.charts.get(view.enlarged);
+    if (enlarged && enlarged.chart) enlarged.chart.resize(enlarged.plotSize());
     if (state.heatmap) state.heatmap.resize();
   });
   setInterval(renderSourcesNow, SOURCES_REFRESH_MS);

@@ -1,9 +1,9 @@
 // One chart per metric. Data comes from /api/series (exact points, or min/max buckets of the visible range,
 // re-fetched on zoom) and from the live stream. Drawn on canvas by ECharts: nothing from the log becomes markup.
 
-import { bisectRight, csvCell, download, fmt, fmtAxis, fmtDuration, fmtTick, getJSON, isoTime, metricGroup, natural, num, safeName,
+import { bisectRight, colorAt, csvCell, download, fmt, fmtAxis, fmtDuration, fmtTick, getJSON, isoTime, metricGroup, natural, num, safeName,
   smoothByDefault } from "./util.js";
-import { MANY_LINES, colorOf, comparingRuns, meanMode, shownSourcesOf, state, themeColors, view } from "./state.js";
+import { MANY_LINES, colorOf, comparingRuns, filteredOut, meanMode, offChart, offChartSources, shownSourcesOf, state, themeColors, view } from "./state.js";
 
 // Event markers on the x axis: one glyph per kind, each a shape of its own (never two kinds alike), drawn from
 // the same paths in the page's legend (legendGlyph). Kinds at the same place are stacked upwards in this order.
@@ -17,10 +17,16 @@ export const EVENT_STYLE = {
   error: { path: "M5,10 L1.2,5 A4.5,4.5 0 1,1 8.8,5 Z", color: "#d83931", size: 14, label: "error (click it for the text)" },
 };
 export const EVENT_KINDS = Object.keys(EVENT_STYLE);
+
+// An item whose `time` is the moment mstail read its line (the log gave none there): its `estimated` names "time".
+export function readTime(item) {
+  return typeof item.estimated === "string" && item.estimated.split(" ").includes("time");
+}
 const MARKER_BASE_Y = 0.035;  // on the hidden 0..1 axis: just above the x axis
 const MARKER_STEP_Y = 0.075;  // one glyph higher per kind at the same place
-const MARKER_GAP_PX = 12;     // glyphs closer than this on the x axis share a stack
+const MARKER_GAP_PX = 16;     // glyphs closer than this on the x axis share a stack (the widest glyph: 14 px)
 const ALERT_LABEL_GAP_PX = 90;  // alert labels closer than this are merged into one ("+N")
+const NAN_LABEL_GAP_PX = 4;     // at least this much room between two NaN labels (else merged: "+N")
 const LEGEND_ROWS_MAX = 3;   // legend rows above a plot at most (two dozen names or so); beyond, none on the chart
 const LEGEND_ROW_PX = 18;
 const LEGEND_GAP_PX = 10;
@@ -87,7 +93,9 @@ function foldEma(ema, state, x, y) {
 const TOOLS = [["smooth", ""], ["log", "log-scale y axis"],
   ["fit", "ignore outliers: the y axis spans the 5th to 95th percentile of the drawn raw values"],
   ["csv", "download the visible data as CSV"],
-  ["png", "download this chart as PNG"]];
+  ["png", "download this chart as PNG"],
+  ["pin", "pin this chart: shown first, above every group"],
+  ["enlarge", "enlarge this chart to the whole window (Esc: back)"]];
 const views = new WeakMap();  // box -> its ChartView
 let template = null;
 
@@ -141,6 +149,8 @@ export class ChartView {
     // Many sources: the server's mean across them (columns as a line's plus `n`, and `live`: step -> the EMA state
     // before each cell the stream added), the sources it names as outliers, and what the answer was asked for.
     this.agg = null;
+    this.runAggs = new Map();    // compared runs: run -> the server's mean of its shown ranks (as `agg`)
+    this.runNames = new Map();   // a run's mean's legend name -> the run (a click on it shows or hides its ranks)
     this.outliers = new Set();
     this.fetchedFor = "";
     this.fetches = 0;            // fetches started (the newest one's answer wins)
@@ -157,6 +167,8 @@ export class ChartView {
     name.textContent = this.metric;
     this.latestEl = latest;
     [this.smoothButton, this.logButton, this.fitButton] = tools.children;
+    this.pinButton = tools.querySelector(".tool-pin");
+    this.enlargeButton = tools.querySelector(".tool-enlarge");
     this.smoothButton.title = smoothByDefault(this.metric)
       ? "smoothing on for this chart (the slider's weight): click to draw it as logged"
       : "a schedule, flag or counter: drawn as logged; click to smooth it too";
@@ -164,6 +176,7 @@ export class ChartView {
     this.plot = box.lastChild;
     views.set(box, this);
     this.hooks.place(box, this.group);
+    if (view.pinned.has(this.metric)) this.setTool(this.pinButton, true);
   }
 
   toolClicked(label) {
@@ -172,13 +185,23 @@ export class ChartView {
     else if (label === "fit") this.hooks.toggleFit(this.metric);
     else if (label === "csv") this.exportCSV();
     else if (label === "png") this.exportPNG();
+    else if (label === "pin") this.hooks.togglePin(this.metric);
+    else if (label === "enlarge") this.hooks.enlarge(view.enlarged === this.metric ? "" : this.metric);
+  }
+
+  // A tool button's state (pin, enlarge: set by app.js when they change, not at each redraw).
+  setTool(button, on) {
+    button.classList.toggle("on", on);
+    button.setAttribute("aria-pressed", String(on));
   }
 
   // Every plot of the grid has the same size: measured once (app.js, state.plotSize) rather than per chart, as each
   // reading of a size after a change to the page lays out every chart box again (1,000 of them: seconds).
   plotSize() {
-    if (!state.plotSize) state.plotSize = { width: this.plot.clientWidth || 600, height: this.plot.clientHeight || 270 };
-    return state.plotSize;
+    if (this.el.classList.contains("enlarged")) return ownSize(this.plot);
+    // measured on a plot that is laid out (not one hidden by the filter): else a guess, not kept
+    if (!state.plotSize && this.plot.clientWidth) state.plotSize = ownSize(this.plot);
+    return state.plotSize || ownSize(this.plot);
   }
 
   init() {
@@ -194,7 +217,10 @@ export class ChartView {
     // Noted in the capture phase: before ECharts' own handlers ask for the tooltip.
     this.plot.addEventListener("mousemove", (e) => { this.mouseY = e.clientY; this.hovered = true; }, true);
     this.plot.addEventListener("mouseleave", () => { this.hovered = false; });
-    this.chart.on("legendselectchanged", (e) => this.hooks.legend(e.name, e.selected[e.name]));
+    this.chart.on("legendselectchanged", (e) => {
+      if (this.runNames.has(e.name)) this.hooks.expandRun(this.runNames.get(e.name));
+      else this.hooks.legend(e.name, e.selected[e.name]);
+    });
     this.chart.on("click", (p) => {
       if (p.seriesId === "events" && p.data) this.hooks.eventClicked(p.data.item);
     });
@@ -227,16 +253,22 @@ export class ChartView {
   }
 
   // ---- data ------------------------------------------------------------------------------------------
-  url(range, points) {
+  params(range, points) {
     const params = new URLSearchParams({ metric: this.metric, points: String(points) });
     if (range) { params.set("start", String(range[0])); params.set("end", String(range[1])); }
     if (this.smoothing()) params.set("smooth", String(view.smooth));
     if (view.x === "samples") params.set("axis", "samples");
+    return params;
+  }
+
+  url(range, points) {
+    const params = this.params(range, points);
     if (this.aggregated()) {
       // One answer: the mean across the shown sources, and the few drawn on top of it (the outliers come with it).
       params.set("aggregate", "mean");
-      const shown = [...state.sources.keys()].filter((s) => !view.hidden.has(s));
-      if (view.hidden.size <= shown.length) for (const s of view.hidden) params.append("exclude", s);
+      const off = offChartSources();
+      const shown = [...state.sources.keys()].filter((s) => !off.has(s));
+      if (off.size <= shown.length) for (const s of off) params.append("exclude", s);
       else for (const s of shown) params.append("source", s);
       for (const s of this.pinned()) params.append("top", s);
     }
@@ -253,14 +285,67 @@ export class ChartView {
   }
 
   pinned() {
-    return [...new Set([...view.pick, ...state.worst])].filter((s) => !view.hidden.has(s)).sort(natural);
+    return [...new Set([...view.pick, ...state.worst])].filter((s) => !offChart(s)).sort(natural);
+  }
+
+  // Runs compared (ranks "auto", several runs, one of them with several shown ranks): each such run is the server's
+  // mean of its shown ranks with their band, one answer per run (its starred ranks, or all of them when the run is
+  // expanded, come with it); the runs of one rank are their lines. Not on the consumed-samples axis (see aggregated).
+  runsMode() {
+    if (view.ranks !== "auto" || view.baseline || view.x === "samples" || !comparingRuns()) return false;
+    return this.runGroups().some((g) => g.ids.length > 1);
+  }
+
+  // The shown sources logging this metric, by run.
+  runGroups() {
+    const runs = new Map();
+    for (const info of state.sources.values()) {
+      if (offChart(info.id) || !info.metrics.includes(this.metric)) continue;
+      const run = info.run || "";
+      if (!runs.has(run)) runs.set(run, []);
+      runs.get(run).push(info.id);
+    }
+    return [...runs].map(([run, ids]) => ({ run, ids: ids.sort(natural) }));
+  }
+
+  // One answer made of the runs' answers (their means in `runs`, their ranks' and the lone runs' lines in `series`).
+  async fetchRuns(range) {
+    const groups = this.runGroups();
+    const width = this.points();
+    const asks = [];
+    const lone = groups.filter((g) => g.ids.length < 2).flatMap((g) => g.ids);
+    for (const { run, ids } of groups) {
+      if (ids.length < 2) continue;
+      const params = this.params(range, width);
+      params.set("aggregate", "mean");
+      for (const id of ids) params.append("source", id);
+      for (const id of view.expanded.has(run) ? ids : ids.filter((i) => view.pick.has(i))) params.append("top", id);
+      asks.push(getJSON(`/api/series?${params}`).then((answer) => ({ run, answer })));
+    }
+    if (lone.length) {
+      const params = this.params(range, width);
+      for (const id of lone) params.append("source", id);
+      asks.push(getJSON(`/api/series?${params}`).then((answer) => ({ run: null, answer })));
+    }
+    this.fetchedFor = this.wantedFor();
+    const answers = await Promise.all(asks);
+    return {
+      seq: Math.min(...answers.map((a) => a.answer.seq)),
+      series: answers.flatMap((a) => a.answer.series),
+      runs: answers.filter((a) => a.answer.aggregate).map((a) => ({ run: a.run, aggregate: a.answer.aggregate })),
+    };
   }
 
   // What the data must have been fetched for; a change (mode, hidden or starred sources) makes render() re-fetch.
   // The table's worst few are asked for too, but a change among them waits for the next fetch (a zoom, a live
   // run's refresh): with 1,024 ranks the ranking moves often, and each re-fetch is a fold of every rank.
   wantedFor() {
-    return this.aggregated() ? `mean|${[...view.hidden].sort()}|${[...view.pick].sort()}` : "sources";
+    if (this.aggregated()) return `mean|${[...offChartSources()].sort()}|${[...view.pick].sort()}`;
+    if (this.runsMode()) {
+      const groups = this.runGroups().map((g) => `${g.run}:${g.ids.length}:${g.ids[0]}`);
+      return `runs|${groups}|${[...offChartSources()].sort()}|${[...view.pick].sort()}|${[...view.expanded].sort()}`;
+    }
+    return "sources";
   }
 
   smoothing() {
@@ -278,7 +363,7 @@ export class ChartView {
 
   async fetch(range) {
     const ticket = ++this.fetches;
-    const response = await getJSON(this.url(range, this.points()));
+    const response = this.runsMode() ? await this.fetchRuns(range) : await getJSON(this.url(range, this.points()));
     // A zoomed answer that a later fetch overtook (zooms in quick succession) is not drawn over the later one.
     if (!range || ticket === this.fetches) this.load(response, range);
     return response;
@@ -305,7 +390,7 @@ export class ChartView {
 
   // The sources it shows (data-visible), kept current for charts off screen too (they are drawn when they come back).
   noteShown() {
-    this.el.dataset.visible = [...new Set(this.sortedLines().map((l) => l.source))].filter((s) => !view.hidden.has(s)).join(",");
+    this.el.dataset.visible = [...new Set(this.sortedLines().map((l) => l.source))].filter((s) => !offChart(s)).join(",");
   }
 
   // Its points (data-points), noted when it is drawn or loaded, not per record (a DOM write each).
@@ -318,6 +403,10 @@ export class ChartView {
   load(response, range) {
     if (response.aggregate) this.loadAggregate(response.aggregate, range);
     else if (!range) { this.agg = null; this.outliers = new Set(); }
+    if (!range) this.runAggs = new Map();
+    for (const { run, aggregate } of response.runs || []) {
+      this.runAggs.set(run, this.mergedAggregate(this.runAggs.get(run), aggregate, range));
+    }
     const seen = new Set();
     for (const s of response.series) {
       const key = `${s.source}#${s.segment}`;
@@ -352,12 +441,18 @@ export class ChartView {
   }
 
   loadAggregate(a, range) {
+    this.agg = this.mergedAggregate(this.agg, a, range);
+    this.outliers = new Set(a.outliers);
+  }
+
+  // A mean answered by the server, as a line (columns as a line's plus `n`), merged into the one held when zoomed.
+  mergedAggregate(held, a, range) {
     const n = a.x.length;
     const fresh = { x: a.x, t: a.t, s: new Array(n).fill(null), last: a.mean.map(num), min: a.min.map(num),
       max: a.max.map(num), smooth: a.smooth || new Array(n).fill(null), n: a.n };
     const ema = a.smooth_state && this.smoothing() ? { ...a.smooth_state, w: view.smooth } : null;
-    if (range && this.agg) {
-      const line = this.agg;
+    let line = held;
+    if (range && held) {
       const served = Math.max(line.served ? line.x[line.served - 1] : -Infinity, n ? a.x[n - 1] : -Infinity);
       const i0 = bisectRight(line.x, range[0] - 1) + 1;
       const i1 = bisectRight(line.x, range[1]) + 1;
@@ -367,23 +462,22 @@ export class ChartView {
       this.resmooth(line);
     } else {
       // `served`: the cells of the answer; the stream adds cells after them (steps newer than the answer's)
-      this.agg = { source: MEAN, segment: 0, ...fresh, sources: a.sources, served: n, ema };
+      line = { source: MEAN, segment: 0, ...fresh, sources: a.sources, served: n, ema };
       for (const [source, value] of Object.entries(a.latest || {})) this.latest.set(source, value);
     }
-    this.outliers = new Set(a.outliers);
     for (let i = 0; i < a.nonfinite.x.length; i++) {
       const source = a.nonfinite.source[i];
       this.nonfinite.set(`${source}#${a.nonfinite.x[i]}`, { source, x: a.nonfinite.x[i], value: a.nonfinite.value[i] });
     }
+    return line;
   }
 
   // A live record into the mean: the cell of its step takes it in (the answer's cells are each at one step, their
   // bucket's last), or, newer than the answer, it starts a cell of its own; a record inside an older bucket of
   // the answer (a slow rank) is left for the next fetch. Ranks come one after another within a read pass, so a
   // cell is filled over several records; the cells the stream made are smoothed by continuing the server's EMA.
-  appendAggregate(record, y) {
-    const a = this.agg;
-    if (view.hidden.has(record.source) || !Number.isFinite(y)) return;
+  appendAggregate(a, record, y) {
+    if (offChart(record.source) || !Number.isFinite(y)) return;
     const step = record.step;
     let i = bisectRight(a.x, step);
     if (i >= 0 && a.x[i] === step) {
@@ -438,9 +532,10 @@ export class ChartView {
     const segment = record.segment || 0;
     const key = `${record.source}#${segment}`;
     let line = this.lines.get(key);
-    if (this.agg) {
-      // The mean takes every source; only the sources drawn on top keep lines of their own.
-      this.appendAggregate(record, y);
+    const agg = this.agg || this.runAggs.get((state.sources.get(record.source) || {}).run || "");
+    if (agg) {
+      // The mean takes every source (of its run); only the sources drawn on top keep lines of their own.
+      this.appendAggregate(agg, record, y);
       if (!line) {
         this.noteValue(record, value, y);
         return;
@@ -511,14 +606,14 @@ export class ChartView {
 
   // Its lines and, with many sources, the mean.
   allLines() {
-    return this.agg ? [...this.lines.values(), this.agg] : [...this.lines.values()];
+    return [...this.lines.values(), ...(this.agg ? [this.agg] : []), ...this.runAggs.values()];
   }
 
   xRange() {
     let lo = Infinity;
     let hi = -Infinity;
     for (const line of this.allLines()) {
-      if (view.hidden.has(line.source)) continue;
+      if (offChart(line.source)) continue;
       for (const i of [0, line.x.length - 1]) {
         if (i < 0) continue;
         const v = this.disp(line, i);
@@ -683,13 +778,29 @@ export class ChartView {
   // a run of one rank as its line; starred ranks drawn on top ("overlay" draws every rank).
   runSeries(lines) {
     const byRun = new Map();
+    for (const run of this.runAggs.keys()) byRun.set(run, []);
     for (const line of lines) {
       const run = (state.sources.get(line.source) || {}).run || "";
       if (!byRun.has(run)) byRun.set(run, []);
       byRun.get(run).push(line);
     }
     const series = [];
+    this.runNames = new Map();
     for (const [run, runLines] of byRun) {
+      const agg = this.runAggs.get(run);
+      if (agg) {
+        // The server's mean of the run's ranks and their band; its ranks (expanded, or starred) thin on top.
+        const name = `${run}: mean of ${agg.sources}`;
+        const color = colorOf([...state.sources.values()].find((i) => (i.run || "") === run).id);
+        this.runNames.set(name, run);
+        series.push(bandSeries(`run ${run}|band`, `${run}: min–max`, color,
+          agg.x.map((_, i) => [this.disp(agg, i), this.yOk(agg.min[i]), this.yOk(agg.max[i])])));
+        series.push({ id: `run ${run}|line`, name, type: "line", symbol: agg.x.length === 1 ? "circle" : "none", color,
+          lineStyle: { width: 2 }, emphasis: { disabled: true }, z: 2,
+          data: agg.x.map((_, i) => [this.disp(agg, i), this.yOk(this.value(agg, i))]) });
+        series.push(...this.overlaySeries(runLines).map((s) => ({ ...s, z: 3 })));
+        continue;
+      }
       if (new Set(runLines.map((l) => l.source)).size < 2) { series.push(...this.overlaySeries(runLines)); continue; }
       series.push(...this.localMeanSeries(`run ${run}`, `${run}: `, colorOf(runLines[0].source), runLines));
       series.push(...this.overlaySeries(runLines.filter((l) => view.pick.has(l.source))).map((s) => ({ ...s, z: 3 })));
@@ -709,6 +820,12 @@ export class ChartView {
     return false;
   }
 
+  // A source's run ("" for none): a run's mean's legend name is not a source (see runSeries).
+  runOf(name) {
+    const info = state.sources.get(name);
+    return info ? info.run || "" : null;
+  }
+
   onTop(source) {
     return view.pick.has(source) || state.worst.has(source) || this.outliers.has(source);
   }
@@ -721,19 +838,14 @@ export class ChartView {
   }
 
   markerSeries() {
-    // Markers never hide each other: kinds that fall within MARKER_GAP_PX of each other are stacked (one level per
-    // kind, in EVENT_KINDS order); the same kind there is one glyph (its newest event, with a count).
-    const places = new Map();  // pixel bucket -> kind -> {x, item, count}
-    const bucketWidth = this.unitsPerPixel() * MARKER_GAP_PX;
+    // Markers never hide each other: glyphs closer than MARKER_GAP_PX on the x axis share a place (the first one's
+    // x), kinds stacked there (one level per kind, in EVENT_KINDS order); the same kind there is one glyph (its
+    // newest event, with a count). Places are made left to right, so two are always MARKER_GAP_PX or more apart.
+    const marks = [];  // {x, kind, item}
     const push = (item, kind, source, step, time) => {
-      if (view.hidden.has(source)) return;
+      if (offChart(source)) return;
       const x = this.dispOfStep(source, step, time);
-      if (x === null || x === undefined) return;
-      const key = Math.round(x / bucketWidth);
-      let kinds = places.get(key);
-      if (!kinds) { kinds = new Map(); places.set(key, kinds); }
-      const known = kinds.get(kind);
-      if (known) { known.count += 1; known.item = item; } else kinds.set(kind, { x, item, count: 1 });
+      if (x !== null && x !== undefined) marks.push({ x, kind, item });
     };
     const firstStep = new Map();
     for (const line of this.lines.values()) {
@@ -743,7 +855,8 @@ export class ChartView {
       if (!EVENT_STYLE[event.kind]) continue;
       // A start logged before the first step sits at that first step.
       const step = typeof event.step === "number" ? event.step : event.kind === "start" ? firstStep.get(event.source) : undefined;
-      if (typeof step === "number") push(event, event.kind, event.source, step, event.time);
+      // (placed by its step's record when its own time is only when mstail read it)
+      if (typeof step === "number") push(event, event.kind, event.source, step, readTime(event) ? null : event.time);
     }
     const overflow = state.charts.get("overflow");
     if (overflow) {
@@ -753,8 +866,16 @@ export class ChartView {
         }
       }
     }
+    const gap = this.unitsPerPixel() * MARKER_GAP_PX;
+    const places = [];  // {x, kinds: kind -> {x, item, count}}
+    for (const mark of marks.sort((a, b) => a.x - b.x)) {
+      let place = places[places.length - 1];
+      if (!place || mark.x - place.x >= gap) places.push(place = { x: mark.x, kinds: new Map() });
+      const known = place.kinds.get(mark.kind);
+      if (known) { known.count += 1; known.item = mark.item; } else place.kinds.set(mark.kind, { x: place.x, item: mark.item, count: 1 });
+    }
     const items = [];
-    for (const kinds of places.values()) {
+    for (const { kinds } of places) {
       let level = 0;
       for (const kind of EVENT_KINDS) {
         const mark = kinds.get(kind);
@@ -775,12 +896,13 @@ export class ChartView {
   nonfiniteSeries() {
     const marks = [];
     for (const p of this.nonfinite.values()) {
-      if (view.hidden.has(p.source)) continue;
+      if (offChart(p.source)) continue;
       const x = this.dispOfStep(p.source, p.x, null);
       if (x !== null && x !== undefined) marks.push({ xAxis: x, text: `${p.value} @ ${p.x}` });
     }
-    const shown = marks.slice(-MAX_NAN_LINES);
+    const shown = marks.slice(-MAX_NAN_LINES).sort((a, b) => a.xAxis - b.xAxis);
     const labels = shown.length <= 12;
+    if (labels) mergeLabels(shown, this.unitsPerPixel());
     return {
       id: "nonfinite", name: "non-finite", type: "line", data: [], color: NAN_COLOR, silent: true,
       markLine: { symbol: ["none", "circle"], symbolSize: 6, silent: true, animation: false,
@@ -870,13 +992,13 @@ export class ChartView {
     if (!this.chart) return;
     this.dirty = false;
     const c = themeColors();
-    const lines = this.sortedLines();
+    const lines = this.sortedLines().filter((l) => !filteredOut(l.source));
     const shownLines = lines.filter((l) => !view.hidden.has(l.source));
     const shownSources = [...new Set(shownLines.map((l) => l.source))];
     if (this.loaded && !this.refreshing && this.fetchedFor !== this.wantedFor()) this.hooks.refetch(this);
     const mean = this.agg ? meanMode(shownSourcesOf(this.metric)) : meanMode(shownSources.length);
     const meanOf = this.agg ? this.agg.sources : shownSources.length;
-    const runs = !mean && this.byRuns(shownLines);
+    const runs = !mean && ((this.runAggs.size > 0 && this.runsMode()) || this.byRuns(shownLines));
     const series = mean ? this.meanSeries(shownLines) : runs ? this.runSeries(shownLines) : this.overlaySeries(lines);
     const lineIds = series.map((s) => s.id).join("\n");
     // Marker series only when they have something to show: an empty markLine still costs a redraw.
@@ -885,12 +1007,13 @@ export class ChartView {
     }
     const sources = [...new Set(lines.map((l) => l.source))];
     const legendNames = mean ? [`mean of ${meanOf}`, "min–max", ...shownSources.filter((s) => this.onTop(s))]
-      : runs ? [...new Set(series.filter((s) => /\|(raw|line)$/.test(s.id)).map((s) => s.name))]
+      : runs ? [...new Set(series.filter((s) => /\|(raw|line)$/.test(s.id) && !this.runAggs.has(this.runOf(s.name))).map((s) => s.name))]
         : sources.filter((s) => !(view.baseline && s === view.baseline));
     const legendRows = this.legendRows(legendNames);
     this.el.dataset.legendRows = String(legendRows);
     const selected = {};
-    for (const s of sources) if (!mean || this.onTop(s)) selected[s] = !view.hidden.has(s);
+    for (const s of sources) if (!mean || this.onTop(s)) selected[s] = !offChart(s);
+    if (runs) for (const name of this.runNames.keys()) selected[name] = true;  // a click expands it, never hides it
     const logScale = view.log.has(this.metric);
     const fit = view.fit.has(this.metric) ? robustRange(series, logScale) : null;
     const zoom = {};
@@ -926,7 +1049,8 @@ export class ChartView {
     this.notePoints();
     ds.drawn = "1";
     ds.mode = mean ? "mean" : runs ? "runs" : "overlay";
-    ds.aggregate = this.agg ? "server" : "";
+    ds.aggregate = this.agg ? "server" : runs && this.runAggs.size ? "runs" : "";
+    ds.expanded = runs ? [...this.runNames.values()].filter((r) => view.expanded.has(r)).join(",") : "";
     ds.smoothed = this.smoothing() ? "1" : "0";
     ds.nonfinite = String(this.nonfinite.size);
     ds.bucketed = lines.some((l) => l.min.some((v, i) => v !== l.max[i])) ? "1" : "0";
@@ -946,10 +1070,8 @@ export class ChartView {
 
   // The rows the legend's names take across the plot (each: the swatch, its text, the gap).
   legendRows(names) {
-    if (!measureCtx) {
-      measureCtx = document.createElement("canvas").getContext("2d");
-      measureCtx.font = "11px sans-serif";
-    }
+    if (!measureCtx) measureCtx = document.createElement("canvas").getContext("2d");
+    measureCtx.font = "11px sans-serif";  // (the NaN labels' measure is 10 px: mergeLabels)
     const width = this.plotSize().width - 10;
     let rows = 1;
     let x = 0;
@@ -963,7 +1085,7 @@ export class ChartView {
 
   latestText() {
     // The newest value per shown source; with many sources their mean and range.
-    const values = [...this.latest.entries()].filter(([s]) => !view.hidden.has(s)).sort((a, b) => natural(a[0], b[0]));
+    const values = [...this.latest.entries()].filter(([s]) => !offChart(s)).sort((a, b) => natural(a[0], b[0]));
     if (values.length <= 4) return values.map(([source, v]) => `${source}: ${fmt(v)}`).join("  ");
     const finite = values.map(([, v]) => num(v)).filter((v) => v !== null && Number.isFinite(v));
     if (!finite.length) return `${values.length} sources`;
@@ -985,7 +1107,7 @@ export class ChartView {
       if (!kind || !Array.isArray(p.value) || p.value[1] === null || p.value[1] === undefined) continue;
       const key = id.slice(0, id.length - kind[0].length);
       let row = rows.get(key);
-      if (!row) { row = { key, name: p.seriesName, color: p.color, raw: null, smooth: null }; rows.set(key, row); }
+      if (!row) { row = { key, name: this.rowName(key, p), color: p.color, raw: null, smooth: null }; rows.set(key, row); }
       row[kind[1] === "smooth" ? "smooth" : "raw"] = p.value[1];
     }
     const sorted = this.sortRows([...rows.values()]);
@@ -1007,6 +1129,11 @@ export class ChartView {
     box.dataset.rows = String(Math.min(room, sorted.length));
     box.dataset.more = String(Math.max(0, sorted.length - room));
     return box;
+  }
+
+  // A tooltip row's name: its line's (a source; a metric and a source in the matching metrics' chart).
+  rowName(key, p) {
+    return p.seriesName;
   }
 
   sortRows(rows) {
@@ -1049,7 +1176,7 @@ export class ChartView {
     const range = view.zoom;
     const rows = [["source", "segment", "step", "time", "time_s", "samples", "value", "min", "max", "smoothed"]];
     for (const line of this.sortedLines()) {
-      if (view.hidden.has(line.source)) continue;
+      if (offChart(line.source)) continue;
       for (let i = 0; i < line.x.length; i++) {
         const x = this.disp(line, i);
         if (range && (x === null || x < range[0] || x > range[1])) continue;
@@ -1057,12 +1184,14 @@ export class ChartView {
           this.smoothing() ? line.smooth[i] : null]);
       }
     }
-    const a = this.agg;
-    for (let i = 0; a && i < a.x.length; i++) {
-      const x = this.disp(a, i);
-      if (range && (x === null || x < range[0] || x > range[1])) continue;
-      rows.push([`mean of ${a.sources}`, "", a.x[i], isoTime(a.t[i]), a.t[i], "", a.last[i], a.min[i], a.max[i],
-        this.smoothing() ? a.smooth[i] : null]);
+    const means = [...(this.agg ? [["", this.agg]] : []), ...[...this.runAggs].map(([run, a]) => [`${run}: `, a])];
+    for (const [prefix, a] of means) {
+      for (let i = 0; i < a.x.length; i++) {
+        const x = this.disp(a, i);
+        if (range && (x === null || x < range[0] || x > range[1])) continue;
+        rows.push([`${prefix}mean of ${a.sources}`, "", a.x[i], isoTime(a.t[i]), a.t[i], "", a.last[i], a.min[i], a.max[i],
+          this.smoothing() ? a.smooth[i] : null]);
+      }
     }
     return rows;
   }
@@ -1079,6 +1208,112 @@ export class ChartView {
     const url = this.chart.getDataURL({ type: "png", pixelRatio: 2, backgroundColor: themeColors().panel });
     download(`mstail-${safeName(this.metric)}.png`, url);
   }
+}
+
+const ownSize = (plot) => ({ width: plot.clientWidth || 600, height: plot.clientHeight || 270 });
+
+// The chart filter's matches in one chart (the toolbar's "one chart"): one line per metric and source (the mean of
+// a metric drawn as a mean), a colour and a legend entry per metric, the tooltip's rows named "metric · source". It
+// draws its members' data (the metrics' own charts fetch it and take the live records): it fetches nothing itself.
+export const MATCHING = "matching metrics";  // its box's data-metric (never a metric: a space is not in a name)
+
+export class MetricsChart extends ChartView {
+  constructor(hooks) {
+    super(MATCHING, hooks);
+    this.el.classList.add("combined");
+    this.members = [];
+    this.labels = new Map();  // line key -> its tooltip name
+  }
+
+  setMembers(charts) {
+    this.members = charts;
+    this.el.querySelector(".name").textContent = charts.map((c) => c.metric).join(" · ");
+    this.dirty = true;
+  }
+
+  plotSize() {
+    return ownSize(this.plot);
+  }
+
+  smoothing() {
+    return false;  // each member's line is drawn as its own chart draws it (smoothed or not): one value per row
+  }
+
+  rowName(key) {
+    return this.labels.get(key) || key;
+  }
+
+  // A member's lines: the server's mean when its chart draws one, else its shown sources' lines.
+  memberLines(chart) {
+    if (chart.agg && meanMode(shownSourcesOf(chart.metric))) return [chart.agg];
+    return chart.sortedLines().filter((l) => !offChart(l.source));
+  }
+
+  render() {
+    if (!this.chart) return;
+    this.dirty = false;
+    const c = themeColors();
+    const series = [];
+    this.labels.clear();
+    this.members.forEach((chart, k) => {
+      const color = colorAt(k);
+      const lines = this.memberLines(chart);
+      for (const line of lines) {
+        const key = `${chart.metric}/${line.source}#${line.segment}`;
+        const who = line.source === MEAN ? `mean of ${line.sources}` : line.source;
+        this.labels.set(key, lines.length > 1 || line.source === MEAN ? `${chart.metric} · ${who}` : chart.metric);
+        const data = line.x.map((_, i) => [chart.disp(line, i), chart.yOk(chart.value(line, i))]);
+        series.push({ id: `${key}|line`, name: chart.metric, type: "line", data, color, connectNulls: false,
+          showSymbol: line.x.length < 60, symbolSize: 4, emphasis: { disabled: true }, lineStyle: { width: 1.5 } });
+      }
+    });
+    const lineIds = series.map((s) => s.id).join("\n");
+    if (lineIds !== this.seriesIds) {
+      this.chart.dispatchAction({ type: "hideTip" });
+      this.chart.dispatchAction({ type: "updateAxisPointer", currTrigger: "leave" });
+      this.seriesIds = lineIds;
+    }
+    const names = this.members.map((m) => m.metric);
+    const legendRows = Math.min(LEGEND_ROWS_MAX, this.legendRows(names));
+    const zoom = {};
+    if (this.fresh && view.zoom) Object.assign(zoom, { startValue: view.zoom[0], endValue: view.zoom[1] });
+    this.fresh = false;
+    this.chart.setOption({
+      legend: { data: names, textStyle: { color: c.text, lineHeight: 14 } },
+      grid: { top: 14 + LEGEND_ROW_PX * legendRows },
+      tooltip: { backgroundColor: c.tooltip, borderColor: c.axis, textStyle: { color: c.text, fontSize: 12 } },
+      xAxis: this.xAxisOption(),
+      yAxis: [{ type: "value", scale: true, axisLine: { show: false }, splitLine: { lineStyle: { color: c.split } },
+        axisLabel: { color: c.muted, formatter: (v) => fmtTick(v, this.interval("yAxis")) } },
+      { type: "value", min: 0, max: 1, show: false }],
+      dataZoom: [{ ...zoom }, { ...zoom, borderColor: c.axis, textStyle: { color: c.muted } }],
+      series,
+    }, { replaceMerge: ["series"] });
+    this.el.dataset.drawn = "1";
+    this.el.dataset.lines = String(series.length);
+    this.el.dataset.members = names.join(",");
+  }
+}
+
+// Labels centred above their mark lines (the NaN marks'), laid left to right: one that would meet the label before it
+// (its text's width, NAN_LABEL_GAP_PX apart) is merged into it ("NaN @ 200 +2"), so none overlaps another at any zoom.
+function mergeLabels(marks, unitsPerPixel) {
+  if (!measureCtx) measureCtx = document.createElement("canvas").getContext("2d");
+  measureCtx.font = "10px sans-serif";
+  const half = (text) => (measureCtx.measureText(text).width / 2 + NAN_LABEL_GAP_PX / 2) * unitsPerPixel;
+  let head = null;
+  for (const mark of marks) {
+    if (head && mark.xAxis - half(mark.text) < head.xAxis + half(head.text)) {
+      head.more += 1;
+      head.text = `${head.base} +${head.more}`;
+      mark.label = { show: false };
+    } else {
+      head = mark;
+      head.base = mark.text;
+      head.more = 0;
+    }
+  }
+  for (const mark of marks) { delete mark.base; delete mark.more; }
 }
 
 // A min/max band as one custom series: polygons over the runs of points that have both bounds. Its data (each

@@ -9,12 +9,11 @@
 // / hiding a source live here too.
 // Everything from log text or paths is set with textContent: never HTML.
 
-import { fmt, fmtAxis, fmtDuration, getJSON, median, nameMatcher, natural, num } from "./util.js";
-import { MANY_LINES, colorOf, comparingRuns, state, view, writeURL } from "./state.js";
+import { fmt, fmtAxis, fmtDuration, getJSON, median, natural, num } from "./util.js";
+import { CARDS_MAX, MANY_LINES, colorOf, comparingRuns, offChart, sourceMatcher, state, view, writeURL } from "./state.js";
 import { refreshHeatmap } from "./heatmap.js";
 
 const STEP_TIMES_KEPT = 50;       // the header's step time is the median of this many latest steps
-export const CARDS_MAX = 8;       // more sources than this: a compact table instead of cards
 const TABLE_ROWS_MAX = 200;       // rows drawn in the table (sorted and filtered first; the rest are counted)
 const WORST_KEPT = 3;             // sources highlighted as the worst (and drawn on top of the mean + band)
 const IDLE_AFTER_S = 300;         // no step for this long (or 10 step times, if longer): idle, not following
@@ -28,7 +27,15 @@ export function setupSources(hooks) {
   ({ scheduleRender } = hooks);
   const filter = document.getElementById("source-filter");
   filter.value = view.sourceFilter;
-  filter.addEventListener("input", () => { view.sourceFilter = filter.value; writeURL(); renderSources(); });
+  // The charts follow the filter (their lines, and the server's mean of the matching sources) once typing pauses.
+  let timer = null;
+  filter.addEventListener("input", () => {
+    view.sourceFilter = filter.value;
+    writeURL();
+    renderSources();
+    clearTimeout(timer);
+    timer = setTimeout(() => redrawAll(), 200);  // (the heatmap keeps every rank: it is where stragglers show)
+  });
   const sort = document.getElementById("source-sort");
   sort.value = view.sourceSort;
   sort.addEventListener("change", () => { view.sourceSort = sort.value; writeURL(); renderSources(); });
@@ -318,7 +325,7 @@ export function renderSources() {
   let maxStep = null;
   for (const info of infos) if (info.last_step !== null && !(maxStep >= info.last_step)) maxStep = info.last_step;
   const entries = infos.map((info) => ({ info, facts: factsOf(info, now, maxStep) }));
-  const worst = rankWorst(entries.filter((e) => !view.hidden.has(e.info.id)));
+  const worst = rankWorst(entries.filter((e) => !offChart(e.info.id)));
   const changed = String(worst) !== String([...state.worst]);
   state.worst = new Set(worst);
   if (changed) for (const chart of state.charts.values()) chart.dirty = true;
@@ -330,7 +337,7 @@ export function renderSources() {
   if (!many) {
     strip.replaceChildren(...groupedByRun(entries.sort(SORTS.name), (e) => [card(e.info, e.facts)]));
   } else {
-    const match = nameMatcher(view.sourceFilter);  // a regex, as the chart filter; an invalid one is said on the box
+    const match = sourceMatcher();  // a regex, as the chart filter; an invalid one is said on the box
     const filterBox = document.getElementById("source-filter");
     filterBox.classList.toggle("invalid", !!match.problem);
     filterBox.title = match.problem || "show only the sources whose name matches this regular expression";
@@ -360,7 +367,7 @@ export function renderSources() {
   document.getElementById("summary").textContent = summary;
   renderEmpty(infos);
   renderBaselineChoices();
-  const shown = infos.filter((i) => !view.hidden.has(i.id)).length;
+  const shown = infos.filter((i) => !offChart(i.id)).length;
   const auto = comparingRuns() ? "compare runs" : shown > MANY_LINES ? "mean + band" : "overlay";
   document.querySelector("#ranks option[value='auto']").textContent = `auto (${auto})`;
 }

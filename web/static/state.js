@@ -2,7 +2,7 @@
 // mirrored into the URL's fragment (#s=0.6&x=step...), so copying the address bar reproduces the view.
 // Requests in flight are counted here too (tracked), mirrored into <body data-busy data-loads> for the tests.
 
-import { colorAt } from "./util.js";
+import { colorAt, nameMatcher } from "./util.js";
 
 export const view = {
   smooth: 0.6,          // EMA weight (0 = off), computed by the server on the full-resolution series
@@ -10,9 +10,11 @@ export const view = {
   x: "step",            // step | time | relative | samples
   ranks: "auto",        // auto (overlay up to MANY_LINES sources, else mean) | overlay | mean
   pick: new Set(),      // sources drawn on top of the mean + band (besides the worst few)
-  filter: "",           // charts whose metric name contains this (case-insensitive)
+  expanded: new Set(),  // compared runs whose ranks are drawn with their mean (a click on its legend entry)
+  filter: "",           // charts whose metric name matches this regex (case-insensitive)
+  combine: false,       // the filter's matches drawn in one chart too (MetricsChart), above the others
   collapsed: new Set(), // chart groups folded away
-  sourceFilter: "",     // the source table's name filter
+  sourceFilter: "",     // the source table's name filter (a regex): the charts draw the matching sources only
   sourceSort: "name",   // name | lag | steptime | loss
   details: false,       // file-reading counters shown (a disclosure)
   baseline: "",         // a source id: charts show each other source minus this one, step-aligned
@@ -22,6 +24,8 @@ export const view = {
   log: new Set(),       // metrics drawn on a log y axis
   fit: new Set(),       // metrics whose y axis ignores outliers (the drawn raw values' 5th-95th percentile)
   zoom: null,           // [from, to] in x-axis units, or null (everything)
+  pinned: new Set(),    // metrics whose charts are shown first (the "pinned" group), in the order pinned
+  enlarged: "",         // the metric whose chart fills the window (Esc: back), or ""
 };
 
 export const state = {
@@ -78,12 +82,37 @@ export function colorOf(source) {
   return state.colors.get(key);
 }
 
+export const CARDS_MAX = 8;       // more sources than this: a compact table (with its filter) instead of cards
+
+// The source filter's test, compiled once per text (asked per line at every redraw).
+let sourceTest = { text: null, test: () => true };
+export function sourceMatcher() {
+  if (sourceTest.text !== view.sourceFilter) sourceTest = { text: view.sourceFilter, ...nameMatcher(view.sourceFilter) };
+  return sourceTest;
+}
+
+// A source the source filter leaves out (the filter is shown, and applies, with the table only).
+export function filteredOut(id) {
+  return state.sources.size > CARDS_MAX && !sourceMatcher().test(id);
+}
+
+// A source the charts leave out: toggled off, or filtered out.
+export function offChart(id) {
+  return view.hidden.has(id) || filteredOut(id);
+}
+
+// The sources left out of the charts (sent to the server as `exclude`).
+export function offChartSources() {
+  if (state.sources.size <= CARDS_MAX || !view.sourceFilter.trim()) return new Set(view.hidden);
+  return new Set([...view.hidden, ...[...state.sources.keys()].filter(filteredOut)]);
+}
+
 export const MANY_LINES = 16;  // beyond this many shown sources, "auto" draws the mean + band, the worst on top
 
 // How many shown (not hidden) sources log `metric`.
 export function shownSourcesOf(metric) {
   let n = 0;
-  for (const info of state.sources.values()) if (!view.hidden.has(info.id) && info.metrics.includes(metric)) n += 1;
+  for (const info of state.sources.values()) if (!offChart(info.id) && info.metrics.includes(metric)) n += 1;
   return n;
 }
 
@@ -113,6 +142,7 @@ export function readURL() {
   view.pick = set("p");
   view.collapsed = set("c");
   if (params.has("q")) view.filter = params.get("q");
+  view.combine = params.get("qm") === "1";
   if (params.has("sq")) view.sourceFilter = params.get("sq");
   if (["name", "lag", "steptime", "loss"].includes(params.get("o"))) view.sourceSort = params.get("o");
   if (params.has("b")) view.baseline = params.get("b");
@@ -122,6 +152,9 @@ export function readURL() {
   view.hidden = set("h");
   view.log = set("l");
   view.fit = set("io");
+  view.pinned = set("pin");
+  view.expanded = set("xr");
+  view.enlarged = params.get("e") || "";
   const zoom = (params.get("z") || "").split(",").map(Number);
   if (zoom.length === 2 && zoom.every(Number.isFinite) && zoom[0] < zoom[1]) view.zoom = zoom;
 }
@@ -137,10 +170,14 @@ export function writeURL() {
   if (view.hidden.size) params.set("h", [...view.hidden].join(","));
   if (view.log.size) params.set("l", [...view.log].join(","));
   if (view.fit.size) params.set("io", [...view.fit].join(","));
+  if (view.pinned.size) params.set("pin", [...view.pinned].join(","));
+  if (view.expanded.size) params.set("xr", [...view.expanded].join(","));
+  if (view.enlarged) params.set("e", view.enlarged);
   for (const [key, values] of [["f", view.flip], ["p", view.pick], ["c", view.collapsed]]) {
     if (values.size) params.set(key, [...values].join(","));
   }
   if (view.filter) params.set("q", view.filter);
+  if (view.combine) params.set("qm", "1");
   if (view.sourceFilter) params.set("sq", view.sourceFilter);
   if (view.sourceSort !== "name") params.set("o", view.sourceSort);
   if (view.zoom) params.set("z", view.zoom.map((v) => String(Number(v.toPrecision(12)))).join(","));
