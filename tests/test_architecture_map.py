@@ -172,6 +172,15 @@ def test_every_mention_of_the_map_exists() -> None:
     assert not missing, "ARCHITECTURE.md mentions what the tree does not have:\n" + "\n".join(missing)
 
 
+def test_every_module_is_on_the_map() -> None:
+    """A module added without its line on the map is caught: its path or its file name is mentioned."""
+    spans = set(mentions(MAP.read_text(encoding="utf-8")))
+    named = {span.rsplit("/", 1)[-1] for span in spans}
+    absent = [str(path.relative_to(ROOT)) for folder in PACKAGE_FOLDERS for path in sorted((ROOT / folder).rglob("*.py"))
+              if path.name != "__init__.py" and path.name not in named]
+    assert not absent, "modules missing from ARCHITECTURE.md's layout: " + ", ".join(absent)
+
+
 def test_a_wrong_mention_is_caught() -> None:
     """The checker itself: each kind of mention that does not exist is found, each that does passes."""
     wrong = ("`tailer/inputs/nowhere.py` `web/static/nowhere.js` `docs/nowhere.md` `tailer.history.nowhere` "
