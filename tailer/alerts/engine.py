@@ -272,6 +272,14 @@ class AlertEngine:
         """A batch of one segment's records: each record rule's verdicts over the batch first (its state brought to
         the batch's end), then the alerts they change, in record and rule order."""
         settings = self.rules.rules
+        if len(columns.records) == 1:  # each rule's verdict changes its alert in turn: nothing to order
+            step = columns.records[0].get("step")
+            for name, judge in self._record_judges:
+                at, firing, message = judge(settings[name], state, columns)
+                if at:
+                    fired = firing is not None and firing[0]
+                    self._condition(name, source, state, step, now, out, fired, message(0) if fired else "")
+            return
         verdicts = [(name, judge(settings[name], state, columns)) for name, judge in self._record_judges]
         self._settle(source, state, columns.records, verdicts, now, out)
 
@@ -308,13 +316,6 @@ class AlertEngine:
         alert, a reopened one, a published change) and the others' count, step and message (published none: the
         stretch's `now` is within the cooldown of the first); a stretch of clears counts them and resolves the
         alert at the record that reaches `clear_after`."""
-        if len(records) == 1:  # each rule's verdict in turn: nothing to order
-            for rule, (at, firing, message) in verdicts:
-                if at:
-                    fired = firing is not None and firing[0]
-                    self._condition(rule, source, state, records[0].get("step"), now, out, fired,
-                                    message(0) if fired else "")
-            return
         cooldown = float(self.rules.general["cooldown_s"])
         pending: List[Tuple[int, int, int, int, bool, bool]] = []  # (position, rank, start, end, resolve, fired)
         for rank, (rule, (at, firing, _)) in enumerate(verdicts):
@@ -611,4 +612,4 @@ class AlertEngine:
 def _counts_towards_clearing(settings: Dict[str, Any], state: SourceState, columns: Columns) -> Verdicts:
     """An event rule's verdicts on a batch of records: each judged, none fired (a step after an error counts towards
     clearing its alert)."""
-    return range(len(columns.records)), None, str
+    return columns.everyone, None, str

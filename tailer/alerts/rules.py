@@ -82,6 +82,7 @@ class Columns:
 
     def __init__(self, records: Sequence[Dict[str, Any]]) -> None:
         self.records = records
+        self.everyone = range(len(records))  # every record's position
         self._made: Dict[str, Tuple[List[Any], bool, bool]] = {}
 
     def numbers(self, key: str) -> Tuple[List[Any], bool, bool]:
@@ -127,14 +128,18 @@ class OneRecord(Columns):
     """A batch of one record (a live pass's): its values read as asked, no column made."""
 
     def __init__(self, record: Dict[str, Any]) -> None:  # no columns to make: not `Columns.__init__`
-        self.records, self.record, self._made = (record,), record, {}
+        self.records, self.record, self.everyone, self._made = (record,), record, _FIRST, {}
 
     def finite(self, key: str) -> Tuple[Sequence[int], List[float]]:
-        value = number(self.record.get(key))
+        value = self.record.get(key)
+        if type(value) is not float:  # most values are: `number` is then a call for nothing
+            value = number(value)
         return (_FIRST, [value]) if value is not None and math.isfinite(value) else ((), [])
 
     def nonfinite(self, key: str) -> bool:
-        value = number(self.record.get(key))
+        value = self.record.get(key)
+        if type(value) is not float:
+            value = number(value)
         return value is not None and not math.isfinite(value)
 
 
@@ -426,10 +431,10 @@ def judged_verdicts(values: Tuple[Sequence[int], List[float]], judge: Callable[[
 def judge_nonfinite(rule: Dict[str, Any], state: SourceState, columns: Columns) -> Verdicts:
     """Every record judged: it fires where one of the rule's metrics is NaN or infinite."""
     metrics, records = rule["metrics"], columns.records
-    firing: Optional[List[bool]] = None
-    if any(columns.nonfinite(name) for name in metrics):
-        firing = [bool(_nonfinite_message(metrics, record)) for record in records]
-    return range(len(records)), firing, lambda k: _nonfinite_message(metrics, records[k])
+    if not any(map(columns.nonfinite, metrics)):
+        return columns.everyone, None, str
+    firing = [bool(_nonfinite_message(metrics, record)) for record in records]
+    return columns.everyone, firing, lambda k: _nonfinite_message(metrics, records[k])
 
 
 def judge_loss_spike(rule: Dict[str, Any], state: SourceState, columns: Columns) -> Verdicts:
@@ -446,9 +451,9 @@ def judge_overflow(rule: Dict[str, Any], state: SourceState, columns: Columns) -
     """The records with an overflow flag: it fires from the `streak`-th flag in a row on."""
     streak = rule["streak"]
     values = list(map(dict.get, columns.records, repeat("overflow")))
-    if set(map(type, values)) <= {int, float, bool} and not any(values):  # no overflow at all (NaN is one)
+    if values.count(0) == len(values):  # no overflow at all (False, 0 or 0.0 each: NaN is one, None no flag)
         state.overflow_run = 0
-        return range(len(values)), None, str
+        return columns.everyone, None, str
     at, firing, runs = [], [], {}
     for position, value in enumerate(values):
         if value is not None:
@@ -467,12 +472,13 @@ def judge_loss_scale(rule: Dict[str, Any], state: SourceState, columns: Columns)
     at, listed = columns.finite("loss_scale")
     if not listed:
         return at, None, str
-    before = state.max_scale
+    before, top = state.max_scale, max(listed)
+    state.max_scale = top if before is None else max(before, top)
     armed = before is not None and before > floor
-    if armed and max(listed) <= floor:
+    if armed and top <= floor:
         firing: Optional[List[bool]] = [True] * len(listed)
-    elif not armed and max(listed) <= floor or min(listed) > floor:
-        firing = None
+    elif not armed and top <= floor or min(listed) > floor:
+        return at, None, str
     else:
         firing = []
         for value in listed:
@@ -483,7 +489,6 @@ def judge_loss_scale(rule: Dict[str, Any], state: SourceState, columns: Columns)
         seen = max(listed[:upto])
         return seen if before is None else max(before, seen)
 
-    state.max_scale = highest(len(listed))
     return at, firing, lambda k: _scale_message(listed[k], floor, highest(k + 1))
 
 
