@@ -448,7 +448,7 @@ class AlertEngine:
 
     def fate(self, source: str, fate: Optional[str], why: str, step: Optional[int], now: float, guess: bool = False,
              witnessed: bool = True) -> List[Change]:
-        """A source's run ended (`fate`: finished | died | stopped, `tailer.fate`; `why` says how) or runs again
+        """A source's run ended (`fate`: finished | died | stopped, `tailer.alerts.fate`; `why` says how) or runs again
         (None). Over, it is not hung (unless the end is a `guess` of the time bound that it did not finish: then the
         hang rule goes on); died raises the `died` alert when the end was `witnessed` (seen while mstail watched:
         an old log that died years ago is not news); running again resolves it."""
