@@ -270,7 +270,8 @@ class AlertEngine:
 
     def _judge(self, source: str, state: SourceState, columns: Columns, now: float, out: List[Change]) -> None:
         """A batch of one segment's records: each record rule's verdicts over the batch first (its state brought to
-        the batch's end), then the alerts they change, in record and rule order."""
+        the batch's end), then the alerts they change, in record and rule order (a rule reads no alert, so a batch of
+        one settles each verdict as it comes)."""
         settings = self.rules.rules
         if len(columns.records) == 1:  # each rule's verdict changes its alert in turn: nothing to order
             step = columns.records[0].get("step")

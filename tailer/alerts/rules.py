@@ -124,6 +124,9 @@ class Columns:
         return any(value is not None and not math.isfinite(value) for value in values)
 
 
+_FIRST = range(1)
+
+
 class OneRecord(Columns):
     """A batch of one record (a live pass's): its values read as asked, no column made."""
 
@@ -143,10 +146,8 @@ class OneRecord(Columns):
         return value is not None and not math.isfinite(value)
 
 
-_FIRST = range(1)
-
-#: A record rule's verdicts on a batch: the positions of the records it judged; which of them it fired at (None: none); the
-#: message of the k-th judged record (asked where it fired only).
+#: A record rule's verdicts on a batch: the positions of the records it judged; which of them it fired at (None:
+#: none); the message of the k-th judged record (asked where it fired only).
 Verdicts = Tuple[Sequence[int], Optional[List[bool]], Callable[[int], str]]
 
 
