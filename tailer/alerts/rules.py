@@ -80,6 +80,8 @@ def number(value: Any) -> Optional[float]:
 class Columns:
     """A batch of records' values, a key at a time, as `number` reads them, made once per key."""
 
+    __slots__ = ("records", "everyone", "_made")
+
     def __init__(self, records: Sequence[Dict[str, Any]]) -> None:
         self.records = records
         self.everyone = range(len(records))  # every record's position
@@ -129,6 +131,8 @@ _FIRST = range(1)
 
 class OneRecord(Columns):
     """A batch of one record (a live pass's): its values read as asked, no column made."""
+
+    __slots__ = ("record",)
 
     def __init__(self, record: Dict[str, Any]) -> None:  # no columns to make: not `Columns.__init__`
         self.records, self.record, self.everyone, self._made = (record,), record, _FIRST, {}
