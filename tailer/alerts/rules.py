@@ -436,7 +436,10 @@ def judged_verdicts(values: Tuple[Sequence[int], List[float]], judge: Callable[[
 def judge_nonfinite(rule: Dict[str, Any], state: SourceState, columns: Columns) -> Verdicts:
     """Every record judged: it fires where one of the rule's metrics is NaN or infinite."""
     metrics, records = rule["metrics"], columns.records
-    if not any(map(columns.nonfinite, metrics)):
+    for name in metrics:
+        if columns.nonfinite(name):
+            break
+    else:
         return columns.everyone, None, str
     firing = [bool(_nonfinite_message(metrics, record)) for record in records]
     return columns.everyone, firing, lambda k: _nonfinite_message(metrics, records[k])
