@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional, Tuple
 
-from mstail.tailer.alerts.engine import what_happened
+from mstail.tailer.alerts.rules import what_happened
 
 FINISHED, DIED, STOPPED = "finished", "died", "stopped"
 FATES = (FINISHED, DIED, STOPPED)

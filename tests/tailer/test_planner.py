@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mstail.parsers import load_formats
-from mstail.tailer.alerts.engine import _median_without
+from mstail.tailer.alerts.rules import _median_without
 from mstail.tailer.config import Config
 from mstail.tailer.inputs.discovery import PatternFilter, SourceNamer
 from mstail.tailer.inputs.follower import FileFollower
