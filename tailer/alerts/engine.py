@@ -53,7 +53,7 @@ from bisect import bisect_left, insort
 from collections import Counter, deque
 from itertools import compress, groupby, repeat
 from operator import contains, ne
-from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from mstail.platform import tomllib
 
@@ -240,7 +240,7 @@ class _Window:
     def __len__(self) -> int:
         return len(self.order)
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[float]:
         return iter(self.order)
 
     def append(self, value: float) -> None:
@@ -793,9 +793,9 @@ class AlertEngine:
         if on["trend"]:
             value = _number(record.get(rules["trend"]["metric"]))
             if value is not None and math.isfinite(value):
-                message = _trend_message(rules["trend"], state, value)
-                if message is not None:
-                    self._condition("trend", source, state, step, now, out, bool(message), message)
+                trend = _trend_message(rules["trend"], state, value)
+                if trend is not None:
+                    self._condition("trend", source, state, step, now, out, bool(trend), trend)
 
         if on["error"]:  # a step after an error counts towards clearing it
             self._condition("error", source, state, step, now, out, False, "")

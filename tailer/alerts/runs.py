@@ -51,7 +51,7 @@ class Columns:
                 numbers = values
             elif kinds <= {float, int}:  # anything else (a bool, a text, None) goes through `number` one by one
                 try:
-                    numbers = list(map(float, values))
+                    numbers = list(map(float, values))  # type: ignore[arg-type]  # ints and floats: no None
                 except OverflowError:  # an int beyond the float range is no number to `number`
                     pass
             if numbers is not None:
@@ -135,7 +135,9 @@ def overflow_verdicts(state: _SourceState, records: Sequence[Dict[str, Any]], st
     if set(map(type, values)) <= {int, float, bool} and not any(values):  # no overflow at all (NaN is one)
         state.overflow_run = 0
         return range(len(values)), None, message
-    at, firing, runs = [], [], {}
+    at: List[int] = []
+    firing: List[bool] = []
+    runs: Dict[int, int] = {}
     for position, value in enumerate(values):
         if value is not None:
             state.overflow_run = state.overflow_run + 1 if number(value) else 0
@@ -176,7 +178,9 @@ def scale_verdicts(state: _SourceState, values: Tuple[Sequence[int], List[float]
 def judged_verdicts(values: Tuple[Sequence[int], List[float]], judge: Callable[[float], Optional[str]]) -> Verdicts:
     """A rule that judges each of a run's finite `values` (positions, numbers) in turn: `judge` gives its message,
     "" (fine) or None (not judged at that value)."""
-    at, firing, messages = [], [], {}
+    at: List[int] = []
+    firing: List[bool] = []
+    messages: Dict[int, str] = {}
     for position, value in zip(*values):
         message = judge(value)
         if message is not None:
