@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from fastapi import APIRouter, HTTPException, Query, Request
 
 from mstail.parsers.record import MAX_NAME_CHARS
 
 from .responses import RecordJSONResponse
+
+if TYPE_CHECKING:
+    from mstail.tailer.history.store import Store
 
 # Every route is `async def`: the Store and the alert engine are touched from the event loop only (ARCHITECTURE.md,
 # Threads); the charts' maths (series, folds, heatmaps) runs in the Store's query thread, so no query stalls the loop. response_model=None: the answers are already JSON-ready (non-finite numbers by name, `mstail.parsers.record`);
@@ -24,7 +27,7 @@ MIN_STEP = -(2**63)  # the least step an input can give (an event file's int64; 
 MAX_SOURCES = 1024  # repeated ?source= values per request
 
 
-def _store(request: Request):  # type: ignore[no-untyped-def]
+def _store(request: Request) -> Store:
     return request.app.state.store
 
 

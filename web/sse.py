@@ -14,7 +14,7 @@ import logging
 import re
 import weakref
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Dict, List, Optional
+from typing import Any, AsyncIterator, Dict, Iterator, List, Optional
 
 import orjson
 from fastapi import APIRouter, FastAPI, HTTPException, Query, Request
@@ -74,7 +74,7 @@ class _Stream(EventSourceResponse):
         limit.open += 1
         try:
             await super().__call__(scope, receive, send)
-        except Exception as exc:  # noqa: BLE001 - only a send timeout is swallowed
+        except Exception as exc:  # only a send timeout is swallowed
             if not _only_send_timeouts(exc):
                 raise
             self._hub.dropped_clients += 1
@@ -243,7 +243,7 @@ async def _events(store: Store, hub: Hub, requested: Optional[int]) -> AsyncIter
         hub.unsubscribe(subscriber)
 
 
-def _replay(store: Store, after: int, until: int):  # type: ignore[no-untyped-def]
+def _replay(store: Store, after: int, until: int) -> Iterator[bytes]:
     while after < until:
         items = store.items_after(after, min(REPLAY_CHUNK, until - after))
         if not items:

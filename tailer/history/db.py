@@ -478,7 +478,7 @@ class StateDB:
         if reason is None:
             self._check = IntegrityCheck(self.path, check=not self._sound, reader=self._reader)
             self.reopened = existed
-            return conn  # type: ignore[return-value]
+            return conn  # type: ignore[return-value]  # usable: opened
         if conn is not None:
             conn.close()
         return self._set_aside(reason, network)
@@ -486,7 +486,7 @@ class StateDB:
     def _set_aside(self, reason: str, network: bool) -> sqlite3.Connection:
         """Move the unusable state file (and its -wal, -shm, -journal) aside, said once, and start a fresh one."""
         self._close_reader()  # SQLite's connections to it are closed
-        aside = self.path.with_name(f"{self.path.name}.{reason.split()[0]}-{int(time.time())}")  # type: ignore[union-attr]
+        aside = self.path.with_name(f"{self.path.name}.{reason.split()[0]}-{int(time.time())}")  # type: ignore[union-attr]  # a file: a temporary one is never unusable
         log.warning("state %s is %s: moved to %s; reading the logs from the start", self.path, reason, aside)
         for suffix in ("", "-wal", "-shm", "-journal"):
             with contextlib.suppress(OSError):
@@ -541,7 +541,7 @@ class StateDB:
         closing from here leaves a file the next opening in this boot may trust (`_OwnerMark`)."""
         with self._mark_lock:  # (after a commit, in the writer thread; not after a failure said meanwhile)
             if self._owner is not None and self._sound and not self._failed:
-                _OwnerMark.mark(self._owner.fileno(), self.path, running=True)  # type: ignore[arg-type]
+                _OwnerMark.mark(self._owner.fileno(), self.path, running=True)  # type: ignore[arg-type]  # an owner: a file
 
     def _fail(self) -> None:
         """A read or a commit failed (maybe a damaged page, which SQLite finds when it reads it; a full disk): nothing
@@ -690,7 +690,7 @@ class StateDB:
                 conn.executemany(_SAVE_SOURCE,
                                  [(source, path, data) for source, (path, data) in batch.checkpoints.items()])
                 if batch.columns is not None:
-                    self._write_columns(conn, batch.columns, batch.manifest)  # type: ignore[arg-type]
+                    self._write_columns(conn, batch.columns, batch.manifest)  # type: ignore[arg-type]  # made with the columns
                 if batch.alerts is not None:
                     conn.execute("INSERT OR REPLACE INTO meta VALUES ('alerts', ?)", (batch.alerts,))
                 conn.execute("COMMIT")
@@ -796,7 +796,7 @@ class StateDB:
             clean = self._sound and not self._failed and self.write_error is None and not (
                 self._unsaved or self._unsaved_checkpoints or self._rewrites)
             if clean:
-                _OwnerMark.mark(self._owner.fileno(), self.path, running=False)  # type: ignore[arg-type]
+                _OwnerMark.mark(self._owner.fileno(), self.path, running=False)  # type: ignore[arg-type]  # as above
             else:
                 _OwnerMark.erase(self._owner.fileno())  # no open mark left behind either
             self._owner.close()  # releases the lock
@@ -881,7 +881,7 @@ class StateDB:
 
     def column_blocks(self) -> List[Tuple[str, int, str, bytes, bytes]]:
         """The saved block summaries: (source, segment, metric, mins, maxs)."""
-        return self._rows("SELECT source, segment, metric, mins, maxs FROM blocks")  # type: ignore[return-value]
+        return self._rows("SELECT source, segment, metric, mins, maxs FROM blocks")
 
     def column_pieces(self, batch: int = 16) -> Iterator[Piece]:
         """The saved pieces of every frame, then of every series, each column's in order of their start."""

@@ -231,7 +231,7 @@ class Store:
             prepared: the items come from `prepare`, so that storing one is adding its seq and source (default False).
         """
         info = self.sources[source_id]
-        stored = []
+        stored: List[Dict[str, Any]] = []
         texts: Dict[int, str] = {}
         records: List[Dict[str, Any]] = []  # stored, not indexed yet: indexed together, before an amend or at the end
         queued = 0  # stored[:queued] is queued in the database: an amend's rewrite must find its record there
@@ -370,7 +370,7 @@ class Store:
         if not self._last_seq:
             return 0
         manifest = self.db.columns_manifest()
-        problem = "it has none (an earlier mstail wrote it)"
+        problem: Optional[str] = "it has none (an earlier mstail wrote it)"
         if manifest is not None:
             problem = (f"they end at record {manifest['seq']}, which it does not hold" if
                        manifest["seq"] > 0 and not self.db.has_item(manifest["seq"]) else
@@ -382,7 +382,7 @@ class Store:
                         self.db.path, problem, self._last_seq)
             self._columns.clear()
             return 0
-        for source_id, facts in manifest["sources"].items():  # type: ignore[union-attr]
+        for source_id, facts in manifest["sources"].items():  # type: ignore[index]  # no problem: a manifest
             info = self.add_source(source_id, saved.get(source_id, ("", None))[0])
             for name, value in facts.items():
                 setattr(info, name, value)
@@ -620,7 +620,7 @@ class Store:
                     else:
                         budget.spend(folded)
                         pause = 0.0
-            except Exception:  # noqa: BLE001 - a failed fold leaves the request path to fold; said once
+            except Exception:  # a failed fold leaves the request path to fold; said once
                 if not said:
                     log.exception("keeping the across-source folds warm failed (the page folds when it asks)")
                     said = True

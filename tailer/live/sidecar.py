@@ -285,7 +285,7 @@ class Tailer:
         nothing below it yet is said once."""
         if not self.config.logdirs:
             return []
-        new = []
+        new: List[Tuple[Path, Path, Optional[Format], str, Optional[str]]] = []
         for run_file in self._runs.find():
             path = run_file.path
             if run_file.kind == "events":
@@ -694,9 +694,9 @@ class Tailer:
             states, infos = {}, self.store.sources
             for source in self._sources.values():
                 for source_id in _ids(source):
-                    info = infos.get(source_id)
-                    if info is not None:
-                        states[source_id] = info.state
+                    known = infos.get(source_id)
+                    if known is not None:
+                        states[source_id] = known.state
             for change in self.alerts.tick(now, states, self._writing):
                 batch += self._store_alerts(change["source"], [change])
         checkpoints = self._checkpoints(results)
@@ -809,7 +809,7 @@ class Tailer:
                 for listener in self.alert_listeners:
                     try:
                         listener(data)
-                    except Exception:  # noqa: BLE001 - a listener must never stop tailing
+                    except Exception:  # a listener must never stop tailing (said by log.exception)
                         log.exception("alert listener failed")
         return stored
 
@@ -832,7 +832,7 @@ class Tailer:
             elif fmt and fmt != source.said_format:
                 log.info("%s: format %s", source.id, fmt)
             source.said_format = fmt
-            if parser.overflow_lines:
+            if parser.overflow_lines:  # type: ignore[attr-defined]  # a text kind's parser
                 self.notices.say((source.id, "tags"), f"{path}: more than {MAX_PARTS} launcher tags ([rankN]:); the "
                                  "lines of the others are parsed as the file's own source")
             if not fmt and parser.counts["unmatched_metric_lines"]:
