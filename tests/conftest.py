@@ -11,6 +11,8 @@ Everything is bounded (start-up, shutdown, writer lifetime) and listens on loopb
 separate process using `logging` + `RotatingFileHandler`, exactly as a MindFormers training writes
 `output/log/rank_N/info.log`, so rotation, partial lines and inode changes are the real thing.
 `spawn_writer` is a plain function too (tests/bench/latency.py loads it from this file).
+A test that starts a process is `slow` (through these fixtures, or marked so); one not marked `slow` that starts a
+process fails, so that `pytest -m "not slow"` stays an in-process tier.
 """
 
 from __future__ import annotations
