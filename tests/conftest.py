@@ -11,11 +11,14 @@ Everything is bounded (start-up, shutdown, writer lifetime) and listens on loopb
 separate process using `logging` + `RotatingFileHandler`, exactly as a MindFormers training writes
 `output/log/rank_N/info.log`, so rotation, partial lines and inode changes are the real thing.
 `spawn_writer` is a plain function too (tests/bench/latency.py loads it from this file).
+A test that starts a process is `slow` (through these fixtures, or marked so); one not marked `slow` that starts a
+process fails, so that `pytest -m "not slow"` stays an in-process tier.
 """
 
 from __future__ import annotations
 
 import json
+import multiprocessing.process
 import os
 import re
 import signal
@@ -50,6 +53,46 @@ def pytest_collection_modifyitems(items: List[pytest.Item]) -> None:
         if _PROCESS_FIXTURES & set(getattr(item, "fixturenames", ())) or item.get_closest_marker("browser") \
                 or item.get_closest_marker("mindspore"):
             item.add_marker(pytest.mark.slow)
+
+
+#: Every way a test could start a process (subprocess and asyncio's, os.system and os.popen, fork, posix_spawn,
+#: multiprocessing and its pools all go through one of these), refused while a test not marked `slow` runs.
+_SPAWNERS = {"subprocess.Popen": (subprocess.Popen, "_execute_child"), "os.system": (os, "system"),
+             "os.fork": (os, "fork"), "os.forkpty": (os, "forkpty"), "os.posix_spawn": (os, "posix_spawn"),
+             "os.posix_spawnp": (os, "posix_spawnp"), "multiprocessing": (multiprocessing.process.BaseProcess, "start")}
+_SPAWNED = pytest.StashKey[List[str]]()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterable[None]:
+    """The fast tier (`-m "not slow"`) starts no process, by construction: while a test not marked `slow` runs
+    (its fixtures of every scope included), starting one raises, and the test fails."""
+    if item.get_closest_marker("slow"):
+        yield
+        return
+    attempts = item.stash[_SPAWNED] = []
+
+    def refuse(name: str) -> Callable[..., Any]:
+        def spawn(*args: Any, **kwargs: Any) -> Any:
+            attempts.append(name)
+            raise RuntimeError(f"this test spawns a process ({name}): mark it slow")
+        return spawn
+
+    with pytest.MonkeyPatch.context() as patch:
+        for shown, (owner, name) in _SPAWNERS.items():
+            patch.setattr(owner, name, refuse(shown))
+        yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterable[None]:
+    # A test whose code caught the refusal and carried on still fails.
+    outcome = yield
+    report = outcome.get_result()
+    attempts = item.stash.get(_SPAWNED, [])
+    if report.when == "call" and report.passed and attempts:
+        report.outcome = "failed"
+        report.longrepr = f"this test spawns a process ({', '.join(sorted(set(attempts)))}): mark it slow"
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -28,6 +28,7 @@ def offline(frames: List[Frame]) -> List[Item]:
     return settled(items + parser.flush(0.0, force=True))
 
 
+@pytest.mark.slow  # its event files come from a writer process
 @pytest.mark.parametrize("fixture", ["event_file", "tensor_event_file"])
 def test_every_step_once_with_exact_values(fixture: str, request: pytest.FixtureRequest) -> None:
     items = offline(frames_of(request.getfixturevalue(fixture)))

@@ -58,6 +58,7 @@ def _measured(path: str) -> None:
     print(json.dumps([(time.process_time() - started) * 1000, records]))
 
 
+@pytest.mark.slow  # measures CPU in a fresh interpreter
 @pytest.mark.parametrize("name", sorted(CRAFTED))
 def test_crafted_bytes_cost_cpu_linear_in_their_size_and_hide_no_frame_after_them(tmp_path: Path, name: str) -> None:
     path = tmp_path / "events.out.tfevents.1700000000.host"
@@ -105,6 +106,7 @@ def _measured_in_slices(path: str) -> None:
     print(json.dumps([(time.process_time() - started) * 1000, len(frames)]))
 
 
+@pytest.mark.slow  # measures CPU in a fresh interpreter
 @pytest.mark.parametrize("name", sorted(LIVE_ATTACKS))
 def test_waiting_headers_fed_in_live_slices_cost_cpu_linear_in_their_size(tmp_path: Path, name: str) -> None:
     """Bytes a header claims wait for more as a live file grows: each read's bytes are searched once, not the whole

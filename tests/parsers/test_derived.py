@@ -386,6 +386,7 @@ def test_perplexity_of_the_losses_a_file_names(tmp_path: Path) -> None:
     (f'[series]\n{"x" * 257} = "loss * 2"\n', "series 'x+': cannot be a metric name"),
     ('[constants]\n"k\\n" = 2\n', r"constant 'k\\n': cannot be a metric name"),
 ])
+@pytest.mark.slow  # runs `python -m mstail`
 def test_a_bad_name_an_order_cycle_or_shadowing_constant_is_a_one_line_error(tmp_path: Path, text: str,
                                                                               message: str) -> None:
     spec = tmp_path / "derived.toml"

@@ -193,6 +193,7 @@ def test_a_good_user_format_loads_and_replaces_a_builtin_of_its_name(tmp_path: P
     assert record["loss"] != record["loss"]  # NaN kept
 
 
+@pytest.mark.slow  # runs `python -m mstail`
 def test_cli_reports_a_bad_format_file_in_one_line(tmp_path: Path) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text(

@@ -28,6 +28,7 @@ def test_a_log_without_step_lines_gives_no_record(path: Path) -> None:
     assert parser.counts["amends"] == 0
 
 
+@pytest.mark.slow  # runs `python -m mstail`
 def test_mstail_parse_gives_no_record_of_them() -> None:
     result = subprocess.run([sys.executable, "-m", "mstail", "parse", *map(str, NO_STEPS), "--to", "jsonl", "--events"],
                             capture_output=True, cwd=str(ROOT), timeout=60)

@@ -117,6 +117,7 @@ def strict_json(line: str) -> Any:
 BARE_NON_FINITE = re.compile(r'(?<!")\b(?:NaN|-?Infinity|nan|inf)\b(?!")')
 
 
+@pytest.mark.slow  # runs `python -m mstail`
 def test_parse_to_jsonl_writes_nan_as_a_string() -> None:
     result = run_cli("sample_logs/mindformers_v1.8_nonsink_worker_0.log", "--to", "jsonl", "--events")
     text = result.stdout.decode("utf-8")
@@ -136,6 +137,7 @@ def test_parse_to_jsonl_writes_nan_as_a_string() -> None:
     assert b"20 records, 2 events" in result.stderr
 
 
+@pytest.mark.slow  # runs `python -m mstail`
 def test_parse_to_jsonl_infinity_and_null(tmp_path: Path) -> None:
     out = tmp_path / "out.jsonl"
     run_cli("sample_logs/metrics.jsonl", "--to", "jsonl", "-o", str(out))
@@ -147,6 +149,7 @@ def test_parse_to_jsonl_infinity_and_null(tmp_path: Path) -> None:
     assert records[8]["grad_norm"] is None
 
 
+@pytest.mark.slow  # runs `python -m mstail`
 def test_parse_to_csv_writes_nan_as_text() -> None:
     result = run_cli("sample_logs/mindformers_v1.3_sink_info.log", "--to", "csv")
     rows = list(csv.DictReader(io.StringIO(result.stdout.decode("utf-8"))))
@@ -161,6 +164,7 @@ def test_parse_to_csv_writes_nan_as_text() -> None:
     assert "nan" not in result.stdout.decode("utf-8").replace("NaN", "")
 
 
+@pytest.mark.slow  # runs `python -m mstail`
 def test_parse_detects_the_format_of_each_file() -> None:
     result = run_cli(
         "sample_logs/mindformers_v1.3_sink_info.log", "sample_logs/mindspore_lossmonitor.log",
@@ -178,6 +182,7 @@ def test_parse_detects_the_format_of_each_file() -> None:
     assert "76 records" in stderr
 
 
+@pytest.mark.slow  # runs `python -m mstail`
 def test_parse_real_mindformers_log_to_csv() -> None:
     result = run_cli(str(MF_INFO), "--to", "csv")
     rows = list(csv.DictReader(io.StringIO(result.stdout.decode("utf-8"))))
@@ -189,6 +194,7 @@ def test_parse_real_mindformers_log_to_csv() -> None:
 
 
 
+@pytest.mark.slow  # runs `python -m mstail`
 def test_parse_gives_no_time_where_the_log_has_none() -> None:
     # LossMonitor's print() lines and the traceback on stdout have no timestamp: no time at all (it gave the moment of
     # parsing); MindFormers' prefixed lines keep theirs. Live gives the read time, marked (`estimated`).

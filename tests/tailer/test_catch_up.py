@@ -40,7 +40,9 @@ QUIET = {"mindformers_pynative_r2.0_pp_stage0_info.log", "mindyolo_train.log", "
          "mindformers-2.0.0_graph_output_log_rank_0_info.log", "mindspore-2.10_lossmonitor_timemonitor_stdout.log"}
 
 
-@pytest.mark.parametrize("child", [False, True, "ahead", "no fork"], ids=["passes", "child", "ahead", "no-fork"])
+@pytest.mark.parametrize("child", [False, pytest.param(True, marks=pytest.mark.slow),  # a catch-up child process
+                                   pytest.param("ahead", marks=pytest.mark.slow), "no fork"],
+                         ids=["passes", "child", "ahead", "no-fork"])
 @pytest.mark.parametrize("name", [p.name for p in LOGS] + ["mixed.log"])
 def test_the_catch_up_gives_what_feeding_every_line_gives(name: str, child: bool, tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
@@ -110,6 +112,7 @@ def test_the_catch_up_gives_what_feeding_every_line_gives(name: str, child: bool
     assert judged or name in QUIET, "a log that raises no alert tests none"
 
 
+@pytest.mark.slow  # a catch-up child process
 def test_a_childs_batches_are_committed_together_and_its_hand_over_commits_them_all(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """While a child runs, deliveries commit at most every HISTORY_COMMIT_S (here: only the first): the ones between
@@ -161,6 +164,7 @@ def test_a_childs_batches_are_committed_together_and_its_hand_over_commits_them_
         loop.close()
 
 
+@pytest.mark.slow  # a catch-up child process
 def test_a_sources_counters_follow_its_childs_reading(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """While a child reads a file's history, the source's counters (/api/sources, the stream's `source` messages) are
     the child's, batch by batch: lines and bytes read, records parsed; not the first pass's until the hand-over."""
@@ -192,6 +196,7 @@ def test_a_sources_counters_follow_its_childs_reading(tmp_path: Path, monkeypatc
     assert seen[-1]["records"] == store.sources[followed.id].records  # every batch delivered: the records stored
 
 
+@pytest.mark.slow  # a catch-up child process
 @pytest.mark.parametrize("batches", [0, 1, 3, 7, "hand-over"])
 @pytest.mark.parametrize("kill", [False, True], ids=["stopped", "killed"])
 def test_a_restart_during_a_childs_catch_up_loses_and_repeats_nothing(batches: Any, kill: bool, tmp_path: Path,
@@ -333,6 +338,7 @@ def _assert_caught_up_once(tailer: Tailer, path: Path) -> None:
                                             for item in expected]
 
 
+@pytest.mark.slow  # a catch-up child process
 def test_a_child_that_dies_leaves_the_history_to_the_passes_and_is_said(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                       caplog: pytest.LogCaptureFixture) -> None:
     """The child fails after its second batch (here: taking a checkpoint raises): the source resumes from the last
@@ -343,6 +349,7 @@ def test_a_child_that_dies_leaves_the_history_to_the_passes_and_is_said(tmp_path
     assert "ended early (exit status 1)" in _catch_up_with_a_failing_child(tmp_path, monkeypatch, caplog, bug)
 
 
+@pytest.mark.slow  # a catch-up child process
 def test_a_child_that_stops_sending_is_stopped_and_the_passes_read_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                     caplog: pytest.LogCaptureFixture) -> None:
     """A child stuck after its second batch (a lock another thread held at the fork, a filesystem that stopped
@@ -352,6 +359,7 @@ def test_a_child_that_stops_sending_is_stopped_and_the_passes_read_on(tmp_path: 
     assert "ended early (no batch for 0.5 s)" in said, said
 
 
+@pytest.mark.slow  # a catch-up child process
 @pytest.mark.parametrize("bounded", [False, True], ids=["ahead", "bounded"])
 def test_a_child_parses_on_while_the_parent_takes_no_batch(bounded: bool, tmp_path: Path,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
@@ -403,6 +411,7 @@ def _bytes_read(io: Path) -> int:
     raise AssertionError(f"no rchar in {io}")
 
 
+@pytest.mark.slow  # a catch-up child process
 def test_a_catch_up_child_parses_at_a_lower_priority_than_the_sidecar() -> None:
     """A forked child set up as a catch-up child is (`_as_a_child`) runs CHILD_NICE above the sidecar's niceness (19 at
     most): a history is bulk work, so the live files, the page and the training job go first when CPUs are short."""

@@ -12,6 +12,8 @@ import pytest
 
 REAL_LOGS = Path(__file__).resolve().parents[1] / "real_logs"
 
+pytestmark = pytest.mark.slow  # every test runs `python -m mstail`
+
 
 def mstail(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "mstail", *args], capture_output=True, text=True, timeout=timeout)

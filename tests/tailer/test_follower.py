@@ -42,6 +42,7 @@ def spawn(path: Path, count: int, *extra: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, str(WRITER), str(path), str(count), *extra], stdout=subprocess.PIPE)
 
 
+@pytest.mark.slow  # a writer process
 def test_reads_history_then_live(tmp_path: Path) -> None:
     path = tmp_path / "info.log"
     spawn(path, 100).wait(timeout=20)
@@ -52,6 +53,7 @@ def test_reads_history_then_live(tmp_path: Path) -> None:
     assert seen == list(range(1, 501))
 
 
+@pytest.mark.slow  # a writer process
 def test_rotation_by_rotating_file_handler_loses_and_repeats_nothing(tmp_path: Path) -> None:
     path = tmp_path / "info.log"
     follower = FileFollower(path)
@@ -63,6 +65,7 @@ def test_rotation_by_rotating_file_handler_loses_and_repeats_nothing(tmp_path: P
     assert seen == list(range(1, 4001))
 
 
+@pytest.mark.slow  # a writer process
 def test_history_includes_rotated_backups_oldest_first(tmp_path: Path) -> None:
     path = tmp_path / "info.log"
     spawn(path, 1000, "--max-bytes", "8192", "--backups", "50").wait(timeout=20)
@@ -74,6 +77,7 @@ def test_history_includes_rotated_backups_oldest_first(tmp_path: Path) -> None:
     assert seen == list(range(1, 1001))
 
 
+@pytest.mark.slow  # a writer process
 def test_backups_found_at_a_rotation_come_out_in_order_under_a_small_budget(tmp_path: Path) -> None:
     path = tmp_path / "info.log"
     spawn(path, 10).wait(timeout=20)

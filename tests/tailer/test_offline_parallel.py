@@ -57,6 +57,7 @@ def parse(inputs: List[str], to: str, jobs: int, events: bool = True) -> Tuple[s
     return out.getvalue(), summary
 
 
+@pytest.mark.slow  # worker processes
 @pytest.mark.parametrize("to", ["jsonl", "csv"])
 @pytest.mark.parametrize("events", [True, False])
 def test_workers_write_what_one_process_writes(logs: List[str], to: str, events: bool) -> None:
@@ -94,6 +95,7 @@ def test_a_parse_in_one_process_imports_no_worker_or_follower_machinery(tmp_path
     assert done.stdout.split() == []
 
 
+@pytest.mark.slow  # worker processes
 def test_progress_counts_every_byte_once(logs: List[str], monkeypatch: pytest.MonkeyPatch) -> None:
     bars: List["FakeBar"] = []
 
@@ -128,6 +130,7 @@ def failing_on(name: str, exc: BaseException):  # type: ignore[no-untyped-def]
     return lines
 
 
+@pytest.mark.slow  # worker processes
 def test_a_failing_worker_names_its_source(logs: List[str], monkeypatch: pytest.MonkeyPatch) -> None:
     error = OSError(errno.EIO, "Input/output error", "worker_0.log")
     monkeypatch.setattr(reading, "chain_lines", failing_on("mindformers_pynative_worker_0.log", error))
@@ -139,6 +142,7 @@ def test_a_failing_worker_names_its_source(logs: List[str], monkeypatch: pytest.
     assert str(raised.value) == "mindformers_pynative_worker_0: OSError: [Errno 5] Input/output error: 'worker_0.log'"
 
 
+@pytest.mark.slow  # worker processes
 def test_a_worker_that_dies_is_a_clear_error(logs: List[str], monkeypatch: pytest.MonkeyPatch) -> None:
     def die(chain, progress=None, blocks=False):  # type: ignore[no-untyped-def]
         os._exit(9)  # as the OOM killer would leave it: no exception, no result
@@ -149,6 +153,7 @@ def test_a_worker_that_dies_is_a_clear_error(logs: List[str], monkeypatch: pytes
         parse(logs, "jsonl", jobs=2)
 
 
+@pytest.mark.slow  # worker processes
 def test_the_command_copies_workers_output_and_prints_one_line_for_a_failed_worker(logs: List[str], monkeypatch: pytest.MonkeyPatch,
                                                           capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
     monkeypatch.setattr(parallel, "PARALLEL_MIN_BYTES", 0)  # these small logs: in workers all the same

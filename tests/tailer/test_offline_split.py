@@ -64,6 +64,7 @@ def seams(monkeypatch: pytest.MonkeyPatch) -> List[object]:
     return found
 
 
+@pytest.mark.slow  # worker processes
 @pytest.mark.parametrize("to,events", [("jsonl", True), ("jsonl", False), ("csv", True)])
 @pytest.mark.parametrize("jobs", [2, 3, 5])
 def test_pieces_write_what_one_process_writes(big_log: Path, to: str, events: bool, jobs: int,
@@ -78,6 +79,7 @@ def test_pieces_write_what_one_process_writes(big_log: Path, to: str, events: bo
     assert summary == serial_summary
 
 
+@pytest.mark.slow  # worker processes
 def test_pieces_joined_into_an_output_file_are_the_bytes_one_process_writes(big_log: Path, tmp_path: Path) -> None:
     """`-o OUT`: the pieces' JSONL goes onto the output file as bytes (segments renumbered), the same bytes as one
     process writes."""
@@ -91,6 +93,7 @@ def test_pieces_joined_into_an_output_file_are_the_bytes_one_process_writes(big_
     assert files[2].read_bytes() == serial and files[3].read_bytes() == serial
 
 
+@pytest.mark.slow  # worker processes
 def test_every_cut_gives_the_same_output(big_log: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Cuts moved line by line over a step line, its progress line, a checkpoint block and a traceback."""
     serial, serial_summary = parse(big_log, "jsonl", 1, True)
@@ -109,6 +112,7 @@ def test_every_cut_gives_the_same_output(big_log: Path, monkeypatch: pytest.Monk
     assert len(joined) > 10 and all(joins is not None for joins in joined)
 
 
+@pytest.mark.slow  # worker processes
 @pytest.mark.parametrize("derived", [None, Derived()])
 def test_a_file_whose_seams_never_agree_is_parsed_whole(derived: Optional[Derived], tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
@@ -138,6 +142,7 @@ def one_by_one(path: Path, events: bool) -> str:
     return "".join(rows)
 
 
+@pytest.mark.slow  # worker processes
 @pytest.mark.parametrize("name", ["big.log"] + [p.name for p in LOGS])
 def test_pieces_write_what_feeding_every_line_writes(name: str, big_log: Path) -> None:
     """Every sample and real log, and the big chunk-boundary log, cut into pieces parsed through the block fast path

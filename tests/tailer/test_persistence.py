@@ -107,6 +107,7 @@ def assert_exactly_once(records: List[dict], expected: range) -> None:
     assert seqs == list(range(1, len(seqs) + 1)), "seqs are not gap-free from 1"
 
 
+@pytest.mark.slow  # mstail and writer processes
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM], ids=["kill-9", "sigterm"])
 def test_restart_while_a_fast_writer_rotates_loses_and_repeats_nothing(tmp_path: Path, sidecar, how: int) -> None:  # type: ignore[no-untyped-def]
     log = tmp_path / "logs" / "info.log"
@@ -125,6 +126,7 @@ def test_restart_while_a_fast_writer_rotates_loses_and_repeats_nothing(tmp_path:
     assert "Traceback" not in first.stderr
 
 
+@pytest.mark.slow  # mstail and writer processes
 def test_history_survives_the_deletion_of_its_rotated_files(tmp_path: Path, sidecar) -> None:  # type: ignore[no-untyped-def]
     log = tmp_path / "logs" / "info.log"
     log.parent.mkdir()
@@ -149,6 +151,7 @@ def test_history_survives_the_deletion_of_its_rotated_files(tmp_path: Path, side
     assert steps == list(range(1, 301)) + still_on_disk  # lines deleted unread while down are the only gap
 
 
+@pytest.mark.slow  # mstail and writer processes
 def test_a_log_truncated_while_down_is_read_again_as_a_new_segment(tmp_path: Path, sidecar) -> None:  # type: ignore[no-untyped-def]
     log, side, first = log_read_once(tmp_path, sidecar, 100, "worker_0.log")
     assert first.stop() == 0
@@ -159,6 +162,7 @@ def test_a_log_truncated_while_down_is_read_again_as_a_new_segment(tmp_path: Pat
     assert [(r["step"], r["segment"]) for r in records] == [(s, 0) for s in range(1, 101)] + [(s, 1) for s in range(1, 41)]
 
 
+@pytest.mark.slow  # mstail and writer processes
 def test_a_partial_line_pending_at_kill_9_is_read_whole_after_the_restart(tmp_path: Path, sidecar) -> None:  # type: ignore[no-untyped-def]
     log = tmp_path / "logs" / "info.log"
     log.parent.mkdir()
@@ -179,6 +183,7 @@ def _state_file(tmp_path: Path) -> Path:
     return found
 
 
+@pytest.mark.slow  # mstail and writer processes
 def test_ctrl_c_closes_the_state_after_saving_the_chart_columns(tmp_path: Path, sidecar) -> None:  # type: ignore[no-untyped-def]
     # Before: uvicorn raised the Ctrl-C it caught again once it had stopped, asyncio.run cancelled the shutdown at its
     # first await, and the state was never closed by mstail (its columns not saved; SQLite closed at exit, if at all).
@@ -196,6 +201,7 @@ def test_ctrl_c_closes_the_state_after_saving_the_chart_columns(tmp_path: Path, 
     assert json.loads(manifest)["seq"] == 80
 
 
+@pytest.mark.slow  # mstail and writer processes
 @pytest.mark.parametrize("damage", ["corrupt", "mismatched"])
 def test_a_damaged_state_is_set_aside_and_the_log_read_from_the_start(tmp_path: Path, sidecar, damage: str) -> None:  # type: ignore[no-untyped-def]
     _, side, first = log_read_once(tmp_path, sidecar, 200)
@@ -215,6 +221,7 @@ def test_a_damaged_state_is_set_aside_and_the_log_read_from_the_start(tmp_path: 
     assert len(list((tmp_path / "state").glob(f"*.sqlite.{damage}-*"))) == 1  # kept for a look, not deleted
 
 
+@pytest.mark.slow  # mstail and writer processes
 def test_a_state_damaged_in_a_machine_crash_is_caught_beside_its_served_history_and_read_again(  # type: ignore[no-untyped-def]
         tmp_path: Path, sidecar) -> None:
     # After a machine crash (no mark its owner left holds) the history is loaded and served beside the state's
@@ -238,6 +245,7 @@ def test_a_state_damaged_in_a_machine_crash_is_caught_beside_its_served_history_
     assert second.stdout_path.read_text().count("serving") == 1  # one server for the user, started over inside
 
 
+@pytest.mark.slow  # mstail and writer processes
 def test_ctrl_c_closes_the_state_cleanly_and_the_next_start_trusts_it(tmp_path: Path, sidecar) -> None:  # type: ignore[no-untyped-def]
     # Before: uvicorn raised SIGINT again after its shutdown, asyncio.run cancelled the cleanup at its first await and
     # `Store.close` never ran (no last commit of the columns and alert state, no clean close).
@@ -250,6 +258,7 @@ def test_ctrl_c_closes_the_state_cleanly_and_the_next_start_trusts_it(tmp_path: 
     assert lock.read_text().startswith("open ")  # taken at the opening; in its place the running owner's mark
 
 
+@pytest.mark.slow  # mstail and writer processes
 def test_sse_ids_survive_a_restart_last_event_id_resumes_exactly(tmp_path: Path, sidecar) -> None:  # type: ignore[no-untyped-def]
     log, side, first = log_read_once(tmp_path, sidecar, 50)
     seen = collect(f"{first.url}/api/stream?after=0", until=lambda got: 50 in stream_seqs(got))
@@ -264,6 +273,7 @@ def test_sse_ids_survive_a_restart_last_event_id_resumes_exactly(tmp_path: Path,
     assert [r["step"] for r in records if r["seq"] <= 80] == list(range(51, 81))
 
 
+@pytest.mark.slow  # mstail and writer processes
 def test_the_state_folder_may_not_be_inside_a_followed_log_folder(tmp_path: Path) -> None:
     logs = tmp_path / "output" / "log"
     logs.mkdir(parents=True)
@@ -276,6 +286,7 @@ def test_the_state_folder_may_not_be_inside_a_followed_log_folder(tmp_path: Path
     assert "inside the followed log folder" in done.stderr and "Traceback" not in done.stderr
 
 
+@pytest.mark.slow  # mstail and writer processes
 def test_no_state_keeps_nothing(tmp_path: Path) -> None:
     log = tmp_path / "logs" / "info.log"
     log.parent.mkdir()
@@ -395,6 +406,7 @@ def test_a_file_rotated_while_down_is_finished_from_its_offset_then_the_new_one_
     assert [r["step"] for r in second.store.records_after(0, 100)] == list(range(1, 16))
 
 
+@pytest.mark.slow  # mstail and writer processes
 def test_a_second_mstail_on_the_same_logs_and_state_is_refused_clearly(tmp_path: Path, sidecar) -> None:  # type: ignore[no-untyped-def]
     log, side, _ = log_read_once(tmp_path, sidecar, 5)
     done = subprocess.run(

@@ -29,6 +29,7 @@ def _jsonl(path: Path, times: List[float], step_ms: float, nan_last: bool = Fals
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
+@pytest.mark.slow  # runs promtool
 def test_promtool_accepts_the_rules_and_the_config() -> None:
     for command in (["check", "rules", str(RULES)], ["check", "config", str(DOCS / "prometheus" / "prometheus.yml")]):
         done = subprocess.run([PROMTOOL, *command], capture_output=True, text=True, timeout=60)

@@ -152,6 +152,7 @@ def test_the_url_comes_from_the_option_a_file_or_the_environment(tmp_path: Path)
         read_url("--remote-write", "prometheus:9090")
 
 
+@pytest.mark.slow  # runs `python -m mstail`
 @pytest.mark.parametrize("args, said", [
     (("--remote-write", "prometheus:9090/api/v1/write"), "--remote-write 'prometheus:9090/api/v1/write': needs an http"),
     (("--remote-write-file", "/nonexistent/url"), "--remote-write-file /nonexistent/url: cannot read it"),

@@ -175,6 +175,7 @@ def folders_as_users_keep_them(root: Path) -> Dict[str, str]:
 UNRECOGNISED = ["exp3/data.log", "exp3/notes.txt", "exp3/pip.log", "exp4/late.log"]
 
 
+@pytest.mark.slow  # runs `python -m mstail`
 def test_text_logs_a_format_recognises_are_runs_and_the_others_are_said_once(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     expected = folders_as_users_keep_them(tmp_path)

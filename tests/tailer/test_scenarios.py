@@ -65,6 +65,7 @@ def seqs_in(path: Path) -> List[int]:
 
 
 # -- 1. rotation by rename + create -------------------------------------------------------------------------
+@pytest.mark.slow  # a writer process
 def test_01_rename_and_create_with_late_writes_to_the_renamed_file(tmp_path: Path, mode: str) -> None:
     """`mv a.log a.log.1` while writer 1 keeps its fd and appends ~2 s more to a.log.1; writer 2 creates a.log."""
     log = tmp_path / "a.log"
@@ -113,6 +114,7 @@ def copytruncate(log: Path, keep: int = 9) -> Path:
     return Path(f"{log}.1")
 
 
+@pytest.mark.slow  # a writer process
 def test_02_copytruncate_while_writing(tmp_path: Path, mode: str) -> None:
     """Three copytruncates while a writer appends: every line that exists in a copy or in the live file is
     delivered once (the copy is not re-ingested, its unread tail is read from the old offset); only lines
@@ -140,6 +142,7 @@ def test_02_copytruncate_while_writing(tmp_path: Path, mode: str) -> None:
     assert c["lost_bytes"] == 0, c  # the copies held everything that was not read yet
 
 
+@pytest.mark.slow  # a writer process
 def test_02_truncated_and_regrown_past_the_offset_within_one_interval(tmp_path: Path, mode: str) -> None:
     """`tail -F` resumes mid-line here (size never looked smaller); the head signature catches it."""
     log = tmp_path / "a.log"
@@ -160,6 +163,7 @@ def test_02_truncated_and_regrown_past_the_offset_within_one_interval(tmp_path: 
     assert counters(tailer, "a")["truncations"] == 1
 
 
+@pytest.mark.slow  # a writer process
 def test_02_plain_truncation_counts_and_logs_the_bytes_it_lost(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     # `> a.log` (no copy) while 40 lines were not read yet (small budget): those bytes are gone; counted, logged.
     log = tmp_path / "a.log"
@@ -177,6 +181,7 @@ def test_02_plain_truncation_counts_and_logs_the_bytes_it_lost(tmp_path: Path, c
     assert f"{40 * line_bytes} bytes" in caplog.text
 
 
+@pytest.mark.slow  # a writer process
 def test_02_copy_of_what_was_read_is_not_read_again_after_a_later_rotation(tmp_path: Path) -> None:
     # copytruncate leaves a.log.1 (a copy: another inode, the same head as what was read). When the path later
     # rotates for real (rename), the backups are scanned again: the copy must not be read a second time.
@@ -197,6 +202,7 @@ def test_02_copy_of_what_was_read_is_not_read_again_after_a_later_rotation(tmp_p
 
 
 # -- 3. delete + recreate -----------------------------------------------------------------------------------
+@pytest.mark.slow  # a writer process
 def test_03_delete_while_written_then_recreate(tmp_path: Path, mode: str) -> None:
     """`rm a.log` while writer 1 still writes through its fd (~2 s more); 0.3 s later writer 2 creates a.log."""
     log = tmp_path / "a.log"
@@ -217,6 +223,7 @@ def test_03_delete_while_written_then_recreate(tmp_path: Path, mode: str) -> Non
     assert_exact(records(tailer), {1: range(1, 151), 2: range(1, 201)})
 
 
+@pytest.mark.slow  # a writer process
 def test_03_reused_inode_is_a_new_file(tmp_path: Path) -> None:
     """A generation created and rotated away between two passes may get the inode of a file read (and closed)
     earlier (ext4 hands a freed inode out again at once): it is new content and must be read from 0."""
@@ -280,6 +287,7 @@ def test_04_files_and_run_directory_appear_later(tmp_path: Path, mode: str, msta
 
 
 # -- 5. partial line ----------------------------------------------------------------------------------------
+@pytest.mark.slow  # a writer process
 def test_05_partial_line_waits_for_its_newline(tmp_path: Path, mode: str) -> None:
     """Line 10 is written in two parts 2 s apart, cut inside its number (`seq=0000` ... `0010`): it must not
     come out early (as step 0 or 1), and comes out once, whole, when its newline arrives."""
@@ -300,6 +308,7 @@ def test_05_partial_line_waits_for_its_newline(tmp_path: Path, mode: str) -> Non
     assert_exact(records(tailer), {1: range(1, 13)})
 
 
+@pytest.mark.slow  # a writer process
 def test_05_partial_last_line_of_a_writer_that_died_is_not_emitted(tmp_path: Path, mode: str) -> None:
     log = tmp_path / "a.log"
     tailer = make_tailer(mode, str(log))
@@ -321,6 +330,7 @@ def test_05_partial_last_line_of_a_writer_that_died_is_not_emitted(tmp_path: Pat
 TEXT = "loss é 中文 😀 ✓"
 
 
+@pytest.mark.slow  # a writer process
 def test_06_multibyte_text_split_across_writes_and_reads(tmp_path: Path, mode: str) -> None:
     """JSONL events carrying multi-byte text, with a BOM and CRLF line ends, written one byte per write and read
     with a 1-byte budget per pass: the decoded text is identical to what was written, nothing replaced."""
@@ -380,6 +390,7 @@ def test_07_fifty_megabyte_line_and_progress_redraws(tmp_path: Path, mode: str, 
 
 
 # -- 8. binary garbage --------------------------------------------------------------------------------------
+@pytest.mark.slow  # a writer process
 def test_08_random_bytes_nul_run_sparse_hole_and_ansi_colours(tmp_path: Path, mode: str) -> None:
     """Random bytes (invalid UTF-8), a 1.5 MiB NUL run glued to the next line, a 2 MiB sparse hole, ANSI
     colour codes around lines: the tailer lives on, every numbered line is parsed, the garbage is counted."""
@@ -407,6 +418,7 @@ def test_08_random_bytes_nul_run_sparse_hole_and_ansi_colours(tmp_path: Path, mo
 
 
 # -- 11. NFS / polling: same-mtime writes, injected ESTALE / EIO, attribute-cache lag -------------------------
+@pytest.mark.slow  # a writer process
 def test_11_writes_that_keep_the_mtime(tmp_path: Path, mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every write is followed by os.utime back to the first mtime (a stat-based poller sees nothing change).
     Polling mode starts no watcher at all (0 events) and still gets every line within the interval + 1 s."""
@@ -442,6 +454,7 @@ def test_11_writes_that_keep_the_mtime(tmp_path: Path, mode: str, monkeypatch: p
         assert watchers
 
 
+@pytest.mark.slow  # a writer process
 def test_11_injected_eio_and_estale_are_survived(tmp_path: Path, mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """No NFS server can run here, so the errors a flaky mount gives are injected into os.pread (the only
     mock in this file): 4 EIOs in a row (backoff 0.1, 0.2, 0.4, 0.8 s), then an ESTALE (the path is opened
@@ -475,6 +488,7 @@ def test_11_injected_eio_and_estale_are_survived(tmp_path: Path, mode: str, monk
     assert c["io_errors"] == 5 and c["truncations"] == 0 and c["lost_bytes"] == 0, c
 
 
+@pytest.mark.slow  # a writer process
 def test_11_stat_lagging_behind_the_data_is_not_a_truncation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # NFS attribute cache: fstat keeps reporting an old (smaller) size while read() returns the new data.
     # Injected (no NFS here): fstat of the log always says 0 bytes. read() is trusted: no false truncation.
@@ -501,6 +515,7 @@ def test_11_stat_lagging_behind_the_data_is_not_a_truncation(tmp_path: Path, mon
 
 
 # -- 12. many ranks, one flooding -------------------------------------------------------------------------
+@pytest.mark.slow  # a writer process
 def test_12_eight_ranks_beside_a_flooding_one(tmp_path: Path, mode: str) -> None:
     """8 ranks at 1k lines/s and one at 50k lines/s for 2 s: every line of every rank, in order. (The latency
     of the slow ranks with and without the flood: tests/bench/rotation_scenarios.py fairness.)"""
@@ -546,6 +561,7 @@ def traceback_tailer(tmp_path: Path, mode: str, log: Path) -> Tailer:
     return Tailer(tailer.config, formats, tailer.store, tailer.hub)
 
 
+@pytest.mark.slow  # a writer process
 def test_13_tracebacks_between_metric_lines(tmp_path: Path, mode: str) -> None:
     """Three raw tracebacks, each split over two writes 0.2 s apart, between numbered lines: one error event
     per traceback holding all of it, and no metric line swallowed."""
@@ -568,6 +584,7 @@ def test_13_tracebacks_between_metric_lines(tmp_path: Path, mode: str) -> None:
         assert len(lines) == 6
 
 
+@pytest.mark.slow  # a writer process
 def test_13_torchrun_tagged_ranks_interleaved_in_one_file(tmp_path: Path, mode: str) -> None:
     """torchrun's `[rankN]: ` tags: 3 ranks write one file; rank 2 crashes after its line 10 and its traceback's
     lines come one between each of the others' lines. Each rank becomes a source of its own (`a/rank0` ...),
@@ -628,6 +645,7 @@ def test_16_nan_inf_and_overflowing_numbers_reach_the_stream(tmp_path: Path, mod
 
 
 # -- 17. small files and rank files with identical first KiB ------------------------------------------------
+@pytest.mark.slow  # a writer process
 def test_17_identical_heads_and_a_tiny_file(tmp_path: Path, mode: str) -> None:
     """8 rank files whose first 1.5 KiB are byte-identical (a config dump) and a 200-byte file: all 9 tailed."""
     tailer = make_tailer(mode, str(tmp_path / "rank*.log"), str(tmp_path / "tiny.log"))
@@ -673,6 +691,7 @@ def _all_records(server: Any) -> List[Dict[str, Any]]:
 
 
 
+@pytest.mark.slow  # a writer process
 def test_01_history_larger_than_the_budget_comes_out_in_order(tmp_path: Path) -> None:
     # mstail started late: 5 backups of ~40 KiB each and the live file, read with a 4 KiB budget per pass.
     log = tmp_path / "info.log"

@@ -50,6 +50,7 @@ def spawn(path: Path, count: int, *extra: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, str(WRITER), str(path), str(count), *extra], stdout=subprocess.DEVNULL)
 
 
+@pytest.mark.slow  # a writer process
 @pytest.mark.parametrize("mode", list(MODES))
 def test_history_then_live_through_rotation(tmp_path: Path, mode: str) -> None:
     log = tmp_path / "rank_0" / "info.log"
@@ -68,6 +69,7 @@ def test_history_then_live_through_rotation(tmp_path: Path, mode: str) -> None:
     assert info.counters["rotations"] > 5 and info.format == "pattern"
 
 
+@pytest.mark.slow  # a writer process
 @pytest.mark.parametrize("mode", list(MODES))
 def test_glob_picks_up_directories_that_appear_later(tmp_path: Path, mode: str) -> None:
     tailer = make_tailer(mode, str(tmp_path / "output" / "log" / "rank_*" / "info.log"))
@@ -91,6 +93,7 @@ def test_glob_picks_up_directories_that_appear_later(tmp_path: Path, mode: str) 
     assert steps_of(tailer.store, "rank_0") == steps_of(tailer.store, "rank_1") == list(range(1, 51))
 
 
+@pytest.mark.slow  # a writer process
 def test_live_batches_reach_a_subscriber_in_order(tmp_path: Path) -> None:
     log = tmp_path / "a.log"
     tailer = make_tailer("events", str(log))

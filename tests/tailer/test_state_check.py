@@ -262,6 +262,7 @@ def _killed_owner(path: Path, does: str) -> str:
     return opened.strip()
 
 
+@pytest.mark.slow  # an owner process
 def test_a_process_killed_in_this_boot_leaves_a_file_trusted_with_its_last_commit(tmp_path: Path) -> None:
     path = tmp_path / "state.sqlite"
     _state(path)
@@ -278,6 +279,7 @@ def test_a_process_killed_in_this_boot_leaves_a_file_trusted_with_its_last_commi
     assert not list(tmp_path.glob("*.corrupt-*"))
 
 
+@pytest.mark.slow  # an owner process
 def test_a_file_left_by_a_killed_process_is_checked_after_a_machine_restart(tmp_path: Path) -> None:
     path = tmp_path / "state.sqlite"
     _state(path)
@@ -295,6 +297,7 @@ def test_a_file_left_by_a_killed_process_is_checked_after_a_machine_restart(tmp_
     store.close()
 
 
+@pytest.mark.slow  # an owner process
 @pytest.mark.parametrize("written", ["state.sqlite", "state.sqlite-wal"])
 def test_a_file_written_after_its_owner_was_killed_is_checked_and_a_damaged_one_set_aside(
         tmp_path: Path, written: str, caplog: pytest.LogCaptureFixture) -> None:
@@ -318,6 +321,7 @@ def test_a_file_written_after_its_owner_was_killed_is_checked_and_a_damaged_one_
     store.close()
 
 
+@pytest.mark.slow  # an owner process
 @pytest.mark.parametrize("does", ["read", "open"])
 def test_a_process_killed_after_a_failed_read_or_before_its_check_ended_leaves_no_trust(
         tmp_path: Path, does: str) -> None:
@@ -379,6 +383,7 @@ def test_reopened_says_whether_the_opening_found_a_history_to_load(tmp_path: Pat
 
 
 
+@pytest.mark.slow  # an owner process
 @pytest.mark.parametrize("mark", ["none", "clean"])
 def test_another_program_reading_the_state_meanwhile_leaves_mstail_its_wal(tmp_path: Path, mark: str) -> None:
     """The check reads the file in order through a descriptor of its own: closed while SQLite had the file open, it

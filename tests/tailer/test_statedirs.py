@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 from typing import Dict, List, Tuple
 
+import pytest
+
 from mstail.tailer.history.db import StateDB, state_file
 from tests.conftest import ROOT
 
@@ -81,6 +83,7 @@ def test_list_and_prune_states_whose_logs_are_gone_never_one_in_use(mstail_serve
     assert names(folder) == []
 
 
+@pytest.mark.slow  # runs `python -m mstail`
 def test_prune_older_than_an_age_keeps_recent_and_held_states(tmp_path: Path) -> None:
     folder = tmp_path / "states"
     old, recent, held = (state_file(folder, label, f"{i:016x}") for i, label in enumerate(("old", "recent", "held")))

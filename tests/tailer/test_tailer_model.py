@@ -66,6 +66,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Dict, List, Optional, Set, Tuple
 
+import pytest
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
@@ -512,7 +513,7 @@ class ChildCatchUpModel(TailerModel):
 
 
 ChildCatchUpModel.TestCase.settings = TailerModel.TestCase.settings
-TestChildCatchUpModel = ChildCatchUpModel.TestCase
+TestChildCatchUpModel = pytest.mark.slow(ChildCatchUpModel.TestCase)  # catch-up child processes
 
 
 # -- regressions the machine found (FileFollower directly, real files) ------------------------------------------

@@ -112,6 +112,7 @@ def test_a_non_loopback_host_gets_a_generated_token_and_loopback_does_not() -> N
     assert len({new_token() for _ in range(100)}) == 100
 
 
+@pytest.mark.slow  # a real mstail
 @pytest.mark.parametrize("token", ["short", "has space in the token 1234", "semi;colon-in-the-token-1234", "x" * 513])
 def test_a_malformed_token_is_one_clear_error(tmp_path: Path, token: str) -> None:
     proc = subprocess.run([sys.executable, "-m", "mstail", "--log", str(tmp_path / "x.log"), "--port", "0", "--token", token],
@@ -121,6 +122,7 @@ def test_a_malformed_token_is_one_clear_error(tmp_path: Path, token: str) -> Non
 
 
 # -- the token ----------------------------------------------------------------------------------------------
+@pytest.mark.slow  # a real mstail
 @pytest.mark.parametrize("path", ALL_PATHS)
 def test_every_path_answers_401_without_the_token(guarded: MstailServer, path: str) -> None:
     for headers in ({}, {"Authorization": "Bearer wrong-" + TOKEN}, {"Authorization": "Bearer " + TOKEN.upper()},
@@ -138,6 +140,7 @@ def test_every_path_answers_401_without_the_token(guarded: MstailServer, path: s
     assert status == 401
 
 
+@pytest.mark.slow  # a real mstail
 @pytest.mark.parametrize("path", ALL_PATHS)
 def test_every_path_works_with_the_bearer_token(guarded: MstailServer, path: str) -> None:
     for scheme in ("Bearer", "bearer"):
@@ -146,6 +149,7 @@ def test_every_path_works_with_the_bearer_token(guarded: MstailServer, path: str
         assert "set-cookie" not in got
 
 
+@pytest.mark.slow  # a real mstail
 def test_the_token_in_the_url_sets_a_strict_httponly_cookie_that_then_suffices(guarded: MstailServer) -> None:
     status, got, body = request(guarded, "/?token=" + TOKEN)
     assert status == 200 and b"<title>mstail</title>" in body
@@ -162,6 +166,7 @@ def test_the_token_in_the_url_sets_a_strict_httponly_cookie_that_then_suffices(g
 
 
 # -- Host header, headers, CORS -----------------------------------------------------------------------------
+@pytest.mark.slow  # a real mstail
 def test_a_loopback_only_server_refuses_foreign_host_headers(open_server: MstailServer) -> None:
     port = urlsplit(open_server.url).port
     for host in ("evil.example", f"evil.example:{port}", "10.0.0.1", f"[fe80::1]:{port}", "127.0.0.1.evil.example"):
@@ -172,6 +177,7 @@ def test_a_loopback_only_server_refuses_foreign_host_headers(open_server: Mstail
         assert request(open_server, "/api/sources", {"Host": host})[0] == 200, host
 
 
+@pytest.mark.slow  # a real mstail
 @pytest.mark.parametrize("path", ["/", "/static/app.js", "/api/sources", "/api/stream", "/healthz", "/no-such-page"])
 def test_security_headers_on_every_answer(open_server: MstailServer, guarded: MstailServer, path: str) -> None:
     for server, headers in ((open_server, {}), (guarded, {}), (guarded, {"Authorization": "Bearer " + TOKEN})):
@@ -188,6 +194,7 @@ def test_security_headers_on_every_answer(open_server: MstailServer, guarded: Ms
         assert got["x-frame-options"] == "DENY"
 
 
+@pytest.mark.slow  # a real mstail
 def test_cors_is_closed_unless_configured(open_server: MstailServer, tmp_path_factory: pytest.TempPathFactory) -> None:
     origin = {"Origin": "http://evil.example"}
     _, got, _ = request(open_server, "/api/sources", origin)
@@ -219,6 +226,7 @@ TRAVERSALS = [
 ]
 
 
+@pytest.mark.slow  # a real mstail
 @pytest.mark.parametrize("path", TRAVERSALS)
 def test_no_path_escapes_the_static_folder(open_server: MstailServer, path: str) -> None:
     status, _, body = request(open_server, path)
@@ -227,6 +235,7 @@ def test_no_path_escapes_the_static_folder(open_server: MstailServer, path: str)
         assert secret not in body, (path, secret)
 
 
+@pytest.mark.slow  # a real mstail
 def test_no_query_names_a_file_to_read(open_server: MstailServer) -> None:
     for path in ("/api/series?metric=../../../../etc/passwd", "/api/series?metric=loss&source=/etc/passwd",
                  "/api/sources?path=/etc/passwd", "/api/events?kind=/etc/passwd", "/?file=/etc/passwd",
@@ -268,6 +277,7 @@ BAD_QUERIES = [
 ]
 
 
+@pytest.mark.slow  # a real mstail
 @pytest.mark.parametrize("name,path", BAD_QUERIES, ids=[f"{n}-{i}" for i, (n, _) in enumerate(BAD_QUERIES)])
 def test_oversized_or_malformed_parameters_get_4xx(open_server: MstailServer, name: str, path: str) -> None:
     status, got, body = request(open_server, path)
@@ -275,12 +285,14 @@ def test_oversized_or_malformed_parameters_get_4xx(open_server: MstailServer, na
     assert got["content-type"].startswith("application/json") and len(body) < 64 * 1024
 
 
+@pytest.mark.slow  # a real mstail
 @pytest.mark.parametrize("value", ["9" * 5000, "9" * 20, "\u00b2", "12a", "-3", " ", "1 2"])
 def test_malformed_last_event_id_gets_400(open_server: MstailServer, value: str) -> None:
     status, _, _ = request(open_server, "/api/stream", {"Last-Event-ID": value.encode("utf-8").decode("latin-1")})
     assert status == 400 if value.strip() else status == 200, (value, status)
 
 
+@pytest.mark.slow  # a real mstail
 def test_the_largest_valid_values_still_answer(open_server: MstailServer) -> None:
     for path in ("/api/series?metric=loss&points=20000&start=-9223372036854775808&end=9223372036854775807",
                  "/api/series?metric=loss&aggregate=mean&start=-9223372036854775808&end=-9223372036854775808",
