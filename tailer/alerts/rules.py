@@ -99,7 +99,7 @@ class Columns:
                 numbers = values
             elif kinds <= {float, int}:  # anything else (a bool, a text, None) goes through `number` one by one
                 try:
-                    numbers = list(map(float, values))
+                    numbers = list(map(float, values))  # type: ignore[arg-type]  # ints and floats: no None
                 except OverflowError:  # an int beyond the float range is no number to `number`
                     pass
             if numbers is not None:
@@ -421,7 +421,9 @@ def norm_bound(rule: Dict[str, Any], low: float) -> float:
 def judged_verdicts(values: Tuple[Sequence[int], List[float]], judge: Callable[[float], Optional[str]]) -> Verdicts:
     """A rule that judges each of a batch's finite `values` (positions, numbers) in turn: `judge` gives its message,
     "" (fine) or None (not judged at that value)."""
-    at, firing, messages = [], [], {}
+    at: List[int] = []
+    firing: List[bool] = []
+    messages: Dict[int, str] = {}
     for position, value in zip(*values):
         message = judge(value)
         if message is not None:
@@ -462,7 +464,9 @@ def judge_overflow(rule: Dict[str, Any], state: SourceState, columns: Columns) -
     if values.count(0) == len(values):  # no overflow at all (False, 0 or 0.0 each: NaN is one, None no flag)
         state.overflow_run = 0
         return columns.everyone, None, str
-    at, firing, runs = [], [], {}
+    at: List[int] = []
+    firing: List[bool] = []
+    runs: Dict[int, int] = {}
     for position, value in enumerate(values):
         if value is not None:
             state.overflow_run = state.overflow_run + 1 if number(value) else 0
