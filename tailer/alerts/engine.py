@@ -14,8 +14,9 @@ A rule firing on many records in a row costs its first fire and one count, not a
 The settings: `DEFAULT_RULES` (each rule's keys and defaults, from `RULES`) and `DEFAULT_GENERAL`; a TOML file given
 with `--alerts` overrides them per rule (`load_alert_rules`).
 
-Every alert: id, rule, source, step, severity, message, first_seen, last_seen, count, state (firing |
-resolved). One alert per (rule, source) at a time; repeats while firing raise `count` and are published at
+Every alert: id, rule, source, step, severity, message, first_seen, last_seen (mstail's clock), logged_at (the log's
+time of the record at `step`, for a rule judging records; None where the log has no time or for a rule of mstail's
+clock), count, state (firing | resolved). One alert per (rule, source) at a time; repeats while firing raise `count` and are published at
 most once per `cooldown_s`; an alert resolves when its condition has been clear for `clear_after` records
 (at once for hang/gone); a rule that fires again within `cooldown_s` of resolving reopens the same alert.
 """
@@ -31,6 +32,7 @@ from itertools import compress, groupby, repeat
 from operator import contains, ne
 from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
+from mstail.parsers.record import ESTIMATED
 from mstail.platform import tomllib
 
 from mstail.tailer.alerts.rules import (RULES, SEVERITIES, Columns, OneRecord, SourceState, Verdict, Verdicts,
@@ -275,12 +277,14 @@ class AlertEngine:
         one settles each verdict as it comes)."""
         settings = self.rules.rules
         if len(columns.records) == 1:  # each rule's verdict changes its alert in turn: nothing to order
-            step = columns.records[0].get("step")
+            record = columns.records[0]
+            step = record.get("step")
             for name, judge in self._record_judges:
                 at, firing, message = judge(settings[name], state, columns)
                 if at:
                     fired = firing is not None and firing[0]
-                    self._condition(name, source, state, step, now, out, fired, message(0) if fired else "")
+                    self._condition(name, source, state, step, now, out, fired, message(0) if fired else "",
+                                    logged_time(record) if fired else None)
             return
         verdicts = [(name, judge(settings[name], state, columns)) for name, judge in self._record_judges]
         self._settle(source, state, columns.records, verdicts, now, out)
@@ -346,7 +350,9 @@ class AlertEngine:
             if resolve:
                 self._resolve(rule, source, now, out, "condition cleared")
             elif fired:
-                self._condition(rule, source, state, records[at[start]].get("step"), now, out, True, message(start))
+                first = records[at[start]]
+                self._condition(rule, source, state, first.get("step"), now, out, True, message(start),
+                                logged_time(first))
                 if end - start > 1:
                     alert = self._alerts[key]
                     alert["count"] += end - start - 1
@@ -354,7 +360,7 @@ class AlertEngine:
                     for k in range(end - 1, start, -1):
                         step = records[at[k]].get("step")
                         if isinstance(step, int):
-                            alert["step"] = step
+                            alert["step"], alert["logged_at"] = step, logged_time(records[at[k]])
                             break
                     alert["message"] = message(end - 1)
             elif key in self._alerts:
@@ -525,15 +531,16 @@ class AlertEngine:
             message = judge(self.rules.rules[name], event)
             if message is not None:
                 step = event.get("step")
-                self._fire(name, source, step if isinstance(step, int) else None, now, message, out)
+                self._fire(name, source, step if isinstance(step, int) else None, now, message, out,
+                           logged_time(event))
                 state.clear[name] = 0
 
     # -- alert bookkeeping ----------------------------------------------------------------------------------
     def _condition(self, rule: str, source: str, state: SourceState, step: Any, now: float, out: List[Change],
-                   firing: bool, message: str) -> None:
+                   firing: bool, message: str, logged: Optional[float] = None) -> None:
         if firing:
             state.clear[rule] = 0
-            self._fire(rule, source, step if isinstance(step, int) else None, now, message, out)
+            self._fire(rule, source, step if isinstance(step, int) else None, now, message, out, logged)
             return
         if (rule, source) not in self._alerts:
             return
@@ -552,7 +559,9 @@ class AlertEngine:
                 self._resolve(rule, source, now, out, text)
 
     def _fire(self, rule: str, source: str, step: Optional[int], now: float, message: str, out: List[Change],
-              ) -> None:
+              logged: Optional[float] = None) -> None:
+        """Raise, reopen or repeat the alert of (`rule`, `source`) at `step`; `logged`: the log's time of the record
+        at that step (None: the log has none there, or the rule judges on mstail's clock)."""
         key = (rule, source)
         alert = self._alerts.get(key)
         cooldown = float(self.rules.general["cooldown_s"])
@@ -560,7 +569,7 @@ class AlertEngine:
             alert = {
                 "id": f"a{self._next_id}", "rule": rule, "source": source, "step": step,
                 "severity": self.rules.rules[rule]["severity"], "message": message, "first_seen": now,
-                "last_seen": now, "count": 1, "state": "firing", "resolved_at": None,
+                "last_seen": now, "logged_at": logged, "count": 1, "state": "firing", "resolved_at": None,
             }
             self._next_id += 1
             self._alerts[key] = alert
@@ -570,23 +579,23 @@ class AlertEngine:
         if alert["state"] == "resolved":
             if alert["resolved_at"] is not None and now - alert["resolved_at"] > cooldown:
                 del self._alerts[key]  # long enough ago: a new alert
-                self._fire(rule, source, step, now, message, out)
+                self._fire(rule, source, step, now, message, out, logged)
                 return
             alert["state"], alert["resolved_at"] = "firing", None  # flapping: reopen the same alert
             with_notify = now - self._published.get(alert["id"], -math.inf) >= cooldown
-            self._bump(alert, step, now, message)
+            self._bump(alert, step, now, message, logged)
             out.append(self._change(alert, now, notify=with_notify))
             return
-        self._bump(alert, step, now, message)
+        self._bump(alert, step, now, message, logged)
         if now - self._published.get(alert["id"], -math.inf) >= cooldown:
             out.append(self._change(alert, now, notify=True))
 
     @staticmethod
-    def _bump(alert: Dict[str, Any], step: Optional[int], now: float, message: str) -> None:
+    def _bump(alert: Dict[str, Any], step: Optional[int], now: float, message: str, logged: Optional[float]) -> None:
         alert["count"] += 1
         alert["last_seen"] = now
         if step is not None:
-            alert["step"] = step
+            alert["step"], alert["logged_at"] = step, logged
         if message:
             alert["message"] = message
 
@@ -615,3 +624,11 @@ def _counts_towards_clearing(settings: Dict[str, Any], state: SourceState, colum
     """An event rule's verdicts on a batch of records: each judged, none fired (a step after an error counts towards
     clearing its alert)."""
     return columns.everyone, None, str
+
+
+def logged_time(record: Dict[str, Any]) -> Optional[float]:
+    """The log's time of a record: its `time`, unless that is the moment mstail read the line (`estimated`)."""
+    when = number(record.get("time"))
+    if when is None or not math.isfinite(when) or "time" in str(record.get(ESTIMATED, "")).split():
+        return None
+    return when

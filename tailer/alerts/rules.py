@@ -56,7 +56,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import repeat
-from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from mstail.tailer.inputs.discovery import rank_of
 
@@ -195,7 +195,7 @@ class Window:
     def __len__(self) -> int:
         return len(self.order)
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[float]:
         return iter(self.order)
 
     def append(self, value: float) -> None:

@@ -123,7 +123,8 @@ def payload(fmt: str, alert: Dict[str, Any]) -> Dict[str, Any]:
         return {"msgtype": "text", "text": {"content": text}}
     if fmt == "slack":
         return {"text": text}
-    keep = ("id", "rule", "source", "step", "severity", "state", "message", "first_seen", "last_seen", "count", "seq")
+    keep = ("id", "rule", "source", "step", "severity", "state", "message", "first_seen", "last_seen", "logged_at",
+            "count", "seq")
     return {"text": text, "alert": jsonable({k: alert[k] for k in keep if k in alert})}
 
 

@@ -75,6 +75,17 @@ def thread_cpu_s(pid: int, tid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def start_jsonl_mstail(support: Any, code: Optional[Path], work: Path, log: Path, state: Path,
+                       env: Dict[str, str]) -> Any:
+    """A real mstail following the JSONL `log` with its state in `state`, run from the tree `code` (default this one)."""
+    here, support.ROOT = support.ROOT, code or support.ROOT  # start_mstail runs mstail from ROOT (cwd, PYTHONPATH)
+    try:
+        return support.start_mstail([], work, args=["--jsonl", str(log), "--state-dir", str(state)], timeout=600,
+                                    env=env)
+    finally:
+        support.ROOT = here
+
+
 def full_history(server: Any, steps: int) -> bool:
     """Whether /api/series serves the whole run of loss (the last x is the last step), then the 8 charts."""
     try:
@@ -126,12 +137,7 @@ def run(support: Any, label: str, log: Path, state: Path, work: Path, steps: int
         drop_page_cache()
         label += ", cold page cache"
     began = time.perf_counter()
-    here, support.ROOT = support.ROOT, code or support.ROOT  # start_mstail runs mstail from ROOT (cwd, PYTHONPATH)
-    try:
-        server = support.start_mstail([], work, args=["--jsonl", str(log), "--state-dir", str(state)], timeout=600,
-                                      env=env)
-    finally:
-        support.ROOT = here
+    server = start_jsonl_mstail(support, code, work, log, state, env)
     listening = time.perf_counter() - began
     try:
         support.wait_until(lambda: full_history(server, steps), 1800, interval=0.02)

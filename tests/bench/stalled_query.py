@@ -33,7 +33,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from benchsupport import installed_env, load_test_support
 from page_load import rss_mib, write_log
-from restart import METRICS, code_of, full_history
+from restart import METRICS, code_of, full_history, start_jsonl_mstail
 
 QUERIES = 40
 HEALTH_EVERY_S = 0.02
@@ -113,12 +113,7 @@ def run(support: Any, label: str, log: Path, state: Path, work: Path, steps: int
     """One mstail over `log` and `state` (run from `code`, default this tree) once it serves the whole run: the
     burst's figures, printed."""
     env = installed_env([code])
-    here, support.ROOT = support.ROOT, code or support.ROOT  # start_mstail runs mstail from ROOT (cwd, PYTHONPATH)
-    try:
-        server = support.start_mstail([], work, args=["--jsonl", str(log), "--state-dir", str(state)], timeout=600,
-                                      env=env)
-    finally:
-        support.ROOT = here
+    server = start_jsonl_mstail(support, code, work, log, state, env)
     try:
         support.wait_until(lambda: full_history(server, steps), 1800, interval=0.1)
         port = int(server.url.rsplit(":", 1)[1].split("/")[0])

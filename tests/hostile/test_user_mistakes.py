@@ -317,14 +317,25 @@ def test_parse_to_csv_escapes_control_characters_as_jsonl_does(tmp_path: Path) -
     assert rows[2]["message"] == "c1 \\u009b31m del \\u007f" and rows[3]["message"] == "'=\\u001b[31m"
 
 
+def _page_util(tmp_path: Path, names: str) -> str:
+    """The start of a node script that has the page's util.js (an ES module: a .mjs copy imports without a
+    package.json) give `names`: its fetch of the record's schema answered from parsers/record.schema.json, as the
+    app serves it."""
+    module = tmp_path / "util.mjs"
+    shutil.copyfile(ROOT / "web" / "static" / "util.js", module)
+    schema = ROOT / "parsers" / "record.schema.json"
+    return (f"import {{ readFileSync }} from 'node:fs';\n"
+            f"globalThis.fetch = async () => ({{ ok: true, json: async () => JSON.parse(readFileSync("
+            f"{json.dumps(str(schema))}, 'utf8')) }});\n"
+            f"const {{ {names} }} = await import({json.dumps(module.as_uri())});\n")
+
+
 def test_page_csv_cell_follows_the_same_rule(tmp_path: Path) -> None:
     node = shutil.which("node")
     if node is None:
         pytest.skip("node is not installed: the page's csvCell is not checked here")
-    module = tmp_path / "util.mjs"  # util.js is an ES module; a .mjs copy imports without a package.json
-    shutil.copyfile(ROOT / "web" / "static" / "util.js", module)
     values: List[Any] = [*FORMULAS, -1.5, -3, "-Infinity", "plain", "a,b", 'say "hi"', 0, None, *CONTROLS]
-    script = (f"import {{ csvCell }} from {json.dumps(module.as_uri())};\n"
+    script = (_page_util(tmp_path, "csvCell") +
               f"console.log(JSON.stringify({json.dumps(values)}.map(csvCell).concat([csvCell(-Infinity)])));\n")
     done = subprocess.run([node, "--input-type=module", "-e", script], capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
@@ -341,12 +352,11 @@ def test_page_csv_time_is_the_offline_csv_time(tmp_path: Path) -> None:
     node = shutil.which("node")
     if node is None:
         pytest.skip("node is not installed: the page's isoTime is not checked here")
-    module = tmp_path / "util.mjs"
-    shutil.copyfile(ROOT / "web" / "static" / "util.js", module)
+    start = _page_util(tmp_path, "isoTime")
     times = [0, 1723438095.163, 1764672000.5, 1798761599.999, None]
     for zone, offset in (("Asia/Kolkata", "+05:30"), ("America/St_Johns", "-0"), ("UTC", "+00:00")):
         env = {**os.environ, "TZ": zone}
-        page = subprocess.run([node, "--input-type=module", "-e", f"import {{ isoTime }} from {json.dumps(module.as_uri())};\n"
+        page = subprocess.run([node, "--input-type=module", "-e", start +
                                f"console.log(JSON.stringify({json.dumps(times)}.map(isoTime)));\n"],
                               capture_output=True, text=True, timeout=30, env=env)
         offline = subprocess.run([sys.executable, "-c", "import json, sys; from mstail.tailer.offline.output import "

@@ -403,3 +403,26 @@ def test_trend_is_off_by_default_and_finds_plateau_and_divergence() -> None:
     run = Run({**config, "loss_spike": {"enabled": False}}).feed(training(200, at=rising))
     [diverging] = run.fired("trend")
     assert diverging["step"] == 100 and "diverging" in diverging["message"]
+
+
+def test_an_alert_raised_by_a_log_line_carries_that_line_s_time_and_one_of_mstail_s_clock_none() -> None:
+    """`logged_at`: the log's time of the record at the alert's step (read a day after it was written here, so
+    mstail's clock and the log's differ); None where the line has no time, or for a rule judged on mstail's clock."""
+    day = 86400.0
+    run = Run()
+    for number, (t, line) in enumerate(training(60, at={s: {"loss": math.nan} for s in (40, 41)}), 1):
+        for item in run.parser.feed(line, number, t + day) + run.parser.flush(t + day, force=True):
+            run.changes += run.engine.observe(run.source, item.data, t + day)
+    [fired] = run.fired("nonfinite")
+    assert fired["logged_at"] == pytest.approx(T0 + 40 * 0.5, abs=0.001) and fired["first_seen"] >= T0 + day
+    [alert] = run.engine.table()["resolved"]
+    assert alert["step"] == 41 and alert["logged_at"] == pytest.approx(T0 + 41 * 0.5, abs=0.001)  # the newest fire's
+    hung = Run({"hang": {"min_s": 2.0, "k": 10.0}}).feed(training(50, step_s=0.5))
+    [hang] = hung.tick(hung.now + 5.1)
+    assert hang["rule"] == "hang" and hang["logged_at"] is None
+    # a record whose time is the moment mstail read it (a print()-style line): no log time
+    engine = AlertEngine()
+    [read] = engine.observe("r", {"step": 3, "loss": math.nan, "time": T0, "estimated": "time"}, T0)
+    assert read["rule"] == "nonfinite" and read["logged_at"] is None
+    [error] = engine.observe("r", {"kind": "error", "step": 7, "message": "ValueError: x", "time": T0 - 5}, T0)
+    assert error["logged_at"] == T0 - 5

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, Dict, Iterator, List
 
 CHROMIUM = "/usr/bin/chromium"
@@ -38,6 +39,23 @@ def dashboard(browser: Any, url: str, **context_options: Any) -> Iterator[Watche
         yield watched
     finally:
         context.close()
+
+
+@contextmanager
+def served_dashboard(browser: Any, state: Path, args: List[str], records: int) -> Iterator[Watched]:
+    """A real mstail started with `args` (its state under `state`) and the page on it once `records` records are in
+    (`watched.server` is the server); the server stopped after, which must end without a traceback."""
+    from ..conftest import start_mstail
+
+    server = start_mstail([], state, args=args)
+    try:
+        server.wait_records(records, timeout=60)
+        with dashboard(browser, server.url) as watched:
+            watched.server = server
+            yield watched
+    finally:
+        code = server.stop()
+    assert code is not None and "Traceback" not in server.stderr, server.stderr
 
 
 def show_chart(page: Any, metric: str) -> None:

@@ -13,8 +13,7 @@ from typing import Any, Iterator, List
 
 import pytest
 
-from ..conftest import start_mstail
-from .browser import dashboard, show_chart, wait_js
+from .browser import served_dashboard, show_chart, wait_js
 
 pytestmark = pytest.mark.browser
 
@@ -40,15 +39,9 @@ def _write_ranks(root: Path) -> List[str]:
 @pytest.fixture(scope="module")
 def ranks40(browser: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     root = tmp_path_factory.mktemp("ranks40")
-    server = start_mstail([], root / "mstail", args=["--jsonl", *_write_ranks(root / "job")])
-    try:
-        server.wait_records(RANKS * STEPS, timeout=60)
-        with dashboard(browser, server.url) as watched:
-            watched.ids = sorted(s["id"] for s in server.get_json("/api/sources"))
-            yield watched
-    finally:
-        code = server.stop()
-    assert code is not None and "Traceback" not in server.stderr, server.stderr
+    with served_dashboard(browser, root / "mstail", ["--jsonl", *_write_ranks(root / "job")], RANKS * STEPS) as watched:
+        watched.ids = sorted(s["id"] for s in watched.server.get_json("/api/sources"))
+        yield watched
 
 
 def _visible(page: Any, metric: str) -> List[str]:

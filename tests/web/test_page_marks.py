@@ -10,8 +10,7 @@ from typing import Any, Iterator, List
 
 import pytest
 
-from ..conftest import start_mstail
-from .browser import dashboard, show_chart, wait_js
+from .browser import served_dashboard, show_chart, wait_js
 
 pytestmark = pytest.mark.browser
 
@@ -48,14 +47,8 @@ def _write(root: Path) -> List[str]:
 @pytest.fixture(scope="module")
 def marks64(browser: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     root = tmp_path_factory.mktemp("marks64")
-    server = start_mstail([], root / "mstail", args=["--jsonl", *_write(root / "job")])
-    try:
-        server.wait_records(RANKS * STEPS, timeout=60)
-        with dashboard(browser, server.url) as watched:
-            yield watched
-    finally:
-        code = server.stop()
-    assert code is not None and "Traceback" not in server.stderr, server.stderr
+    with served_dashboard(browser, root / "mstail", ["--jsonl", *_write(root / "job")], RANKS * STEPS) as watched:
+        yield watched
 
 
 def _overlaps(boxes: List[Any]) -> List[Any]:

@@ -1,7 +1,7 @@
 """Every view switch while the mouse is over a chart, in real headless Chromium against a real mstail following
 logs a real writer process wrote, at 1, 8, 64 and 1,024 ranks (two runs at 8 and 64, so "compare runs" is
-among the modes): ranks mode, "delta vs", x axis, log scale, smoothing, chart and source filters, tooltip order and
-theme. The page must not throw or log a single error, and the tooltip shown after a switch must be the new mode's."""
+among the modes): ranks mode, "delta vs", x axis, log scale, smoothing, chart and source filters, tooltip order,
+theme, pin, enlarge and the filter's matches in one chart. The page must not throw or log a single error, and the tooltip shown after a switch must be the new mode's."""
 
 from __future__ import annotations
 
@@ -88,6 +88,18 @@ def _switches(page: Any, ranks: int, first: str) -> List[Tuple[bool, Callable[[]
     ]
     if ranks > 8:  # the sources' table and its filter
         others += [lambda: page.fill("#source-filter", "rank_1"), lambda: page.fill("#source-filter", "")]
+    if ranks <= 64:  # pin, enlarge, and the filter's matches in one chart (1,024 lines drawn again: slow, not wrong)
+        check = "v => { const c = document.getElementById('combine'); c.checked = v; c.dispatchEvent(new Event('change')); }"
+        others += [
+            lambda: page.click("section.chart[data-metric='loss'] .tool-pin"),
+            lambda: page.click("section.chart[data-metric='loss'] .tool-enlarge"),
+            lambda: page.keyboard.press("Escape"),
+            lambda: page.click("section.chart[data-metric='loss'] .tool-pin"),
+            lambda: page.fill("#metric-filter", "loss|lr"),
+            lambda: page.evaluate(check, True),
+            lambda: page.evaluate(check, False),
+            lambda: page.fill("#metric-filter", ""),
+        ]
     return [(True, m) for m in modes] + [(False, o) for o in others]
 
 

@@ -2,13 +2,12 @@
 // loss chart. The table comes from /api/alerts, then from the stream's `alert` messages (stream.js calls noteAlert).
 // Alert text (rule, source, message) is set with textContent: never HTML.
 
-import { bisectRight, getJSON } from "./util.js";
+import { getJSON } from "./util.js";
 import { state } from "./state.js";
 
 // Rules judged on a log line (its step's record): the alert's time is that record's, the log's own. The others
 // (hang, gone, died, straggler) are judged on mstail's clock: their time is when mstail saw it.
 const LINE_RULES = new Set(["nonfinite", "loss_spike", "grad_norm", "overflow", "loss_scale", "error", "trend"]);
-const logTimes = new Map();  // "source#step" -> {time, read} of that step's record, or null while asked
 
 export function alertMarks() {
   // One red line per alert step on the loss chart (both firing and resolved alerts: where things went wrong); the
@@ -81,41 +80,12 @@ export function renderAlerts() {
   document.getElementById("alerts-none").hidden = all.length > 0;
 }
 
-// When the alert happened: the log's time of its step's record where the log gave one, else mstail's time said
-// as such ("read time": the log has no time there; "seen": a rule of mstail's clock).
+// When the alert happened: the log's time of the record at its step (`logged_at`, the engine's) where the log gave
+// one, else mstail's time said as such ("read time": the log has no time there; "seen": a rule of mstail's clock).
 function alertWhen(alert) {
+  if (typeof alert.logged_at === "number") return new Date(alert.logged_at * 1000).toLocaleString();
   const clock = new Date(alert.last_seen * 1000).toLocaleString();
-  if (!LINE_RULES.has(alert.rule) || typeof alert.step !== "number") return `${clock} (seen)`;
-  const known = logTimeOf(alert.source, alert.step);
-  if (known === null) return "…";
-  return known.time === null || known.read ? `${clock} (read time)` : new Date(known.time * 1000).toLocaleString();
-}
-
-// The time of a source's record at a step: from a chart's line holding that step, else asked once (/api/series).
-function logTimeOf(source, step) {
-  const key = `${source}#${step}`;
-  if (logTimes.has(key)) return logTimes.get(key);
-  const info = state.sources.get(source) || {};
-  const read = (info.read_times || (info.counters || {}).read_times || 0) > 0;
-  for (const chart of state.charts.values()) {
-    for (const line of chart.lines.values()) {
-      const i = line.source === source ? bisectRight(line.x, step) : -1;
-      if (i >= 0 && line.x[i] === step && typeof line.t[i] === "number") {
-        logTimes.set(key, { time: line.t[i], read });
-        return logTimes.get(key);
-      }
-    }
-  }
-  const metric = (info.metrics || []).includes("loss") ? "loss" : (info.metrics || [])[0];
-  if (!metric) return { time: null, read };
-  logTimes.set(key, null);
-  const params = new URLSearchParams({ metric, source, start: String(step), end: String(step), points: "1" });
-  getJSON(`/api/series?${params}`).then((answer) => {
-    const line = answer.series.find((s) => s.x.includes(step));
-    const time = line && line.t ? line.t[line.x.indexOf(step)] : null;
-    logTimes.set(key, { time: typeof time === "number" ? time : null, read });
-  }).catch(() => logTimes.set(key, { time: null, read })).finally(() => renderAlerts());
-  return null;
+  return LINE_RULES.has(alert.rule) ? `${clock} (read time)` : `${clock} (seen)`;
 }
 
 export function setupAlerts() {

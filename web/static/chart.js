@@ -902,7 +902,7 @@ export class ChartView {
     }
     const shown = marks.slice(-MAX_NAN_LINES).sort((a, b) => a.xAxis - b.xAxis);
     const labels = shown.length <= 12;
-    if (labels) mergeLabels(shown, this.unitsPerPixel());
+    if (labels) mergeLabels(shown, labelsMeet(this.unitsPerPixel()));
     return {
       id: "nonfinite", name: "non-finite", type: "line", data: [], color: NAN_COLOR, silent: true,
       markLine: { symbol: ["none", "circle"], symbolSize: 6, silent: true, animation: false,
@@ -923,18 +923,7 @@ export class ChartView {
     }
     placed.sort((a, b) => a.xAxis - b.xAxis);
     const gap = this.unitsPerPixel() * ALERT_LABEL_GAP_PX;
-    let head = null;
-    for (const mark of placed) {
-      if (head && mark.xAxis - head.xAxis < gap) {
-        head.more += 1;
-        head.text = `${head.base} +${head.more}`;
-        mark.label = { show: false };
-      } else {
-        head = mark;
-        head.base = mark.text;
-        head.more = 0;
-      }
-    }
+    mergeLabels(placed, (head, mark) => mark.xAxis - head.xAxis < gap);  // labels along their lines: a fixed gap
     const shown = placed.map(({ xAxis, text, label }) => (label ? { xAxis, text, label } : { xAxis, text }));
     this.el.dataset.alertLabels = String(shown.filter((m) => !m.label).length);
     return {
@@ -1295,15 +1284,21 @@ export class MetricsChart extends ChartView {
   }
 }
 
-// Labels centred above their mark lines (the NaN marks'), laid left to right: one that would meet the label before it
-// (its text's width, NAN_LABEL_GAP_PX apart) is merged into it ("NaN @ 200 +2"), so none overlaps another at any zoom.
-function mergeLabels(marks, unitsPerPixel) {
+// Whether two labels centred above their mark lines (the NaN marks') would meet: their texts' widths, NAN_LABEL_GAP_PX
+// apart.
+function labelsMeet(unitsPerPixel) {
   if (!measureCtx) measureCtx = document.createElement("canvas").getContext("2d");
   measureCtx.font = "10px sans-serif";
   const half = (text) => (measureCtx.measureText(text).width / 2 + NAN_LABEL_GAP_PX / 2) * unitsPerPixel;
+  return (head, mark) => mark.xAxis - half(mark.text) < head.xAxis + half(head.text);
+}
+
+// Mark labels laid left to right (`marks` sorted by xAxis): one that `meets` the label before it is merged into it
+// ("NaN @ 200 +2"), so none overlaps another at any zoom.
+function mergeLabels(marks, meets) {
   let head = null;
   for (const mark of marks) {
-    if (head && mark.xAxis - half(mark.text) < head.xAxis + half(head.text)) {
+    if (head && meets(head, mark)) {
       head.more += 1;
       head.text = `${head.base} +${head.more}`;
       mark.label = { show: false };
