@@ -3,10 +3,11 @@ and polling that works under the page's strict CSP (Playwright's wait_for_functi
 
 from __future__ import annotations
 
+import json
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Dict, Iterator, List
+from typing import Any, Callable, Dict, Iterator, List
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -39,6 +40,17 @@ def dashboard(browser: Any, url: str, **context_options: Any) -> Iterator[Watche
         yield watched
     finally:
         context.close()
+
+
+def write_rank_jsonl(root: Path, ranks: int, steps: int, record: Callable[[int, int], Dict[str, Any]]) -> List[str]:
+    """`root/rank_R/metrics.jsonl` for each rank, steps 1..`steps`, each line `record(rank, step)`; their paths."""
+    files = []
+    for rank in range(ranks):
+        path = root / f"rank_{rank}" / "metrics.jsonl"
+        path.parent.mkdir(parents=True)
+        path.write_text("".join(json.dumps(record(rank, s)) + "\n" for s in range(1, steps + 1)), encoding="utf-8")
+        files.append(str(path))
+    return files
 
 
 @contextmanager

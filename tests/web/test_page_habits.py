@@ -5,7 +5,6 @@ tooltip's rows named by metric). Each is kept in the URL."""
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from pathlib import Path
@@ -13,7 +12,7 @@ from typing import Any, Iterator, List
 
 import pytest
 
-from .browser import served_dashboard, show_chart, wait_js
+from .browser import served_dashboard, show_chart, wait_js, write_rank_jsonl
 
 pytestmark = pytest.mark.browser
 
@@ -24,16 +23,9 @@ CHART = "section.chart[data-metric='{}']"
 
 
 def _write_ranks(root: Path) -> List[str]:
-    files = []
-    for rank in range(RANKS):
-        path = root / f"rank_{rank}" / "metrics.jsonl"
-        path.parent.mkdir(parents=True)
-        lines = [{"step": s, "time": T0 + s, "loss": 4.0 + 6.0 * math.exp(-s / 8) + 0.01 * rank,
-                  "grad_norm": 1.0 + 0.1 * rank + 0.01 * s, "grad_scale": 100.0 + rank, "lr": 1e-4}
-                 for s in range(1, STEPS + 1)]
-        path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
-        files.append(str(path))
-    return files
+    return write_rank_jsonl(root, RANKS, STEPS, lambda rank, s: {
+        "step": s, "time": T0 + s, "loss": 4.0 + 6.0 * math.exp(-s / 8) + 0.01 * rank,
+        "grad_norm": 1.0 + 0.1 * rank + 0.01 * s, "grad_scale": 100.0 + rank, "lr": 1e-4})
 
 
 @pytest.fixture(scope="module")

@@ -4,13 +4,12 @@ apart (stacked, or merged with a count), at the whole run and zoomed in."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any, Iterator, List
+from typing import Any, Dict, Iterator, List
 
 import pytest
 
-from .browser import served_dashboard, show_chart, wait_js
+from .browser import served_dashboard, show_chart, wait_js, write_rank_jsonl
 
 pytestmark = pytest.mark.browser
 
@@ -32,16 +31,12 @@ BOXES = """() => {
 
 
 def _write(root: Path) -> List[str]:
-    files = []
-    for rank in range(RANKS):
-        path = root / f"rank_{rank}" / "metrics.jsonl"
-        path.parent.mkdir(parents=True)
+    def record(rank: int, s: int) -> Dict[str, Any]:
         nan_at = {200 + rank % 5} if rank % 8 == 0 else set()  # 8 NaNs (each labelled), 8 alerts at 200-204
-        lines = [{"step": s, "loss": "NaN" if s in nan_at else 3.0 - s / STEPS + 0.001 * rank,
-                  "overflow": s in range(150 + rank % 7, 153 + rank % 7)} for s in range(1, STEPS + 1)]
-        path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
-        files.append(str(path))
-    return files
+        return {"step": s, "loss": "NaN" if s in nan_at else 3.0 - s / STEPS + 0.001 * rank,
+                "overflow": s in range(150 + rank % 7, 153 + rank % 7)}
+
+    return write_rank_jsonl(root, RANKS, STEPS, record)
 
 
 @pytest.fixture(scope="module")

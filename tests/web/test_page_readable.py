@@ -7,7 +7,6 @@ has no pages."""
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import Any, Iterator, List
 import pytest
 
 from ..conftest import start_mstail
-from .browser import dashboard, served_dashboard, show_chart, wait_js
+from .browser import dashboard, served_dashboard, show_chart, wait_js, write_rank_jsonl
 
 pytestmark = pytest.mark.browser
 
@@ -36,16 +35,10 @@ TIP = """m => {
 
 
 def _write_ranks(root: Path) -> List[str]:
-    files = []
-    for rank in range(RANKS):
-        path = root / f"rank_{rank}" / "metrics.jsonl"
-        path.parent.mkdir(parents=True)
-        lines = [{"step": s, "time": T0 + s, "loss": 4.0 + 6.0 * math.exp(-s / 8) + 0.01 * rank,
-                  "tokens": 5_000_000 + 1000 * s + rank, "tiny": 1e-7 * (1 + s / 20),
-                  "spiky": 1000.0 if s == 20 and rank == 0 else 1.0 + 0.01 * s} for s in range(1, STEPS + 1)]
-        path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
-        files.append(str(path))
-    return files
+    return write_rank_jsonl(root, RANKS, STEPS, lambda rank, s: {
+        "step": s, "time": T0 + s, "loss": 4.0 + 6.0 * math.exp(-s / 8) + 0.01 * rank,
+        "tokens": 5_000_000 + 1000 * s + rank, "tiny": 1e-7 * (1 + s / 20),
+        "spiky": 1000.0 if s == 20 and rank == 0 else 1.0 + 0.01 * s})
 
 
 @pytest.fixture(scope="module")
