@@ -170,10 +170,10 @@ def items_of(parser: Parser, piece: Piece, now: float,
     if isinstance(piece, Block):
         return feed_block(parser, piece.data, piece.number, now, piece.decode,  # type: ignore[arg-type]  # a text kind's
                           piece.start, on_error)                                 # parser: only its followers give blocks
-    if on_error is None:
-        return parser.feed(piece.text, piece.number, now)
     try:
         return parser.feed(piece.text, piece.number, now)
-    except Exception as exc:  # noqa: BLE001 - a piece the parser cannot take is skipped and said, not fatal
+    except Exception as exc:  # a piece the parser cannot take is skipped and said (with on_error), not fatal
+        if on_error is None:
+            raise
         on_error(piece.number, exc)
         return []
