@@ -14,6 +14,16 @@ a launcher-tagged line, whose part the parent has no source for yet; the file ro
 parent's follower and parser restore the newest checkpoint it delivered (the restart path) and go on live from
 there, skipping what it already stored after that checkpoint.
 
+A history of SPLIT_MIN_BYTES or more is parsed by two processes, as `mstail parse` parses a big file's pieces
+(`tailer.offline.split`): the child forks a worker of its own that parses the second half with a fresh parser, notes
+the places early in its half where its parser held nothing (`split.Probe`) and writes its batches to an unlinked spool
+file (on disk, not in memory: they wait there until their turn). The child parses the first half, sending its batches
+as before, reads on past the middle up to the first of those places where its parser is in the state the worker's was
+(the seam: from there both give the same items), and then sends the worker's batches after that place, its run
+segments, counts and checkpoints carried on from the child's own (`_Carry`), so the parent stores the file in its order
+and every checkpoint is one a single process would have taken. Where no place agrees (or the worker failed before the
+seam), the child parses the second half itself.
+
 The child inherits the formats (compiled regexes, closures: not picklable) by fork, as `mstail parse`'s workers do,
 and touches nothing but its copies of the follower and parser and its end of the pipe; it leaves with `os._exit`,
 so nothing of the parent's (the SQLite connection, uvicorn) is finalised twice.
@@ -23,10 +33,14 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import multiprocessing
 import os
+import pickle
 import queue
 import signal
+import struct
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -37,9 +51,10 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 from mstail.parsers import Item
 from mstail.parsers.amends import fold_amends
 
-from mstail.tailer.inputs.checkpoint import SourceCheckpoint
+from mstail.tailer.inputs.checkpoint import FollowerCheckpoint, SourceCheckpoint
 from mstail.tailer.inputs.kind import Follower, InputKind, Parser, items_of
 from mstail.tailer.history.store import prepare
+from mstail.tailer.offline import split
 from mstail.tailer.offline.parallel import _usable_cpus, _worker_init  # `mstail parse`'s: a forked helper's set-up
 
 if TYPE_CHECKING:
@@ -68,7 +83,12 @@ CHILD_NICE = 19
 STALL_S = 30.0
 #: how long a child whose pipe closed is given to exit by itself (it is exiting) before `stop` kills it
 EXIT_WAIT_S = 5.0
+#: a history at least this big is parsed by the child and a worker of its own, half each (when the machine has two
+#: CPUs or more): smaller ones do not pay for the seam (the child reads on about a checkpoint save's distance, 1-2 MB
+#: of a MindFormers log, past the middle)
+SPLIT_MIN_BYTES = 64 << 20
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)  # Python 3.10+ names it
+_FRAME = struct.Struct("<Q")  # a spooled batch's length, before it
 
 
 @dataclass
@@ -84,14 +104,16 @@ class Batch:
     emitted: int
     failures: List[Tuple[int, str]] = field(default_factory=list)
     counts: Dict[str, int] = field(default_factory=dict)
+    piece: int = 0  # which half of a split history parsed it (0: the child's; 1: its worker's, carried on)
 
     # Pickled with its items as plain (kind, data) tuples: an `Item` (a NamedTuple) pickles through a Python-level
     # `__getnewargs__`, a call per item that was half the child's cost of sending a batch.
     def __getstate__(self) -> Tuple[Any, ...]:
-        return [tuple(item) for item in self.items], self.checkpoint, self.emitted, self.failures, self.counts
+        return ([tuple(item) for item in self.items], self.checkpoint, self.emitted, self.failures, self.counts,
+                self.piece)
 
     def __setstate__(self, state: Tuple[Any, ...]) -> None:
-        pairs, self.checkpoint, self.emitted, self.failures, self.counts = state
+        pairs, self.checkpoint, self.emitted, self.failures, self.counts, self.piece = state
         self.items = list(map(Item._make, pairs))
 
 
@@ -124,10 +146,12 @@ class CatchUp:
         parser: the source's parser there (likewise).
         checkpoint: the resume point: the parent's source checkpoint taken just now.
         now: the read time of the history's lines (the time a line without a timestamp is given), as for a pass.
+        fresh: a new parser for the source (as a first start makes it), for a worker that parses the second half of
+            a big history (None: the child parses all of it).
     """
 
     def __init__(self, follower: Follower, parser: Parser, checkpoint: SourceCheckpoint,
-                 now: float) -> None:
+                 now: float, fresh: Optional[Parser] = None) -> None:
         self.start = checkpoint
         self.emitted = checkpoint.emitted_at  # the items the source has emitted, those delivered from here included
         self.resume: SourceCheckpoint = checkpoint  # the newest checkpoint delivered
@@ -140,7 +164,7 @@ class CatchUp:
         self._conn, child_end = context.Pipe(duplex=False)
         _widen(child_end)
         self._process: BaseProcess = context.Process(
-            target=_child, args=(follower, parser, end, child_end, now, os.getpid()), daemon=True,
+            target=_child, args=(follower, parser, fresh, end, child_end, now, os.getpid()), daemon=True,
             name="mstail-catch-up")
         self._process.start()
         child_end.close()
@@ -200,46 +224,298 @@ def _widen(conn: Connection) -> None:
         fcntl.fcntl(conn.fileno(), _F_SETPIPE_SZ, PIPE_BYTES)
 
 
-def _child(follower: Follower, parser: Parser, end: int, conn: Connection, now: float,
+def _child(follower: Follower, parser: Parser, fresh: Optional[Parser], end: int, conn: Connection, now: float,
            parent: int) -> None:
-    """The child's work: parse from the resume point to `end` (the size seen at the fork), a batch per block."""
-    status, sender = 0, None  # the exit status: 1 when something failed
+    """The child's work: parse from the resume point to `end` (the size seen at the fork), a batch per block; a big
+    history in two halves, the second by a worker (`_Worker`)."""
+    status, sender, worker = 0, None, None  # the exit status: 1 when something failed
     try:
         _as_a_child(parent)
-        sender = _Sender(conn)
         current = follower.current
-        while follower.current is current and current.pos < end:
-            failures: List[Tuple[int, str]] = []
-
-            def failed(number: int, exc: Exception) -> None:
-                failures.append((number, f"{type(exc).__name__}: {exc}"))
-
-            items: List[Item] = []
-            budget = min(BULK_BLOCK_BYTES, end - current.pos)
-            before = follower.counters["bytes"]
-            pieces = follower.read(budget, now, blocks=True)
-            if follower.counters["bytes"] == before:
-                break  # the file changed under it (truncated, replaced): the parent's passes take it from here
-            for piece in pieces:
-                items += items_of(parser, piece, now, failed)  # a line that fails is skipped, said by the parent
-            items += parser.flush(now)
-            if parser.parts:
-                break  # a launcher tag: the parent reads on from the last resume point, with sources for the parts
-            checkpoint = None if parser.holding else SourceCheckpoint(follower.checkpoint(), parser.snapshot_json(),
-                                                                      emitted_at=parser.emitted)
-            batch = Batch(list(map(prepare, fold_amends(items))), checkpoint, parser.emitted, failures,
-                          {**follower.counters, **parser.counts})
-            if not sender.put(batch):
-                break  # the parent stopped listening: nothing to send to
+        assert current is not None  # `eligible`
+        if (fresh is not None and end - current.pos >= SPLIT_MIN_BYTES and _usable_cpus() > 1
+                and len(follower.checkpoint().files) == 1):  # no older file to drain first
+            worker = _Worker(follower, fresh, end, now)  # forked before the sender's thread starts
+        sender = _Sender(conn)
+        if worker is None:
+            _parse(follower, parser, sender, end, now)
+        elif _parse(follower, parser, sender, worker.middle, now) and not _join(follower, parser, sender, worker, now):
+            worker.stop()
+            _parse(follower, parser, sender, end, now)  # no seam: the second half parsed here
     except BaseException:  # noqa: BLE001 - the parent resumes from the last batch and says so; nothing may outlive it
         status = 1
     finally:
         try:
+            if worker is not None and worker.stop():
+                status = 1  # it ended before its end, after the seam: the parent reads on from its last batch
             if sender is not None:
                 sender.finish()  # the batches queued before a failure are good: the parent stores them
         except BaseException:  # noqa: BLE001 - as above
             status = 1
         os._exit(status)  # which closes the pipe: the parent's end then reads its end
+
+
+def _parse(follower: Follower, parser: Parser, sender: "_Sender", until: int, now: float) -> bool:
+    """Parse the current file up to offset `until` (a line start, or the end seen), a batch sent per block; False
+    when it stopped before (the file changed, a launcher tag, the parent stopped listening)."""
+    current = follower.current
+    while follower.current is current and current is not None and current.pos < until:
+        batch = _block(follower, parser, min(BULK_BLOCK_BYTES, until - current.pos), now)
+        if batch is None or not sender.put(batch):
+            return False
+    return follower.current is current
+
+
+def _block(follower: Follower, parser: Parser, budget: int, now: float) -> Optional[Batch]:
+    """The batch of the next `budget` bytes; None when there is none to send: the file changed under it (truncated,
+    replaced: the parent's passes take it from here) or a launcher tag (the parent reads on from the last resume
+    point, with sources for the parts)."""
+    failures: List[Tuple[int, str]] = []
+
+    def failed(number: int, exc: Exception) -> None:
+        failures.append((number, f"{type(exc).__name__}: {exc}"))
+
+    items: List[Item] = []
+    before = follower.counters["bytes"]
+    pieces = follower.read(budget, now, blocks=True)
+    if follower.counters["bytes"] == before:
+        return None
+    for piece in pieces:
+        items += items_of(parser, piece, now, failed)  # a line that fails is skipped, said by the parent
+    items += parser.flush(now)
+    if parser.parts:
+        return None
+    checkpoint = None if parser.holding else SourceCheckpoint(follower.checkpoint(), parser.snapshot_json(),
+                                                              emitted_at=parser.emitted)
+    return Batch(list(map(prepare, fold_amends(items))), checkpoint, parser.emitted, failures,
+                 {**follower.counters, **parser.counts})
+
+
+class _Worker:
+    """The second half of a big history, parsed by a process the child forks (see the module docstring): it writes
+    each block's batch to the spool (an unlinked temporary file) and the places where the child may take over
+    (`split.Probe`, `written`: the batches spooled before it) to a pipe, once, early.
+
+    Args:
+        follower: the child's follower (the worker's copy resumes at the middle).
+        fresh: a new parser for the source.
+        end: where the history ends.
+        now: the history's read time.
+    """
+
+    def __init__(self, follower: Follower, fresh: Parser, end: int, now: float) -> None:
+        current = follower.current
+        assert current is not None
+        self.middle, number = _middle(current.fd, current.splitter.offset, current.splitter.next_number, end)
+        self.spool = tempfile.TemporaryFile(prefix="mstail-catch-up-")
+        self._read = 0  # the spool's bytes taken so far
+        self._conn, worker_end = multiprocessing.Pipe(duplex=False)
+        child = os.getpid()
+        self.pid = os.fork()  # not `multiprocessing.Process`: the child is a daemon, which may not start one
+        if self.pid == 0:
+            status = 0
+            try:
+                self._conn.close()
+                _worker_init(child)
+                current.resume(self.middle, number)
+                _spool(follower, fresh, end, now, self.spool.fileno(), worker_end)
+            except BaseException:  # noqa: BLE001 - the child sees it end early (its exit status)
+                status = 1
+            finally:
+                os._exit(status)
+        worker_end.close()
+        self.status: Optional[int] = None  # its exit status once reaped (0 too when stopped here)
+        self.stalled = False  # stopped after STALL_S without a batch
+
+    def probes(self) -> List[split.Probe]:
+        """The worker's places where the child may take over (none if it ended without telling them, or said nothing
+        for STALL_S)."""
+        with contextlib.suppress(EOFError, OSError):
+            if self._conn.poll(STALL_S):
+                return [split.Probe(**probe) for probe in self._conn.recv()]
+        return []
+
+    def batches(self, skip: int) -> Any:
+        """The spooled batches after the first `skip`, each as spooled (a tuple, `_spool`), as the worker writes
+        them, until it ended (the last one whole) or wrote none for STALL_S (then it is stopped)."""
+        index, heard = 0, time.monotonic()
+        while True:
+            frame = self._frame()
+            if frame is None:
+                if self._ended():
+                    frame = self._frame()  # written just before it ended
+                    if frame is None:
+                        return
+                elif time.monotonic() - heard < STALL_S:
+                    continue
+                else:
+                    self.stop()
+                    self.stalled = True
+                    return
+            heard = time.monotonic()
+            if index >= skip:
+                yield pickle.loads(frame)
+            index += 1
+
+    def _frame(self) -> Optional[bytes]:
+        """The next whole batch in the spool, or None (not all written yet)."""
+        fd = self.spool.fileno()
+        head = os.pread(fd, _FRAME.size, self._read)
+        if len(head) < _FRAME.size:
+            return None
+        (length,) = _FRAME.unpack(head)
+        data = os.pread(fd, length, self._read + _FRAME.size)
+        if len(data) < length:
+            return None
+        self._read += _FRAME.size + length
+        return data
+
+    def _ended(self) -> bool:
+        """Whether the worker's pipe closed (it ended); waits up to 0.05 s for that."""
+        with contextlib.suppress(EOFError, OSError):
+            if self._conn.poll(0.05):
+                self._conn.recv()  # nothing more is sent after the probes
+            return False
+        return True
+
+    def stop(self) -> bool:
+        """End the worker (done or not) and reap it; whether it had failed (ended by itself with an exit status other
+        than 0, or stalled)."""
+        if self.status is None:
+            self.status = 0
+            with contextlib.suppress(OSError):
+                pid, code = os.waitpid(self.pid, os.WNOHANG)
+                if pid == 0:  # still running: not needed any more
+                    os.kill(self.pid, signal.SIGKILL)
+                    os.waitpid(self.pid, 0)
+                else:
+                    self.status = os.waitstatus_to_exitcode(code)
+            self.spool.close()
+            self._conn.close()
+        return self.status != 0 or self.stalled
+
+
+def _middle(fd: int, offset: int, number: int, end: int) -> Tuple[int, int]:
+    """The start of the line nearest after the middle of [offset, end), and its line number (`number`: the line at
+    `offset`'s)."""
+    middle = offset + (end - offset) // 2
+    tail = os.pread(fd, 1 << 20, middle)
+    newline = tail.find(b"\n")
+    middle = end if newline < 0 else min(end, middle + newline + 1)
+    at = offset
+    while at < middle:
+        data = os.pread(fd, min(4 << 20, middle - at), at)
+        if not data:
+            break
+        number += split._newlines(data)
+        at += len(data)
+    return middle, number
+
+
+def _spool(follower: Follower, parser: Parser, end: int, now: float, spool: int, conn: Connection) -> None:
+    """The worker's work: parse from the middle to `end`, a batch per block written to the spool (with the worker's
+    follower counters, parser counts, emitted count and run segment after it, which the child carries on from its
+    own, `_Carry`), and the places where the child may take over sent once the probe window is past (as `mstail
+    parse`'s workers note them, `split.parse_piece`)."""
+    current = follower.current
+    assert current is not None
+    window = current.pos + split.PROBE_BYTES
+    probes: List[split.Probe] = []
+    following: split.Following = []
+    written, published = 0, False
+    while follower.current is current and current.pos < end:
+        batch = _block(follower, parser, min(BULK_BLOCK_BYTES, end - current.pos), now)
+        if batch is None:
+            break
+        if following:
+            following = split._follow(following, batch.items, split.takers(parser.main.format))
+        cut = batch.checkpoint
+        frame = pickle.dumps(([tuple(item) for item in batch.items],
+                              (cut.follower, cut.parser_json) if cut is not None else None, batch.emitted,
+                              batch.failures, dict(follower.counters), dict(parser.main.counts),
+                              parser.main.state.segment), pickle.HIGHEST_PROTOCOL)
+        os.write(spool, _FRAME.pack(len(frame)) + frame)
+        written += 1
+        if current.pos <= window and cut is not None:
+            state = split.comparable(parser)
+            if state is not None:
+                known = parser.main.state.event_steps
+                missing = sorted(set(split.takers(parser.main.format).values()) - set(known))
+                probe = split.Probe(current.splitter.offset, state, parser.main.state.segment, written, 0, 0, 0, missing)
+                probes.append(probe)
+                following += [(probe, set(missing))] if missing else []
+        if not published and current.pos > window and not following:
+            conn.send([probe.__dict__ for probe in probes])
+            published = True
+    if not published:
+        for probe, _ in following:
+            probe.valid = False  # never learnt what it missed
+        conn.send([probe.__dict__ for probe in probes])
+
+
+def _join(follower: Follower, parser: Parser, sender: "_Sender", worker: _Worker, now: float) -> bool:
+    """Past the middle, read on to the first of the worker's places where this parser is in the state the worker's
+    was, and send the worker's batches after it, carried on (`_Carry`). False when no place agreed (the second half is
+    the child's to parse); True when done (or stopped: the file changed, the parent stopped listening)."""
+    current = follower.current
+    for probe in worker.probes():
+        if not _parse(follower, parser, sender, probe.offset, now):
+            return True
+        if current is None or current.splitter.offset != probe.offset:
+            return True  # the file ended before (it changed under it): the passes take it from here
+        if probe.valid and not parser.holding and split.comparable(parser, probe.missing) == probe.state:
+            batches = worker.batches(probe.written - 1)
+            carry = _Carry(follower, parser, next(batches, None))
+            for spooled in batches:
+                if not sender.put(carry.batch(spooled)):
+                    break
+            return True
+    return False
+
+
+class _Carry:
+    """The worker's batches after the seam carried on from the child's state there: run segments shifted by the
+    difference of the two parsers' segments, counters and counts added to the child's, its checkpoints holding the
+    sums (what one process reading the whole file would have had).
+
+    Args:
+        follower, parser: the child's, at the seam.
+        at_seam: the worker's spooled batch that ended at the seam.
+    """
+
+    def __init__(self, follower: Follower, parser: Parser, at_seam: Any) -> None:
+        assert at_seam is not None  # a place is a batch's end: that batch is spooled
+        _, _, emitted, _, counters, counts, segment = at_seam
+        self.shift = parser.main.state.segment - segment
+        self.counters = (dict(follower.counters), counters)  # (the child's, the worker's) at the seam
+        self.counts = (dict(parser.main.counts), counts)
+        self.emitted = parser.emitted - emitted
+
+    def batch(self, spooled: Any) -> Batch:
+        pairs, cut, emitted, failures, counters, counts = spooled[:6]
+        items = list(map(Item._make, pairs))
+        if self.shift:
+            for _, data in items:
+                if "segment" in data:
+                    data["segment"] += self.shift
+        counters, counts = _added(self.counters, counters), _added(self.counts, counts)
+        checkpoint = None
+        if cut is not None:
+            follower, parser_json = cut
+            state = json.loads(parser_json)
+            state["segment"] += self.shift
+            if state.get("last") and "segment" in state["last"]:
+                state["last"]["segment"] += self.shift
+            state["counts"] = counts
+            checkpoint = SourceCheckpoint(FollowerCheckpoint(follower.files, follower.seen, counters),
+                                          json.dumps(state), emitted_at=emitted + self.emitted)
+        return Batch(items, checkpoint, emitted + self.emitted, failures, {**counters, **counts}, piece=1)
+
+
+def _added(at_seam: Tuple[Dict[str, int], Dict[str, int]], now: Dict[str, int]) -> Dict[str, int]:
+    """Counts that add up: the child's at the seam plus what the worker counted since."""
+    child, worker = at_seam
+    return {**child, **{key: child.get(key, 0) + value - worker.get(key, 0) for key, value in now.items()}}
 
 
 class _Sender:

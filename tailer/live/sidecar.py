@@ -580,7 +580,8 @@ class Tailer:
         if self._children >= children_allowed():
             return
         try:
-            source.catch_up = CatchUp(source.follower, source.parser, source.snapshot, now)
+            source.catch_up = CatchUp(source.follower, source.parser, source.snapshot, now,
+                                      source.kind.parser(source.spec))
             self._children += 1
         except (OSError, ValueError) as exc:  # no fork (EAGAIN, ENOMEM; no fork start method): the passes read it
             self.notices.say(("catch-up", type(exc)), f"cannot start a process for a file's history ({exc}); reading "

@@ -39,17 +39,22 @@ from tests.tailer.test_offline_chains import LOGS, TRACEBACK, mixed_log, whole_f
 QUIET = {"mindformers_pynative_r2.0_pp_stage0_info.log", "mindyolo_train.log", "mindformers-2.0.0_graph_stdout.log",
          "mindformers-2.0.0_graph_output_log_rank_0_info.log", "mindspore-2.10_lossmonitor_timemonitor_stdout.log"}
 
+#: the logs long enough that the second half's worker finds a seam within its first 8 KiB
+SEAMED = {"mindformers_v1.9_eval_worker_0.log", "mixed.log"}
+
 
 @pytest.mark.parametrize("child", [False, pytest.param(True, marks=pytest.mark.slow),  # a catch-up child process
-                                   pytest.param("ahead", marks=pytest.mark.slow), "no fork"],
-                         ids=["passes", "child", "ahead", "no-fork"])
+                                   pytest.param("ahead", marks=pytest.mark.slow),
+                                   pytest.param("split", marks=pytest.mark.slow), "no fork"],
+                         ids=["passes", "child", "ahead", "split", "no-fork"])
 @pytest.mark.parametrize("name", [p.name for p in LOGS] + ["mixed.log"])
 def test_the_catch_up_gives_what_feeding_every_line_gives(name: str, child: bool, tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """`child`: the history after the first 1 KiB goes to a catch-up child (`tailer.catchup`) in 4 KiB batches,
     handed over to the source's own follower and parser at the end; "ahead": likewise, the first pass read before the
-    loop (`Tailer.read_ahead`, as `serve` does), the child started by it; "no fork": the child cannot be started
-    (said), the passes read it."""
+    loop (`Tailer.read_ahead`, as `serve` does), the child started by it; "split": the child's history parsed in two
+    halves, the second by a worker of the child's (probing for the seam in its first 8 KiB); "no fork": the child
+    cannot be started (said), the passes read it."""
     monkeypatch.setattr(tailer_module.time, "time", lambda: READ_TIME)  # one read time, as in the line-by-line parse
     children = []
     if child:
@@ -58,6 +63,13 @@ def test_the_catch_up_gives_what_feeding_every_line_gives(name: str, child: bool
         monkeypatch.setattr(catchup, "BULK_BLOCK_BYTES", 4096)
         monkeypatch.setattr(tailer_module, "CatchUp", lambda *args: children.append(catchup.CatchUp(*args)) or
                             children[-1])
+    pieces: List[int] = []  # which half each batch came from
+    if child == "split":
+        monkeypatch.setattr(catchup, "SPLIT_MIN_BYTES", 1)
+        monkeypatch.setattr(catchup.split, "PROBE_BYTES", 8192)
+        take = catchup.CatchUp.take
+        monkeypatch.setattr(catchup.CatchUp, "take", lambda self, *args: [
+            pieces.append(batch.piece) or batch for batch in take(self, *args)])
     if child == "no fork":
         monkeypatch.setattr(tailer_module, "CatchUp", lambda *args: children.append(None) or _no_fork())
     path = tmp_path / name
@@ -100,6 +112,8 @@ def test_the_catch_up_gives_what_feeding_every_line_gives(name: str, child: bool
     assert followed.parser.counts == reference.counts
     assert followed.catch_up is None and bool(children) == bool(child and path.stat().st_size > 1024)
     assert not followed.no_child  # a child ended as one that did its work (exit status 0)
+    if child == "split" and name in SEAMED:
+        assert 0 in pieces and 1 in pieces, pieces  # both halves' batches: the seam was found
     store = tailer.store
     store.commit()
     for (text,) in store.db._rows("SELECT data FROM items"):  # the texts a child prepared are the store's own
@@ -199,16 +213,26 @@ def test_a_sources_counters_follow_its_childs_reading(tmp_path: Path, monkeypatc
 @pytest.mark.slow  # a catch-up child process
 @pytest.mark.parametrize("batches", [0, 1, 3, 7, "hand-over"])
 @pytest.mark.parametrize("kill", [False, True], ids=["stopped", "killed"])
-def test_a_restart_during_a_childs_catch_up_loses_and_repeats_nothing(batches: Any, kill: bool, tmp_path: Path,
+@pytest.mark.parametrize("halves", [False, True], ids=["whole", "split"])
+def test_a_restart_during_a_childs_catch_up_loses_and_repeats_nothing(batches: Any, kill: bool, halves: bool,
+                                                                     tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """mstail stopped (or killed before its last pass's commit) after the child's `batches`-th batch was stored: the
     restarted mstail resumes from the checkpoint committed with the batches (or, inside a traceback, from the one
     before them, skipping what was stored since), and the history ends as one uninterrupted line-by-line read has it:
-    every item once, in order, seqs without a gap."""
+    every item once, in order, seqs without a gap. `halves`: the child parses the history in two halves (the
+    checkpoints after the seam carried on from the child's: the hand-over resumes from one)."""
     monkeypatch.setattr(tailer_module.time, "time", lambda: READ_TIME)
     monkeypatch.setattr(tailer_module, "CATCH_UP_SLICE", 1024)
     monkeypatch.setattr(tailer_module, "BULK_MIN_BYTES", 1)
     monkeypatch.setattr(catchup, "BULK_BLOCK_BYTES", 2048)
+    pieces: List[int] = []  # which half each batch delivered came from
+    if halves:
+        monkeypatch.setattr(catchup, "SPLIT_MIN_BYTES", 1)
+        monkeypatch.setattr(catchup.split, "PROBE_BYTES", 8192)
+        take = catchup.CatchUp.take
+        monkeypatch.setattr(catchup.CatchUp, "take", lambda self, *args: [
+            pieces.append(batch.piece) or batch for batch in take(self, *args)])
     path = tmp_path / "logs" / "info.log"
     path.parent.mkdir()
     # tracebacks across batch ends; one still open at the end, so the hand-over resumes before it, with items to skip
@@ -246,6 +270,7 @@ def test_a_restart_during_a_childs_catch_up_loses_and_repeats_nothing(batches: A
             monkeypatch.setattr(tailer_module, "CATCH_UP_SLICE", 64)
             loop.run_until_complete(tailer.pass_once())
             assert followed.skip > 0  # the restart comes while items are still to be skipped
+        assert (1 in pieces) == (halves and batches == "hand-over")  # the worker's half comes after the child's
         if kill:
             store.commit = lambda *args, **kwargs: None  # type: ignore[method-assign]  # dies before COMMIT
             loop.run_until_complete(tailer.pass_once())
