@@ -415,7 +415,7 @@ def _middle(fd: int, offset: int, number: int, end: int) -> Tuple[int, int]:
 def _spool(follower: Follower, parser: Parser, end: int, now: float, spool: int, conn: Connection) -> None:
     """The worker's work: parse from the middle to `end`, a batch per block written to the spool (with the worker's
     follower counters, parser counts, emitted count and run segment after it, which the child carries on from its
-    own, `_Carry`), and the places where the child may take over sent once the probe window is past (as `mstail
+    own, `_Carry`, and the bytes of a line begun), and the places where the child may take over sent once the probe window is past (as `mstail
     parse`'s workers note them, `split.parse_piece`)."""
     current = follower.current
     assert current is not None
@@ -433,7 +433,7 @@ def _spool(follower: Follower, parser: Parser, end: int, now: float, spool: int,
         frame = pickle.dumps(([tuple(item) for item in batch.items],
                               (cut.follower, cut.parser_json) if cut is not None else None, batch.emitted,
                               batch.failures, dict(follower.counters), dict(parser.main.counts),
-                              parser.main.state.segment), pickle.HIGHEST_PROTOCOL)
+                              parser.main.state.segment, current.pos - current.splitter.offset), pickle.HIGHEST_PROTOCOL)
         os.write(spool, _FRAME.pack(len(frame)) + frame)
         written += 1
         if current.pos <= window and cut is not None:
@@ -485,8 +485,9 @@ class _Carry:
 
     def __init__(self, follower: Follower, parser: Parser, at_seam: Any) -> None:
         assert at_seam is not None  # a place is a batch's end: that batch is spooled
-        _, _, emitted, _, counters, counts, segment = at_seam
+        _, _, emitted, _, counters, counts, segment, begun = at_seam
         self.shift = parser.main.state.segment - segment
+        counters = {**counters, "bytes": counters["bytes"] - begun}  # the child has read up to the seam, not beyond
         self.counters = (dict(follower.counters), counters)  # (the child's, the worker's) at the seam
         self.counts = (dict(parser.main.counts), counts)
         self.emitted = parser.emitted - emitted

@@ -24,7 +24,7 @@ TensorBoard and tensorboardX are installed by this script into a venv of its own
 ~/.cache/mstail/peer-tensorboard; PyPI), never into mstail's environment: they are not test dependencies.
 
 Run: python tests/bench/peer_tensorboard.py [--steps 200000] [--run-dir DIR] [--tb-full] [--timeout 600]
-Goal (issue 16): mstail's full-fidelity history about as fast as TensorBoard's lossy sample (1.8 s in the issue).
+Goal (issue 34, goal 1): mstail's full-fidelity history <= 1.5x the time of TensorBoard's lossy sample, in one run.
 Prints the figures; exit 0 unless something failed. Linux only (/proc).
 """
 
@@ -48,6 +48,7 @@ import latency
 from benchsupport import load_test_support
 
 SPIKE = 50.0
+GOAL_RATIO = 1.5  # mstail's time to its full history over TensorBoard's to its sample (issue 34, goal 1)
 METRICS = ("loss", "lr", "grad_norm", "loss_scale", "step_time_ms", "throughput_tflops", "samples_per_s", "overflow")
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 _STEP_LINE = re.compile(
@@ -291,7 +292,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(row(name, result))
     tb, ms = results[0][1], results[-1][1]
     if tb.get("history_s") and ms.get("history_s"):
-        print(f"mstail / TensorBoard time to history: {ms['history_s'] / tb['history_s']:.2f}x")
+        print(f"mstail / TensorBoard time to history: {ms['history_s'] / tb['history_s']:.2f}x   goal <= "
+              f"{GOAL_RATIO:g}x")
     print(f"machine: {os.cpu_count()} CPUs, load average {load_start} at the start, {latency.loadavg()} at the end; "
           f"work dir {work}")
     return 0
