@@ -246,7 +246,7 @@ def _child(follower: Follower, parser: Parser, fresh: Optional[Parser], end: int
         status = 1
     finally:
         try:
-            if worker is not None and worker.stop():
+            if worker is not None and worker.stop() and worker.joined:
                 status = 1  # it ended before its end, after the seam: the parent reads on from its last batch
             if sender is not None:
                 sender.finish()  # the batches queued before a failure are good: the parent stores them
@@ -326,6 +326,7 @@ class _Worker:
         worker_end.close()
         self.status: Optional[int] = None  # its exit status once reaped (0 too when stopped here)
         self.stalled = False  # stopped after STALL_S without a batch
+        self.joined = False  # the child took over its batches at a seam
 
     def probes(self) -> List[split.Probe]:
         """The worker's places where the child may take over (none if it ended without telling them, or said nothing
@@ -464,6 +465,7 @@ def _join(follower: Follower, parser: Parser, sender: "_Sender", worker: _Worker
         if current is None or current.splitter.offset != probe.offset:
             return True  # the file ended before (it changed under it): the passes take it from here
         if probe.valid and not parser.holding and split.comparable(parser, probe.missing) == probe.state:
+            worker.joined = True
             batches = worker.batches(probe.written - 1)
             carry = _Carry(follower, parser, next(batches, None))
             for spooled in batches:

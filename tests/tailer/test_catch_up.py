@@ -384,6 +384,51 @@ def test_a_child_that_stops_sending_is_stopped_and_the_passes_read_on(tmp_path: 
     assert "ended early (no batch for 0.5 s)" in said, said
 
 
+@pytest.mark.slow  # a catch-up child process and its worker
+@pytest.mark.parametrize("after_the_seam", [False, True], ids=["before", "after"])
+def test_a_worker_that_fails_leaves_its_half_to_the_child_or_the_passes(
+        after_the_seam: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The worker parsing a history's second half fails: at once (before the seam), the child parses that half
+    itself and nothing is said; after half its piece (the seam found), the child sends what it spooled until then,
+    ends early (said once) and the passes read on from the last checkpoint. Either way every item is stored once."""
+    monkeypatch.setattr(tailer_module.time, "time", lambda: READ_TIME)
+    monkeypatch.setattr(tailer_module, "CATCH_UP_SLICE", 1024)
+    monkeypatch.setattr(tailer_module, "BULK_MIN_BYTES", 1)
+    monkeypatch.setattr(catchup, "BULK_BLOCK_BYTES", 2048)
+    monkeypatch.setattr(catchup, "SPLIT_MIN_BYTES", 1)
+    monkeypatch.setattr(catchup.split, "PROBE_BYTES", 8192)
+    spool = catchup._spool
+
+    def failing(follower: Any, parser: Any, end: int, *args: Any) -> None:
+        if after_the_seam:
+            spool(follower, parser, (follower.current.pos + end) // 2, *args)
+        raise RuntimeError("a bug in the worker")
+
+    monkeypatch.setattr(catchup, "_spool", failing)
+    pieces: List[int] = []
+    take = catchup.CatchUp.take
+    monkeypatch.setattr(catchup.CatchUp, "take", lambda self, *args: [
+        pieces.append(batch.piece) or batch for batch in take(self, *args)])
+    path = tmp_path / "info.log"
+    path.write_text("\n".join(mixed_log() * 8) + "\n", encoding="utf-8")
+    tailer = Tailer(Config(logs=(str(path),), persist=False, pass_time_s=0.0, alert_rules=None), FORMATS, Store(),
+                    Hub())
+
+    async def catch_up() -> None:
+        for _ in range(1000):
+            if not await tailer.pass_once():
+                break
+
+    with caplog.at_level(logging.WARNING, logger="mstail.sidecar"):
+        asyncio.run(catch_up())
+    _assert_caught_up_once(tailer, path)
+    (followed,) = tailer._sources.values()
+    said = [record.getMessage() for record in caplog.records]
+    assert (1 in pieces) == after_the_seam and followed.no_child == after_the_seam
+    assert [message for message in said if "ended early (exit status 1)" in message] == (said if after_the_seam else [])
+    assert len(said) == after_the_seam
+
+
 @pytest.mark.slow  # a catch-up child process
 @pytest.mark.parametrize("bounded", [False, True], ids=["ahead", "bounded"])
 def test_a_child_parses_on_while_the_parent_takes_no_batch(bounded: bool, tmp_path: Path,
