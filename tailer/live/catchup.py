@@ -105,16 +105,23 @@ class Batch:
     failures: List[Tuple[int, str]] = field(default_factory=list)
     counts: Dict[str, int] = field(default_factory=dict)
     piece: int = 0  # which half of a split history parsed it (0: the child's; 1: its worker's, carried on)
+    #: its items pickled already (a worker's, which the child passes on as spooled), in place of `items`
+    pickled: Optional[bytes] = None
 
     # Pickled with its items as plain (kind, data) tuples: an `Item` (a NamedTuple) pickles through a Python-level
     # `__getnewargs__`, a call per item that was half the child's cost of sending a batch.
     def __getstate__(self) -> Tuple[Any, ...]:
-        return ([tuple(item) for item in self.items], self.checkpoint, self.emitted, self.failures, self.counts,
-                self.piece)
+        pairs = self.pickled if self.pickled is not None else _pairs(self.items)
+        return pairs, self.checkpoint, self.emitted, self.failures, self.counts, self.piece
 
     def __setstate__(self, state: Tuple[Any, ...]) -> None:
         pairs, self.checkpoint, self.emitted, self.failures, self.counts, self.piece = state
-        self.items = list(map(Item._make, pairs))
+        self.items = list(map(Item._make, pickle.loads(pairs) if isinstance(pairs, bytes) else pairs))
+        self.pickled = None
+
+
+def _pairs(items: List[Item]) -> List[Tuple[str, Dict[str, Any]]]:
+    return [tuple(item) for item in items]  # type: ignore[misc]  # an Item is a (kind, data) pair
 
 
 def eligible(kind: InputKind, follower: Follower, parser: Parser) -> bool:
@@ -431,7 +438,7 @@ def _spool(follower: Follower, parser: Parser, end: int, now: float, spool: int,
         if following:
             following = split._follow(following, batch.items, split.takers(parser.main.format))
         cut = batch.checkpoint
-        frame = pickle.dumps(([tuple(item) for item in batch.items],
+        frame = pickle.dumps((pickle.dumps(_pairs(batch.items), pickle.HIGHEST_PROTOCOL),
                               (cut.follower, cut.parser_json) if cut is not None else None, batch.emitted,
                               batch.failures, dict(follower.counters), dict(parser.main.counts),
                               parser.main.state.segment, current.pos - current.splitter.offset), pickle.HIGHEST_PROTOCOL)
@@ -495,9 +502,10 @@ class _Carry:
         self.emitted = parser.emitted - emitted
 
     def batch(self, spooled: Any) -> Batch:
-        pairs, cut, emitted, failures, counters, counts = spooled[:6]
-        items = list(map(Item._make, pairs))
-        if self.shift:
+        pickled, cut, emitted, failures, counters, counts = spooled[:6]
+        items: List[Item] = []
+        if self.shift:  # a run segment to renumber (else the items go on as the worker pickled them)
+            items, pickled = list(map(Item._make, pickle.loads(pickled))), None
             for _, data in items:
                 if "segment" in data:
                     data["segment"] += self.shift
@@ -512,7 +520,8 @@ class _Carry:
             state["counts"] = counts
             checkpoint = SourceCheckpoint(FollowerCheckpoint(follower.files, follower.seen, counters),
                                           json.dumps(state), emitted_at=emitted + self.emitted)
-        return Batch(items, checkpoint, emitted + self.emitted, failures, {**counters, **counts}, piece=1)
+        return Batch(items, checkpoint, emitted + self.emitted, failures, {**counters, **counts}, piece=1,
+                     pickled=pickled)
 
 
 def _added(at_seam: Tuple[Dict[str, int], Dict[str, int]], now: Dict[str, int]) -> Dict[str, int]:
