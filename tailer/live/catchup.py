@@ -81,6 +81,9 @@ CHILD_NICE = 19
 #: a child that sends no batch for this long (a block takes milliseconds) is stuck — a lock held by another of the
 #: parent's threads at the fork, a filesystem that stopped answering —: it is stopped and the passes read on
 STALL_S = 30.0
+#: how long the child waits for its worker's places or its next spooled batch before it goes on without it (under
+#: STALL_S: the parent must not take the wait for a stuck child)
+WORKER_WAIT_S = STALL_S / 3
 #: how long a child whose pipe closed is given to exit by itself (it is exiting) before `stop` kills it
 EXIT_WAIT_S = 5.0
 #: a history at least this big is parsed by the child and a worker of its own, half each (when the machine has two
@@ -242,7 +245,8 @@ def _child(follower: Follower, parser: Parser, fresh: Optional[Parser], end: int
         assert current is not None  # `eligible`
         if (fresh is not None and end - current.pos >= SPLIT_MIN_BYTES and _usable_cpus() > 1
                 and len(follower.checkpoint().files) == 1):  # no older file to drain first
-            worker = _Worker(follower, fresh, end, now)  # forked before the sender's thread starts
+            with contextlib.suppress(OSError):  # no fork, no spool file: the child parses it all
+                worker = _Worker(follower, fresh, end, now)  # forked before the sender's thread starts
         sender = _Sender(conn)
         if worker is None:
             _parse(follower, parser, sender, end, now)
@@ -332,20 +336,20 @@ class _Worker:
                 os._exit(status)
         worker_end.close()
         self.status: Optional[int] = None  # its exit status once reaped (0 too when stopped here)
-        self.stalled = False  # stopped after STALL_S without a batch
+        self.stalled = False  # stopped after WORKER_WAIT_S without a batch
         self.joined = False  # the child took over its batches at a seam
 
     def probes(self) -> List[split.Probe]:
         """The worker's places where the child may take over (none if it ended without telling them, or said nothing
-        for STALL_S)."""
+        for WORKER_WAIT_S)."""
         with contextlib.suppress(EOFError, OSError):
-            if self._conn.poll(STALL_S):
+            if self._conn.poll(WORKER_WAIT_S):
                 return [split.Probe(**probe) for probe in self._conn.recv()]
         return []
 
     def batches(self, skip: int) -> Any:
         """The spooled batches after the first `skip`, each as spooled (a tuple, `_spool`), as the worker writes
-        them, until it ended (the last one whole) or wrote none for STALL_S (then it is stopped)."""
+        them, until it ended (the last one whole) or wrote none for WORKER_WAIT_S (then it is stopped)."""
         index, heard = 0, time.monotonic()
         while True:
             frame = self._frame()
@@ -354,7 +358,7 @@ class _Worker:
                     frame = self._frame()  # written just before it ended
                     if frame is None:
                         return
-                elif time.monotonic() - heard < STALL_S:
+                elif time.monotonic() - heard < WORKER_WAIT_S:
                     continue
                 else:
                     self.stop()
@@ -452,13 +456,19 @@ def _spool(follower: Follower, parser: Parser, end: int, now: float, spool: int,
                 probe = split.Probe(current.splitter.offset, state, parser.main.state.segment, written, 0, 0, 0, missing)
                 probes.append(probe)
                 following += [(probe, set(missing))] if missing else []
-        if not published and current.pos > window and not following:
-            conn.send([probe.__dict__ for probe in probes])
-            published = True
+        if not published and current.pos > window and (not following or current.pos > window + split.PROBE_BYTES):
+            published, following = _publish(conn, probes, following), []  # (a place not settled in twice the window:
+            # the child does not wait for it)
     if not published:
-        for probe, _ in following:
-            probe.valid = False  # never learnt what it missed
-        conn.send([probe.__dict__ for probe in probes])
+        _publish(conn, probes, following)
+
+
+def _publish(conn: Connection, probes: List[split.Probe], following: split.Following) -> bool:
+    """Send the places to the child, those still missing an event's step marked invalid (never learnt)."""
+    for probe, _ in following:
+        probe.valid = False
+    conn.send([probe.__dict__ for probe in probes])
+    return True
 
 
 def _join(follower: Follower, parser: Parser, sender: "_Sender", worker: _Worker, now: float) -> bool:
