@@ -385,23 +385,27 @@ def test_a_child_that_stops_sending_is_stopped_and_the_passes_read_on(tmp_path: 
 
 
 @pytest.mark.slow  # a catch-up child process and its worker
-@pytest.mark.parametrize("after_the_seam", [False, True], ids=["before", "after"])
+@pytest.mark.parametrize("after_the_seam", [False, True, "stuck"], ids=["before", "after", "stuck"])
 def test_a_worker_that_fails_leaves_its_half_to_the_child_or_the_passes(
-        after_the_seam: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+        after_the_seam: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     """The worker parsing a history's second half fails: at once (before the seam), the child parses that half
     itself and nothing is said; after half its piece (the seam found), the child sends what it spooled until then,
-    ends early (said once) and the passes read on from the last checkpoint. Either way every item is stored once."""
+    ends early (said once) and the passes read on from the last checkpoint; "stuck" there (a sleep), likewise once
+    the child has waited WORKER_WAIT_S for its next batch. Either way every item is stored once."""
     monkeypatch.setattr(tailer_module.time, "time", lambda: READ_TIME)
     monkeypatch.setattr(tailer_module, "CATCH_UP_SLICE", 1024)
     monkeypatch.setattr(tailer_module, "BULK_MIN_BYTES", 1)
     monkeypatch.setattr(catchup, "BULK_BLOCK_BYTES", 2048)
     monkeypatch.setattr(catchup, "SPLIT_MIN_BYTES", 1)
     monkeypatch.setattr(catchup.split, "PROBE_BYTES", 8192)
+    monkeypatch.setattr(catchup, "WORKER_WAIT_S", 0.5)
     spool = catchup._spool
 
     def failing(follower: Any, parser: Any, end: int, *args: Any) -> None:
         if after_the_seam:
             spool(follower, parser, (follower.current.pos + end) // 2, *args)
+        if after_the_seam == "stuck":
+            catchup.time.sleep(120)
         raise RuntimeError("a bug in the worker")
 
     monkeypatch.setattr(catchup, "_spool", failing)
@@ -424,9 +428,9 @@ def test_a_worker_that_fails_leaves_its_half_to_the_child_or_the_passes(
     _assert_caught_up_once(tailer, path)
     (followed,) = tailer._sources.values()
     said = [record.getMessage() for record in caplog.records]
-    assert (1 in pieces) == after_the_seam and followed.no_child == after_the_seam
+    assert (1 in pieces) == bool(after_the_seam) and followed.no_child == bool(after_the_seam)
     assert [message for message in said if "ended early (exit status 1)" in message] == (said if after_the_seam else [])
-    assert len(said) == after_the_seam
+    assert len(said) == bool(after_the_seam)
 
 
 @pytest.mark.slow  # a catch-up child process
