@@ -427,8 +427,8 @@ def _middle(fd: int, offset: int, number: int, end: int) -> Tuple[int, int]:
 def _spool(follower: Follower, parser: Parser, end: int, now: float, spool: int, conn: Connection) -> None:
     """The worker's work: parse from the middle to `end`, a batch per block written to the spool (with the worker's
     follower counters, parser counts, emitted count and run segment after it, which the child carries on from its
-    own, `_Carry`, and the bytes of a line begun), and the places where the child may take over sent once the probe window is past (as `mstail
-    parse`'s workers note them, `split.parse_piece`)."""
+    own, `_Carry`, and the bytes of a line begun), and the places where the child may take over sent once the probe
+    window is past (noted as `mstail parse`'s workers note them, `split.parse_piece`)."""
     current = follower.current
     assert current is not None
     window = current.pos + split.PROBE_BYTES
@@ -442,10 +442,11 @@ def _spool(follower: Follower, parser: Parser, end: int, now: float, spool: int,
         if following:
             following = split._follow(following, batch.items, split.takers(parser.main.format))
         cut = batch.checkpoint
+        segment = parser.main.state.segment
         frame = pickle.dumps((pickle.dumps(_pairs(batch.items), pickle.HIGHEST_PROTOCOL),
                               (cut.follower, cut.parser_json) if cut is not None else None, batch.emitted,
-                              batch.failures, dict(follower.counters), dict(parser.main.counts),
-                              parser.main.state.segment, current.pos - current.splitter.offset), pickle.HIGHEST_PROTOCOL)
+                              batch.failures, dict(follower.counters), dict(parser.main.counts), segment,
+                              current.pos - current.splitter.offset), pickle.HIGHEST_PROTOCOL)
         os.write(spool, _FRAME.pack(len(frame)) + frame)
         written += 1
         if current.pos <= window and cut is not None:
@@ -453,7 +454,7 @@ def _spool(follower: Follower, parser: Parser, end: int, now: float, spool: int,
             if state is not None:
                 known = parser.main.state.event_steps
                 missing = sorted(set(split.takers(parser.main.format).values()) - set(known))
-                probe = split.Probe(current.splitter.offset, state, parser.main.state.segment, written, 0, 0, 0, missing)
+                probe = split.Probe(current.splitter.offset, state, segment, written, 0, 0, 0, missing)
                 probes.append(probe)
                 following += [(probe, set(missing))] if missing else []
         if not published and current.pos > window and (not following or current.pos > window + split.PROBE_BYTES):

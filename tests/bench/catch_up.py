@@ -2,24 +2,24 @@
 while the live steps of other ranks keep arriving.
 
 Setup (loopback only): `output/log/rank_0/info.log` holds --size-mb (default 100) of history, the single-file case of
-parse_speed.py (one newest-style MindFormers info.log, about 60,000 steps; 1024: a week-long run, about 640,000 steps x 10
-metrics), built once into --cache (with what `mstail parse` gives for it) and linked into the run's folder; --live other `rank_N/info.log` files are
-being written by writer processes (tests/conftest.py's MindFormers writer) at --rate steps/s, starting with mstail. A
-real `mstail --log 'DIR/output/log/rank_*/info.log' --port 0 --state-dir DIR/state` subprocess is started; the bench
-polls /api/sources until it counts every record (what `mstail parse` gives for the file, run first) and then
-`/api/series?metric=loss&source=rank_0` until it serves the last step of the history, and one SSE client of
-`/api/stream` notes when each live record arrives. With --before REV the same runs alternate with the code of git
-revision REV, on the same history (--rounds of each).
+parse_speed.py (one newest-style MindFormers info.log, about 60,000 steps; 1024: a week-long run, about 640,000 steps x
+10 metrics), built once into --cache (with what `mstail parse` gives for it) and linked into the run's folder; --live
+other `rank_N/info.log` files are being written by writer processes (tests/conftest.py's MindFormers writer) at --rate
+steps/s, starting with mstail. A real `mstail --log 'DIR/output/log/rank_*/info.log' --port 0 --state-dir DIR/state`
+subprocess is started; the bench polls /api/sources until it counts every record (what `mstail parse` gives for the
+file, run first) and then `/api/series?metric=loss&source=rank_0` until it serves the last step of the history, and one
+SSE client of `/api/stream` notes when each live record arrives. With --before REV the same runs alternate with the code
+of git revision REV, on the same history (--rounds of each).
 mstail runs with its bytecode compiled first, as an installed mstail has it (`benchsupport.installed_env`).
 
-Printed: the time the competent loop takes to parse the history file (parse_speed.competent, the baseline of the
-parse benches), once a run; the time from starting mstail to its serving line, to the first points of the history and
-to the full history served through /api/series (every step, in min/max buckets), and its ratio to the loop's time; the
-catch-up's rate in MB/s; mstail's peak RSS (VmHWM) and its catch-up children's; live latency (arrival - the writer's time just before
-it wrote the step line) p50/p99/max of the records written during the catch-up and after it; mstail's CPU (and its
-catch-up child's, once the sidecar has waited for it) and RSS; when the child was forked (after mstail's process
-started) and when it ended (its parsing done), its CPU and mstail's then and the records stored by then (what the
-sidecar still had to store: the critical path's shape); the machine's load average.
+Printed: the time the competent loop takes to parse the history file (parse_speed.competent, the baseline of the parse
+benches), once a run; the time from starting mstail to its serving line, to the first points of the history and to the
+full history served through /api/series (every step, in min/max buckets), and its ratio to the loop's time; the
+catch-up's rate in MB/s; mstail's peak RSS (VmHWM) and its catch-up processes'; live latency (arrival - the writer's
+time just before it wrote the step line) p50/p99/max of the records written during the catch-up and after it; mstail's
+CPU (and its catch-up child's, once the sidecar has waited for it) and RSS; when the child was forked (after mstail's
+process started) and when it ended (its parsing done), its CPU and mstail's then and the records stored by then (what
+the sidecar still had to store: the critical path's shape); the machine's load average.
 With --page, headless Chromium (Debian's chromium, through Playwright) opens the page once the history's first
 points are served, while the catch-up goes on: the time from opening it to its first paint (every chart on the first
 screen drawn with its data: the page's `mstail-first-paint` mark, page_load.open_page) and the share of the history
@@ -468,7 +468,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--timeout", type=float, default=300.0, help="give up waiting for the history after (default 300 s)")
     parser.add_argument("--keep", metavar="DIR", help="run in this folder and keep it")
     parser.add_argument("--cache", metavar="DIR", default=str(Path.home() / ".cache" / "mstail" / "catch-up-bench"),
-                        help="where each size's history is built once and kept (default ~/.cache/mstail/catch-up-bench)")
+                        help="where each size's history is built once and kept "
+                        "(default ~/.cache/mstail/catch-up-bench)")
     parser.add_argument("--before", metavar="REV", help="also run the code of this git revision, alternating with this "
                         "code (its tree exported and put first on the path, as restart.py does)")
     parser.add_argument("--rounds", type=int, default=1, help="runs of each code (default 1)")
