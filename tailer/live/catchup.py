@@ -317,7 +317,7 @@ class _Worker:
     def __init__(self, follower: Follower, fresh: Parser, end: int, now: float) -> None:
         current = follower.current
         assert current is not None
-        self.middle, number = _middle(current.fd, current.splitter.offset, current.splitter.next_number, end)
+        self.middle = _middle(current.fd, current.splitter.offset, end)
         self.spool = tempfile.TemporaryFile(prefix="mstail-catch-up-")
         self._read = 0  # the spool's bytes taken so far
         self._conn, worker_end = multiprocessing.Pipe(duplex=False)
@@ -328,7 +328,8 @@ class _Worker:
             try:
                 self._conn.close()
                 _worker_init(child)
-                current.resume(self.middle, number)
+                number = _lines_between(current.fd, current.splitter.offset, self.middle)  # here: the child parses on
+                current.resume(self.middle, current.splitter.next_number + number)
                 _spool(follower, fresh, end, now, self.spool.fileno(), worker_end)
             except BaseException:  # noqa: BLE001 - the child sees it end early (its exit status)
                 status = 1
@@ -407,21 +408,23 @@ class _Worker:
         return self.status != 0 or self.stalled
 
 
-def _middle(fd: int, offset: int, number: int, end: int) -> Tuple[int, int]:
-    """The start of the line nearest after the middle of [offset, end), and its line number (`number`: the line at
-    `offset`'s)."""
+def _middle(fd: int, offset: int, end: int) -> int:
+    """The start of the line nearest after the middle of [offset, end) (`end` when none is within 1 MiB)."""
     middle = offset + (end - offset) // 2
-    tail = os.pread(fd, 1 << 20, middle)
-    newline = tail.find(b"\n")
-    middle = end if newline < 0 else min(end, middle + newline + 1)
-    at = offset
-    while at < middle:
-        data = os.pread(fd, min(4 << 20, middle - at), at)
+    newline = os.pread(fd, 1 << 20, middle).find(b"\n")
+    return end if newline < 0 else min(end, middle + newline + 1)
+
+
+def _lines_between(fd: int, start: int, end: int) -> int:
+    """Newlines in the bytes [start, end) of a file."""
+    count, at = 0, start
+    while at < end:
+        data = os.pread(fd, min(4 << 20, end - at), at)
         if not data:
             break
-        number += split._newlines(data)
+        count += split._newlines(data)
         at += len(data)
-    return middle, number
+    return count
 
 
 def _spool(follower: Follower, parser: Parser, end: int, now: float, spool: int, conn: Connection) -> None:
