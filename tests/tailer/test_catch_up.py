@@ -110,6 +110,8 @@ def test_the_catch_up_gives_what_feeding_every_line_gives(name: str, child: bool
     as_kept = prepare if child else (lambda item: item)
     assert [repr(as_kept(item)) for item in settled(parsed)] == [repr(as_kept(item)) for item in settled(expected)]
     assert followed.parser.counts == reference.counts
+    # numbered as one reading of the file numbers its lines (halves: the worker counted those before its half)
+    assert followed.follower.current.splitter.next_number == path.read_bytes().count(b"\n") + 1
     assert followed.catch_up is None and bool(children) == bool(child and path.stat().st_size > 1024)
     assert not followed.no_child  # a child ended as one that did its work (exit status 0)
     if child == "split" and name in SEAMED:
