@@ -26,8 +26,8 @@ def assert_same_fold(grown: _Fold, whole: _Fold) -> None:
     for name in ("steps", "low", "high", "count"):
         assert np.array_equal(getattr(grown, name), getattr(whole, name), equal_nan=True), name
         assert getattr(grown, name).dtype == getattr(whole, name).dtype, name
-    assert (grown.mean.steps, grown.mean.values.tobytes(), grown.mean.times.tobytes()) == \
-        (whole.mean.steps, whole.mean.values.tobytes(), whole.mean.times.tobytes())
+    assert (grown.mean.steps.tobytes(), grown.mean.values.tobytes(), grown.mean.times.tobytes()) == \
+        (whole.mean.steps.tobytes(), whole.mean.values.tobytes(), whole.mean.times.tobytes())
     assert (grown.bad, grown.outliers, grown.sources, grown.newest) == \
         (whole.bad, whole.outliers, whole.sources, whole.newest)
     assert (grown.version, grown.lengths, grown.seq) == (whole.version, whole.lengths, whole.seq)
