@@ -37,6 +37,7 @@ from mstail.parsers.record import finite_or_name
 from mstail.tailer.history.series import Series, column_copy, finite_or_none, window
 
 OUTLIERS_MAX = 3  # sources named as farthest from the mean
+OUTLIERS_MIN = 3  # ... among this many sources with a value at least
 OUTLIER_FACTOR = 3.0  # ... only when their distance is this many times the typical source's (a healthy run: none)
 NONFINITE_MAX = 300  # non-finite values listed (the newest), as the page draws at most this many per chart
 T = TypeVar("T")
@@ -58,28 +59,43 @@ async def in_query_thread(function: Callable[..., T], *args: Any) -> T:
 
 
 class _Waiting:
-    """The questions handed to the query thread and not yet answered (or dropped): when none is left, the thread
-    gives the memory its allocator kept from their copies back to the system (`_give_back`). Without that, the
-    freed copies of 40 queries over 1 M points stayed in the sidecar's RSS (+270 MB) for good."""
+    """The questions handed to the query thread and not yet answered (or dropped): once none was left for
+    GIVE_BACK_AFTER_S, the thread gives the memory its allocator kept from their copies back to the system
+    (`_give_back`). Without that, the freed copies of 40 queries over 1 M points stayed in the sidecar's RSS
+    (+270 MB) for good; given back after each question, the next one paid for the pages again (page faults: a
+    third of a query's CPU)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._count = 0
+        self._asked = 0  # questions so far: a give-back waits for none to come meanwhile
 
     def add(self, future: "Future[Any]") -> None:
         with self._lock:
             self._count += 1
+            self._asked += 1
         future.add_done_callback(self._done)
 
     def _done(self, _: "Future[Any]") -> None:
         with self._lock:
             self._count -= 1
-            idle = self._count == 0
+            idle, asked = self._count == 0, self._asked
         if idle:
-            try:
-                _WORKER.submit(_give_back)
-            except RuntimeError:  # the interpreter is shutting the thread down
-                pass
+            timer = threading.Timer(GIVE_BACK_AFTER_S, self._give_back_if_idle, (asked,))
+            timer.daemon = True
+            timer.start()
+
+    def _give_back_if_idle(self, asked: int) -> None:
+        with self._lock:
+            if self._count or self._asked != asked:
+                return
+        try:
+            _WORKER.submit(_give_back)
+        except RuntimeError:  # the interpreter is shutting the thread down
+            pass
+
+
+GIVE_BACK_AFTER_S = 1.0
 
 
 _WAITING = _Waiting()
@@ -140,7 +156,7 @@ def _on_copy(function: Callable[..., T], series: Sequence[Tuple[str, Series]], s
 class AggregateCache:
     """Folds of recent selections, each valid while its series have the same number of points (they only grow),
     so zooming, re-drawing and the page's other charts re-use one fold (and its mean's EMA states).
-    Bounded by FOLDS_BYTES_MAX bytes of folds in all (`_Fold.nbytes`, about 56 bytes a step: 1,024 ranks x 2,000
+    Bounded by FOLDS_BYTES_MAX bytes of folds in all (`_Fold.nbytes`, about 48 bytes a step: 1,024 ranks x 2,000
     steps, 0.1 MiB a fold; a fold of more steps than fit, 1 M steps, is made for its question and not kept)."""
 
     def __init__(self, turns: Turns) -> None:
@@ -463,7 +479,10 @@ def _sums(distinct: Any, index: Any, values: Any, times: Any, np: Any) -> Tuple[
 def _distances(values: Any, owner: Any, mean: Any, position: Any, size: int, np: Any) -> Tuple[Any, Any]:
     """Per source (`owner` indexes `size` of them): the sum of |value - mean at its step| over its finite values
     (`position`: the index of each value's step in `mean`, anything at a non-finite value; None: each value's own
-    index, every one finite) and how many."""
+    index, every one finite) and how many. Zeros for fewer than OUTLIERS_MIN sources (none is ever an outlier, and
+    a fold grown from this one has the same sources)."""
+    if size < OUTLIERS_MIN:
+        return np.zeros(size), np.zeros(size, dtype=np.int64)
     if position is None:
         gaps = np.abs(values - mean)
     else:
@@ -471,8 +490,6 @@ def _distances(values: Any, owner: Any, mean: Any, position: Any, size: int, np:
         if not finite.all():  # the usual case skips these copies of 2 M points through a mask
             values, owner, position = values[finite], owner[finite], position[finite]
         gaps = np.abs(values - mean[position])
-    if size == 1:  # (a sum, where bincount's weights take a pass more)
-        return np.array([gaps.sum()]), np.array([len(gaps)], dtype=np.int64)
     return np.bincount(owner, weights=gaps, minlength=size), np.bincount(owner, minlength=size)
 
 
@@ -480,7 +497,7 @@ def _outliers(sources: List[str], distance: Any, counted: Any, np: Any) -> List[
     """Up to OUTLIERS_MAX `sources` whose mean distance from the mean (`distance` / `counted`: their sums over
     their finite values) is at least OUTLIER_FACTOR times the median source's, farthest first."""
     has = np.flatnonzero(counted)
-    if len(has) < 3:
+    if len(has) < OUTLIERS_MIN:
         return []
     scores = distance[has] / counted[has]
     typical = float(np.median(scores))

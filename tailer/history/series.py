@@ -103,23 +103,24 @@ def _at(column: array, indexes: Sequence[int]) -> List[Any]:
 
 # -- the EMA --------------------------------------------------------------------------------------------------
 
-LANE = 64  # points of a block, and blocks of a superblock, in the EMA's scan (`_scan`)
-MARK = LANE * LANE  # points of a superblock: the EMA's state is cached before each (`_Marks`)
-CHUNK_MARKS = 64  # superblocks scanned at once (262,144 points: a few MiB of arrays at a time)
+LANE = 16  # points of a block, and blocks of a superblock, in the EMA's scan (`_scan`)
+SUPER = LANE * LANE  # points of a superblock
+MARK = 16 * SUPER  # points between two states of the EMA cached (`_Marks`)
+CHUNK_MARKS = 64  # marks scanned at once (262,144 points: a few MiB of arrays at a time)
 _EMA_WEIGHTS_KEPT = 2  # EMAs cached per series (the slider's current and previous value)
 
 
 class _Marks:
     """The EMA of one series for one weight, cached as its state (the running sums and the last finite step) before
     every MARK-th point: 24 bytes per 4,096 points (6 KiB a 1 M-point series), so a zoomed-in window is scanned from
-    the mark before it, and a grown series from its last complete superblock."""
+    the mark before it, and a grown series from its last mark."""
 
     __slots__ = ("dens", "nums", "stride", "xs")
 
     def __init__(self, stride: int) -> None:
         self.stride = stride
         self.nums, self.dens, self.xs = array("d", [0.0]), array("d", [0.0]), array("q", [0])  # the state before
-        # superblock k; no finite value yet (den 0) means no last step
+        # point k·MARK; no finite value yet (den 0) means no last step
 
     def state(self, k: int) -> Tuple[float, float, Optional[int]]:
         den = self.dens[k]
@@ -179,69 +180,68 @@ def _smoothed_at(series: Series, weight: float, ends: Sequence[int],
 
 def _scan(series: Series, weight: float, marks: _Marks, first: int, b: int, n: int, at: Any,
           out: Tuple[Any, Any, Any], np: Any) -> None:
-    """The EMA over points first·MARK..b-1 from the state before superblock `first`: its sums and last finite step at
-    the indexes `at` into `out`, and the states before the superblocks that follow, complete below `n`, into
-    `marks`.
+    """The EMA over points first·MARK..b-1 from the state cached before them: its sums and last finite step at the
+    indexes `at` into `out`, and the states at the marks that follow, below `n`, into `marks`.
 
     Each point is a map `s -> d·s + (1-d)·v` of the sums (a non-finite value: the identity). Within a block of LANE
     points, the maps are composed point after point, every block at once (numpy over the blocks: LANE steps); within
     a superblock, the blocks' maps likewise; across superblocks, one state after another. Points are padded to whole
-    superblocks (what follows a point never changes its value). When every point is finite and a stride after the
-    one before (the usual case), every block composes the same decays: they are composed once, for one block."""
+    marks (what follows a point never changes its value). When every point is finite and a stride after the one
+    before (the usual case), every block composes the same decays: they are composed once, for one block."""
     a = first * MARK
     num0, den0, last_x = marks.state(first)
     values, steps = column_copy(series.values, a, b, np), column_copy(series.steps, a, b, np)
     size = -(-(b - a) // MARK) * MARK
+    blocks, supers = size // LANE, size // SUPER
     finite = np.isfinite(values)
     every = bool(finite.all())
     shown = np.flatnonzero(finite) if not every else None  # the finite points' indexes (None: every point)
     fx = steps if every else steps[shown]
-    before = last_x if last_x is not None else int(fx[0]) - marks.stride if len(fx) else 0
-    dx = np.diff(fx, prepend=before)  # to the finite point before (the first: a stride when there is none)
+    dx = np.empty(len(fx), dtype=np.int64)  # to the finite point before (the first's: a stride when there is none)
+    if len(fx):
+        dx[0] = fx[0] - last_x if last_x is not None else marks.stride
+        np.subtract(fx[1:], fx[:-1], out=dx[1:])
     keep = 1.0 - weight
-    sums = np.zeros(size)
-    blocks = size // LANE
     if every and dx.min() == dx.max() == marks.stride:  # one block's decays for all
-        np.multiply(values, keep, out=sums[:b - a])
+        if size > b - a:
+            values = np.concatenate((values, np.zeros(size - (b - a))))
+        total = np.multiply(values.reshape(blocks, LANE).T, keep, out=np.empty((LANE, blocks)))
         decay, debias = np.full((LANE, 1), weight), np.full((LANE, 1), keep)
     else:
         irregular = np.flatnonzero((dx != marks.stride) & (dx > 0))
-        d = np.ones(size)
+        d, sums = np.ones(size), np.zeros(size)
         fd = np.full(len(fx), weight)
         fd[irregular] = weight ** (dx[irregular] / marks.stride)
-        if every:
-            d[:b - a] = fd
-            sums[:b - a] = (1.0 - fd) * values
-        else:
-            d[shown] = fd
-            sums[shown] = (1.0 - fd) * values[shown]
-        decay, debias = _lanes(d, blocks), _lanes(1.0 - d, blocks)
-    total = _lanes(sums, blocks)
+        where = slice(0, b - a) if every else shown
+        d[where] = fd
+        sums[where] = (1.0 - fd) * values[where]
+        decay, debias, total = _lanes(d, blocks), _lanes(1.0 - d, blocks), _lanes(sums, blocks)
     _compose(decay, total, debias)
-    supers = blocks // LANE
     decay2, total2, debias2 = (_lanes(m[-1], supers) for m in (decay, total, debias))
     _compose(decay2, total2, debias2)
     # one superblock after another: the state before each
     state_num, state_den = np.empty(supers), np.empty(supers)
     num, den = num0, den0
-    for s, (sd, sn, sb) in enumerate(zip(*(_per(m[-1], supers).tolist() for m in (decay2, total2, debias2)))):
-        state_num[s], state_den[s] = num, den
+    for k, (sd, sn, sb) in enumerate(zip(*(_per(m[-1], supers).tolist() for m in (decay2, total2, debias2)))):
+        state_num[k], state_den[k] = num, den
         num, den = sd * num + sn, sd * den + sb
     last = _last_steps(fx, shown, last_x, np)  # the last finite step at or before a point
-    for s in range(len(marks.nums) - 1 - first, supers):  # superblocks complete below n whose state after is new
-        if a + (s + 1) * MARK > n:
+    per_mark = MARK // SUPER
+    for k in range(len(marks.nums) - first, size // MARK + 1):  # the marks below n not cached yet
+        if a + k * MARK > n:
             break
-        marks.nums.append(float(state_num[s + 1]) if s + 1 < supers else num)
-        marks.dens.append(float(state_den[s + 1]) if s + 1 < supers else den)
-        marks.xs.append(int(last(np.array([(s + 1) * MARK - 1]))[0]))
+        after = k * per_mark  # the superblock the mark is before
+        marks.nums.append(float(state_num[after]) if after < supers else num)
+        marks.dens.append(float(state_den[after]) if after < supers else den)
+        marks.xs.append(int(last(np.array([k * MARK - 1]))[0]))
     i = at - a
     block, t = i // LANE, i % LANE
-    s, u = block // LANE, block % LANE
+    k, u = block // LANE, block % LANE
     prior, began = np.maximum(u - 1, 0), u > 0
     # the state before the block: the superblock's, through the blocks before it in the superblock
-    col = s if decay2.shape[1] > 1 else 0
-    block_num = np.where(began, decay2[prior, col] * state_num[s] + total2[prior, s], state_num[s])
-    block_den = np.where(began, decay2[prior, col] * state_den[s] + debias2[prior, col], state_den[s])
+    col = k if decay2.shape[1] > 1 else 0
+    block_num = np.where(began, decay2[prior, col] * state_num[k] + total2[prior, k], state_num[k])
+    block_den = np.where(began, decay2[prior, col] * state_den[k] + debias2[prior, col], state_den[k])
     col = block if decay.shape[1] > 1 else 0
     out[0][:] = decay[t, col] * block_num + total[t, block]
     out[1][:] = decay[t, col] * block_den + debias[t, col]

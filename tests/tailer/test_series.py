@@ -160,7 +160,8 @@ _POINT = st.tuples(
     st.booleans())  # a wall time or none
 
 
-@pytest.mark.parametrize("lane, chunk", [(64, 64), (4, 3)])  # the real blocks, and tiny ones (every seam crossed)
+@pytest.mark.parametrize("lane, mark, chunk", [(16, 4096, 64), (2, 8, 3)])  # the real blocks, and tiny ones
+# (every seam crossed)
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])  # the
 # same constants for every example
 @given(points=st.lists(_POINT, max_size=700), stride=st.sampled_from([1, 10]),
@@ -168,10 +169,11 @@ _POINT = st.tuples(
        bounds=st.tuples(st.none() | st.integers(-20, 800), st.none() | st.integers(-20, 800)),
        grown=st.integers(0, 700))
 def test_the_numpy_window_is_the_plain_one_on_random_series(
-        monkeypatch: pytest.MonkeyPatch, lane: int, chunk: int, points: List[Tuple[int, float, bool]], stride: int,
+        monkeypatch: pytest.MonkeyPatch, lane: int, mark: int, chunk: int, points: List[Tuple[int, float, bool]], stride: int,
         smooth: float, asked: int, bounds: Tuple[Optional[int], Optional[int]], grown: int) -> None:
     monkeypatch.setattr(series_module, "LANE", lane)
-    monkeypatch.setattr(series_module, "MARK", lane * lane)
+    monkeypatch.setattr(series_module, "SUPER", lane * lane)
+    monkeypatch.setattr(series_module, "MARK", mark)
     monkeypatch.setattr(series_module, "CHUNK_MARKS", chunk)
     series, step = Series(), 0
     for move, value, timed in points:
