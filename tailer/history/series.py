@@ -23,7 +23,7 @@ import threading
 from array import array
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 from mstail.parsers.record import finite_or_name, numbers
 
@@ -183,59 +183,95 @@ def _scan(series: Series, weight: float, marks: _Marks, first: int, b: int, n: i
     """The EMA over points first·MARK..b-1 from the state cached before them: its sums and last finite step at the
     indexes `at` into `out`, and the states at the marks that follow, below `n`, into `marks`.
 
-    Each point is a map `s -> d·s + (1-d)·v` of the sums (a non-finite value: the identity). Within a block of LANE
-    points, the maps are composed point after point, every block at once (numpy over the blocks: LANE steps); within
-    a superblock, the blocks' maps likewise; across superblocks, one state after another. Points are padded to whole
-    marks (what follows a point never changes its value). When every point is finite and a stride after the one
-    before (the usual case), every block composes the same decays: they are composed once, for one block."""
+    Each point is a map `s -> d·s + (1-d)·v` of the sums (a non-finite value: the identity), composed by
+    `_compose_maps` from one mark to the next. Where every point is finite and a stride after the one before (the
+    usual case), the marks are composed together, with one block's decays for all; a mark holding another point (a
+    NaN, a gap) is composed alone, with the decays of each point."""
     a = first * MARK
     num0, den0, last_x = marks.state(first)
     values, steps = column_copy(series.values, a, b, np), column_copy(series.steps, a, b, np)
-    size = -(-(b - a) // MARK) * MARK
-    blocks, supers = size // LANE, size // SUPER
     finite = np.isfinite(values)
     every = bool(finite.all())
-    shown = np.flatnonzero(finite) if not every else None  # the finite points' indexes (None: every point)
+    shown: Any = np.flatnonzero(finite) if not every else None  # the finite points' indexes (None: every point)
     fx = steps if every else steps[shown]
     dx = np.empty(len(fx), dtype=np.int64)  # to the finite point before (the first's: a stride when there is none)
     if len(fx):
         dx[0] = fx[0] - last_x if last_x is not None else marks.stride
         np.subtract(fx[1:], fx[:-1], out=dx[1:])
-    keep = 1.0 - weight
-    if every and dx.min() == dx.max() == marks.stride:  # one block's decays for all
-        if size > b - a:
-            values = np.concatenate((values, np.zeros(size - (b - a))))
-        total = np.multiply(values.reshape(blocks, LANE).T, keep, out=np.empty((LANE, blocks)))
+    odd_marks: Set[int] = set()  # the marks holding a NaN or a finite point not a stride after the one before
+    if not (every and dx.min() == dx.max() == marks.stride):
+        odd = np.flatnonzero(dx != marks.stride)
+        odd_marks.update(((odd if every else shown[odd]) // MARK).tolist())
+        odd_marks.update((np.flatnonzero(~finite) // MARK).tolist())
+    last = _last_steps(fx, shown, last_x, np)  # the last finite step at or before a point
+    state = (num0, den0)
+    i = at - a
+    count = -(-(b - a) // MARK)
+    k = 0
+    while k < count:  # runs of marks alike: usual ones together, odd ones one at a time
+        stop = k + 1
+        if k not in odd_marks:
+            while stop < count and stop not in odd_marks:
+                stop += 1
+        lo, hi = k * MARK, min(stop * MARK, b - a)
+        if k in odd_marks:  # each point's decay (a gap of k strides: weight ** k), the identity at a NaN
+            if every:
+                finite_at, gaps = np.arange(lo, hi), dx[lo:hi]
+            else:
+                j0, j1 = np.searchsorted(shown, lo), np.searchsorted(shown, hi)
+                finite_at, gaps = shown[j0:j1], dx[j0:j1]
+            decays = np.full(len(gaps), weight)
+            irregular = np.flatnonzero((gaps != marks.stride) & (gaps > 0))
+            decays[irregular] = weight ** (gaps[irregular] / marks.stride)
+            d, sums = np.ones(MARK), np.zeros(MARK)
+            d[finite_at - lo] = decays
+            sums[finite_at - lo] = (1.0 - decays) * values[finite_at]
+        else:
+            d, sums = None, values[lo:hi]
+        asked = (i >= lo) & (i < hi)
+        state, states = _compose_maps(weight, d, sums, stop - k, state, i[asked] - lo, out, asked, np)
+        for m, mark in enumerate(states, start=k + 1):  # the marks below n not cached yet
+            if first + m == len(marks.nums) and a + m * MARK <= n:
+                marks.nums.append(mark[0])
+                marks.dens.append(mark[1])
+                marks.xs.append(int(last(np.array([m * MARK - 1]))[0]))
+        k = stop
+    out[2][:] = last(i)
+
+
+def _compose_maps(weight: float, d: Any, sums: Any, count: int, state: Tuple[float, float], ends: Any,
+                  out: Tuple[Any, Any, Any], asked: Any, np: Any) -> Tuple[Tuple[float, float], List[Tuple[float, float]]]:
+    """The maps of `count` marks of points (`d`, each point's decay, and `sums`, its `(1-d)·v`; `d` None: every
+    decay `weight` and `sums` the values, not yet times 1-weight), composed from `state`: the sums at the indexes
+    `ends` into `out` where `asked`, the state after the points and after each mark.
+
+    Within a block of LANE points, the maps are composed point after point, every block at once (numpy over the
+    blocks: LANE steps); within a superblock, the blocks' maps likewise; across superblocks, one state after
+    another. Points are padded to whole marks (what follows a point never changes its value)."""
+    size = count * MARK
+    blocks, supers = size // LANE, size // SUPER
+    if d is None:  # one block's decays for all
+        keep = 1.0 - weight
+        if len(sums) < size:
+            sums = np.concatenate((sums, np.zeros(size - len(sums))))
+        total = np.multiply(sums.reshape(blocks, LANE).T, keep, out=np.empty((LANE, blocks)))
         decay, debias = np.full((LANE, 1), weight), np.full((LANE, 1), keep)
     else:
-        irregular = np.flatnonzero((dx != marks.stride) & (dx > 0))
-        d, sums = np.ones(size), np.zeros(size)
-        fd = np.full(len(fx), weight)
-        fd[irregular] = weight ** (dx[irregular] / marks.stride)
-        where = slice(0, b - a) if every else shown
-        d[where] = fd
-        sums[where] = (1.0 - fd) * values[where]
         decay, debias, total = _lanes(d, blocks), _lanes(1.0 - d, blocks), _lanes(sums, blocks)
     _compose(decay, total, debias)
     decay2, total2, debias2 = (_lanes(m[-1], supers) for m in (decay, total, debias))
     _compose(decay2, total2, debias2)
     # one superblock after another: the state before each
     state_num, state_den = np.empty(supers), np.empty(supers)
-    num, den = num0, den0
+    num, den = state
+    per_mark = MARK // SUPER
+    states = []
     for k, (sd, sn, sb) in enumerate(zip(*(_per(m[-1], supers).tolist() for m in (decay2, total2, debias2)))):
         state_num[k], state_den[k] = num, den
         num, den = sd * num + sn, sd * den + sb
-    last = _last_steps(fx, shown, last_x, np)  # the last finite step at or before a point
-    per_mark = MARK // SUPER
-    for k in range(len(marks.nums) - first, size // MARK + 1):  # the marks below n not cached yet
-        if a + k * MARK > n:
-            break
-        after = k * per_mark  # the superblock the mark is before
-        marks.nums.append(float(state_num[after]) if after < supers else num)
-        marks.dens.append(float(state_den[after]) if after < supers else den)
-        marks.xs.append(int(last(np.array([k * MARK - 1]))[0]))
-    i = at - a
-    block, t = i // LANE, i % LANE
+        if (k + 1) % per_mark == 0:
+            states.append((num, den))
+    block, t = ends // LANE, ends % LANE
     k, u = block // LANE, block % LANE
     prior, began = np.maximum(u - 1, 0), u > 0
     # the state before the block: the superblock's, through the blocks before it in the superblock
@@ -243,9 +279,9 @@ def _scan(series: Series, weight: float, marks: _Marks, first: int, b: int, n: i
     block_num = np.where(began, decay2[prior, col] * state_num[k] + total2[prior, k], state_num[k])
     block_den = np.where(began, decay2[prior, col] * state_den[k] + debias2[prior, col], state_den[k])
     col = block if decay.shape[1] > 1 else 0
-    out[0][:] = decay[t, col] * block_num + total[t, block]
-    out[1][:] = decay[t, col] * block_den + debias[t, col]
-    out[2][:] = last(i)
+    out[0][asked] = decay[t, col] * block_num + total[t, block]
+    out[1][asked] = decay[t, col] * block_den + debias[t, col]
+    return (num, den), states
 
 
 def _lanes(column: Any, count: int) -> Any:
