@@ -55,7 +55,7 @@ def window(series: Series, start: Optional[int], end: Optional[int], points: int
            n: Optional[int] = None) -> Dict[str, Any]:
     """The series between steps `start` and `end` (inclusive; None = open): `x`, `min`, `max`, `last` and
     `nonfinite`, exact or bucketed; `t`, the wall time of each x (the point's, or the bucket's last point's); with
-    `smooth` in (0, 1), `smooth`: the debiased, step-aware EMA of the full-resolution series (`_ema`) at each x,
+    `smooth` in (0, 1), `smooth`: the debiased, step-aware EMA of the full-resolution series (`_smoothed_at`) at each x,
     computed before bucketing, so neither zoom nor later steps change a value, and `smooth_state` when the window
     reaches the newest point (what a client needs to continue the EMA live). Of the series' first `n` points
     (default every one): those it held when the question was asked."""
