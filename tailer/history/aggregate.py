@@ -48,7 +48,20 @@ T = TypeVar("T")
 #: peak), and memory freed by many threads at once stays with the process (what one thread keeps is given back when
 #: it is idle: `_Waiting`); one thread also keeps the loop's share of the GIL, and extends the series' EMA states
 #: alone (`series`)
-_WORKER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mstail-query")
+_WORKER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mstail-query", initializer=lambda: _yield_to_loop())
+
+
+def _yield_to_loop() -> None:
+    """The query thread at QUERY_NICE above the process's nice (Linux: a thread's own): the event loop's thread
+    goes first when both want a core."""
+    try:
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + QUERY_NICE)
+    except (AttributeError, OSError):  # no per-thread priorities here
+        pass
+
+
+QUERY_NICE = 5
 
 
 async def in_query_thread(function: Callable[..., T], *args: Any) -> T:

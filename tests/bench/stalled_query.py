@@ -7,7 +7,8 @@ state (its history back from the saved columns), waiting until `/api/series` ser
 Measured per run: 40 `/api/series` requests at once, each from a client address of its own (127.0.0.2 and up: the
 server bounds the expensive requests of one address, `web/limits.py`), each with a random metric, `smooth=` (a new
 weight each, so no cached EMA serves it), `points=` and, one time in two, `aggregate=mean`. Meanwhile `/healthz` is
-asked in a loop, each time on a new connection: its latency p50 / p99 / max while the queries run; the queries' wall
+asked in a loop, each time on a new connection: its latency p50 / p99 / max while the queries run (and its p99 over
+the IDLE_S before them: what the machine's load alone does); the queries' wall
 time until the last answered; the server's RSS (VmRSS) before them, when they ended and 3 s later. Then 40 more
 such queries (other weights) one after another, alone: the server's CPU time across each (its threads'
 /proc/PID/task/*/schedstat, in ns; the idle server's CPU over as long is said beside them).
@@ -39,6 +40,7 @@ from restart import METRICS, code_of, full_history, start_jsonl_mstail
 
 QUERIES = 40
 HEALTH_EVERY_S = 0.02
+IDLE_S = 3.0  # /healthz asked this long before the queries
 SEED = 20261208
 
 
@@ -114,7 +116,7 @@ def burst(port: int, pid: int, paths: List[str]) -> Dict[str, float]:
     stop = threading.Event()
     sampler = threading.Thread(target=health_samples, args=(port, stop, health), daemon=True)
     sampler.start()
-    time.sleep(0.5)  # a few samples of the idle server first
+    time.sleep(IDLE_S)  # the idle server first: what the machine's load alone does to /healthz
     idle = len(health)
     answers: List[Tuple[int, float]] = []
     began = time.perf_counter()
@@ -129,8 +131,8 @@ def burst(port: int, pid: int, paths: List[str]) -> Dict[str, float]:
     sampler.join()
     rss_end = rss_mib(pid)
     time.sleep(3)
-    during = health[idle:]
-    return {"wall_s": wall, "ok": sum(1 for status, _ in answers if status == 200), "answered": len(answers),
+    during, before = health[idle:], health[:idle]
+    return {"idle_p99_ms": 1000 * percentile(before, 0.99), "idle_n": len(before),"wall_s": wall, "ok": sum(1 for status, _ in answers if status == 200), "answered": len(answers),
             "query_p50_s": percentile([s for _, s in answers], 0.5), "health_n": len(during),
             "health_p50_ms": 1000 * percentile(during, 0.5), "health_p99_ms": 1000 * percentile(during, 0.99),
             "health_max_ms": 1000 * max(during, default=float("nan")), "rss_before": rss_before,
@@ -153,7 +155,7 @@ def run(support: Any, label: str, log: Path, state: Path, work: Path, steps: int
     print(f"[{label}] {figures['ok']}/{figures['answered']} queries answered 200 in {figures['wall_s']:.2f} s "
           f"(median {figures['query_p50_s']:.2f} s); /healthz meanwhile ({figures['health_n']} answers): p50 "
           f"{figures['health_p50_ms']:.1f} ms, p99 {figures['health_p99_ms']:.1f} ms, max {figures['health_max_ms']:.0f} "
-          f"ms; RSS {figures['rss_before']:.0f} MiB before, {figures['rss_end']:.0f} MiB at the end, "
+          f"ms (idle before: {figures['idle_n']} answers, p99 {figures['idle_p99_ms']:.1f} ms); RSS {figures['rss_before']:.0f} MiB before, {figures['rss_end']:.0f} MiB at the end, "
           f"{figures['rss_after_3s']:.0f} MiB 3 s later; load {os.getloadavg()[0]:.2f}; alone, the server's CPU a "
           f"query: median {figures['cpu_p50_ms']:.1f} ms, max {figures['cpu_max_ms']:.1f} ms, "
           f"{figures['over_50']:.0f} over 50 ms (idle: {figures['idle_ms']:.1f} ms over as long)", flush=True)
@@ -203,7 +205,8 @@ def main() -> int:
                 continue  # --rounds 0: only the log and the state made (with --keep)
             median = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
             print(f"{name} (median of {len(runs)}): /healthz p50 {median['health_p50_ms']:.1f} ms, p99 "
-                  f"{median['health_p99_ms']:.1f} ms, max {median['health_max_ms']:.0f} ms; 40 queries "
+                  f"{median['health_p99_ms']:.1f} ms, max {median['health_max_ms']:.0f} ms (idle before: p99 "
+                  f"{median['idle_p99_ms']:.1f} ms); 40 queries "
                   f"{median['wall_s']:.2f} s; RSS {median['rss_before']:.0f} -> {median['rss_end']:.0f} -> "
                   f"{median['rss_after_3s']:.0f} MiB; CPU a query alone: median {median['cpu_p50_ms']:.1f} ms, max "
                   f"{median['cpu_max_ms']:.1f} ms")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import random
 import threading
 from typing import Any, List, Tuple
@@ -195,3 +196,13 @@ def test_the_query_thread_gives_memory_back_once_idle(monkeypatch: pytest.Monkey
     assert asyncio.run(burst()) == [sum(range(k)) for k in range(40)]
     assert done.wait(30)
     assert given == [0]
+
+
+def test_the_query_thread_gives_way_to_the_event_loop() -> None:
+    """The query thread runs QUERY_NICE above the process's nice (Linux: a thread's own), so the loop's thread gets a
+    core first when both want one."""
+    def own_nice() -> int:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    loop_nice = own_nice()
+    assert asyncio.run(in_query_thread(own_nice)) == min(19, loop_nice + aggregate_module.QUERY_NICE)
