@@ -103,9 +103,8 @@ def _at(column: array, indexes: Sequence[int]) -> List[Any]:
 
 # -- the EMA --------------------------------------------------------------------------------------------------
 
-LANE = 16  # points of a block, and blocks of a superblock, in the EMA's scan (`_scan`)
-SUPER = LANE * LANE  # points of a superblock
-MARK = 16 * SUPER  # points between two states of the EMA cached (`_Marks`)
+LANE = 16  # maps composed at once in the EMA's scan: points of a block, blocks of a superblock, superblocks of a mark
+MARK = LANE ** 3  # points between two states of the EMA cached (`_Marks`), composed one after another
 CHUNK_MARKS = 64  # marks scanned at once (262,144 points: a few MiB of arrays at a time)
 _EMA_WEIGHTS_KEPT = 2  # EMAs cached per series (the slider's current and previous value)
 
@@ -150,10 +149,10 @@ def _smoothed_at(series: Series, weight: float, ends: Sequence[int],
     value carries over).
 
     Computed over numpy columns (`_scan`) in a fixed order tied to the points' indexes (blocks of LANE points,
-    superblocks of LANE blocks, from the state before each superblock), so the value at a point depends only on the
-    points up to it: it never changes when the run grows or the chart zooms. It differs from the one-point-at-a-time
-    fold by float rounding only (sums grouped by block: a few units in the last place of the values' scale). The
-    states before each superblock are cached per weight (`_Marks`, _EMA_WEIGHTS_KEPT weights a series)."""
+    superblocks of LANE blocks, marks of LANE superblocks, from the state before each mark), so the value at a point
+    depends only on the points up to it: it never changes when the run grows or the chart zooms. It differs from the
+    one-point-at-a-time fold by float rounding only (sums grouped by block: a few units in the last place of the
+    values' scale). The states at the marks are cached per weight (`_Marks`, _EMA_WEIGHTS_KEPT weights a series)."""
     import numpy as np
 
     n = len(series.values) if n is None else n
@@ -246,41 +245,47 @@ def _compose_maps(weight: float, d: Any, sums: Any, count: int, state: Tuple[flo
     `ends` into `out` where `asked`, the state after the points and after each mark.
 
     Within a block of LANE points, the maps are composed point after point, every block at once (numpy over the
-    blocks: LANE steps); within a superblock, the blocks' maps likewise; across superblocks, one state after
-    another. Points are padded to whole marks (what follows a point never changes its value)."""
+    blocks: LANE steps); within a superblock, the blocks' maps likewise, and within a mark the superblocks'; across
+    marks, one state after another. Points are padded to whole marks (what follows a point never changes its
+    value)."""
     size = count * MARK
-    blocks, supers = size // LANE, size // SUPER
     if d is None:  # one block's decays for all
         keep = 1.0 - weight
         if len(sums) < size:
             sums = np.concatenate((sums, np.zeros(size - len(sums))))
-        total = np.multiply(sums.reshape(blocks, LANE).T, keep, out=np.empty((LANE, blocks)))
-        decay, debias = np.full((LANE, 1), weight), np.full((LANE, 1), keep)
+        total = np.multiply(sums.reshape(size // LANE, LANE).T, keep, out=np.empty((LANE, size // LANE)))
+        levels = [(np.full((LANE, 1), weight), total, np.full((LANE, 1), keep))]
     else:
-        decay, debias, total = _lanes(d, blocks), _lanes(1.0 - d, blocks), _lanes(sums, blocks)
-    _compose(decay, total, debias)
-    decay2, total2, debias2 = (_lanes(m[-1], supers) for m in (decay, total, debias))
-    _compose(decay2, total2, debias2)
-    # one superblock after another: the state before each
-    state_num, state_den = np.empty(supers), np.empty(supers)
+        levels = [(_lanes(d, size // LANE), _lanes(sums, size // LANE), _lanes(1.0 - d, size // LANE))]
+    _compose(*levels[0])
+    runs = size // LANE
+    while runs > count:  # the runs' maps composed LANE at a time, up to one map a mark
+        runs //= LANE
+        levels.append(tuple(_lanes(m[-1], runs) for m in levels[-1]))
+        _compose(*levels[-1])
+    # one mark after another: the state before each, and after
+    before_num, before_den = np.empty(count), np.empty(count)
     num, den = state
-    per_mark = MARK // SUPER
     states = []
-    for k, (sd, sn, sb) in enumerate(zip(*(_per(m[-1], supers).tolist() for m in (decay2, total2, debias2)))):
-        state_num[k], state_den[k] = num, den
-        num, den = sd * num + sn, sd * den + sb
-        if (k + 1) % per_mark == 0:
-            states.append((num, den))
-    block, t = ends // LANE, ends % LANE
-    k, u = block // LANE, block % LANE
-    prior, began = np.maximum(u - 1, 0), u > 0
-    # the state before the block: the superblock's, through the blocks before it in the superblock
-    col = k if decay2.shape[1] > 1 else 0
-    block_num = np.where(began, decay2[prior, col] * state_num[k] + total2[prior, k], state_num[k])
-    block_den = np.where(began, decay2[prior, col] * state_den[k] + debias2[prior, col], state_den[k])
-    col = block if decay.shape[1] > 1 else 0
-    out[0][asked] = decay[t, col] * block_num + total[t, block]
-    out[1][asked] = decay[t, col] * block_den + debias[t, col]
+    for k, (md, mn, mb) in enumerate(zip(*(_per(m[-1], count).tolist() for m in levels[-1]))):
+        before_num[k], before_den[k] = num, den
+        num, den = md * num + mn, md * den + mb
+        states.append((num, den))
+    # at each end: the mark's state, through the runs before the end's at each level down to its block
+    end_num, end_den = before_num[ends // MARK], before_den[ends // MARK]
+    for level in range(len(levels) - 1, -1, -1):
+        decay, total, debias = levels[level]
+        unit = LANE ** level  # points of the runs this level composes
+        u, column = ends // unit % LANE, ends // (unit * LANE)
+        uniform = 0 if decay.shape[1] == 1 else column
+        if level:  # the runs before the end's one
+            began, prior = u > 0, np.maximum(u - 1, 0)
+            end_num = np.where(began, decay[prior, uniform] * end_num + total[prior, column], end_num)
+            end_den = np.where(began, decay[prior, uniform] * end_den + debias[prior, uniform], end_den)
+        else:  # its block's points up to it
+            end_num = decay[u, uniform] * end_num + total[u, column]
+            end_den = decay[u, uniform] * end_den + debias[u, uniform]
+    out[0][asked], out[1][asked] = end_num, end_den
     return (num, den), states
 
 

@@ -160,7 +160,7 @@ _POINT = st.tuples(
     st.booleans())  # a wall time or none
 
 
-@pytest.mark.parametrize("lane, mark, chunk", [(16, 4096, 64), (2, 8, 3)])  # the real blocks, and tiny ones
+@pytest.mark.parametrize("lane, mark, chunk", [(16, 16 ** 3, 64), (2, 2 ** 3, 3)])  # the real blocks, and tiny ones
 # (every seam crossed)
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])  # the
 # same constants for every example
@@ -172,7 +172,6 @@ def test_the_numpy_window_is_the_plain_one_on_random_series(
         monkeypatch: pytest.MonkeyPatch, lane: int, mark: int, chunk: int, points: List[Tuple[int, float, bool]], stride: int,
         smooth: float, asked: int, bounds: Tuple[Optional[int], Optional[int]], grown: int) -> None:
     monkeypatch.setattr(series_module, "LANE", lane)
-    monkeypatch.setattr(series_module, "SUPER", lane * lane)
     monkeypatch.setattr(series_module, "MARK", mark)
     monkeypatch.setattr(series_module, "CHUNK_MARKS", chunk)
     series, step = Series(), 0
