@@ -10,11 +10,12 @@ every step of the bucket, so no rank's spike is hidden. The sources farthest fro
 (`outliers`), so the page can draw them on top. Non-finite values never enter mean, min or max; they are listed
 with their source.
 
-numpy does the per-step folding (2 M points in tens of ms; the same in Python takes seconds); it is imported on
-the first aggregate query only. The store's columns are read through the buffer protocol and copied at once, on
-the event loop (`Points`: an `array` that exports a buffer cannot grow, and the tailer appends to them between
-queries); the fold of that copy runs in the query thread (`AggregateCache.fold`: 1,024 ranks x 2,000 steps take
-0.3-1 s on a loaded machine, which the loop's other requests and passes no longer wait for). A fold of series that
+numpy does the per-step folding (2 M points in tens of ms; the same in Python takes seconds; a step logged by one
+point only, as one source's, takes no sums at all); it is imported by the first query, in the query thread. The
+store's columns are counted on the event loop and copied a slice at a time in the query thread (`Points`: a numpy
+view would stop the `array` growing, and the tailer appends to them meanwhile), where the fold of that copy runs
+too (`AggregateCache.fold`: 1,024 ranks x 2,000 steps take 0.3-1 s on a loaded machine, which the loop's other
+requests and passes do not wait for). A fold of series that
 grew is made from the one before and a copy of their last steps only (`Points` with `after`): the per-step sums of
 the steps before the first one a series grew at do not change, so a live run's fold costs its new steps (1,024
 ranks: a few ms), not its history (at 10,000 steps every fold copied and folded 10 M points: 0.4 s).
@@ -23,16 +24,20 @@ ranks: a few ms), not its history (at 10,000 steps every fold copied and folded 
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import os
+import threading
 import time
 from bisect import bisect_left, bisect_right
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
 
 from mstail.parsers.record import finite_or_name
 
-from mstail.tailer.history.series import Series, finite_or_none, window
+from mstail.tailer.history.series import Series, column_copy, finite_or_none, window
 
 OUTLIERS_MAX = 3  # sources named as farthest from the mean
+OUTLIERS_MIN = 3  # ... among this many sources with a value at least
 OUTLIER_FACTOR = 3.0  # ... only when their distance is this many times the typical source's (a healthy run: none)
 NONFINITE_MAX = 300  # non-finite values listed (the newest), as the page draws at most this many per chart
 T = TypeVar("T")
@@ -40,20 +45,103 @@ T = TypeVar("T")
 
 #: the one thread the charts' maths runs in (folds, heatmaps, windows and smoothing: `in_query_thread`), never the
 #: event loop's: a fold holds copies of every point of a metric (1,024 ranks x 2,000 steps: about 100 MB at its
-#: peak), and memory freed by many threads at once stays with the process; one thread also keeps the loop's share of
-#: the GIL, and extends the series' EMA sums alone (`series`)
-_WORKER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mstail-query")
+#: peak), and memory freed by many threads at once stays with the process (what one thread keeps is given back when
+#: it is idle: `_Waiting`); one thread also keeps the loop's share of the GIL, and extends the series' EMA states
+#: alone (`series`)
+_WORKER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mstail-query", initializer=lambda: _yield_to_loop())
+
+
+def _yield_to_loop() -> None:
+    """The query thread at QUERY_NICE above the process's nice (Linux: a thread's own): the event loop's thread
+    goes first when both want a core."""
+    try:
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + QUERY_NICE)
+    except (AttributeError, OSError):  # no per-thread priorities here
+        pass
+
+
+QUERY_NICE = 5
 
 
 async def in_query_thread(function: Callable[..., T], *args: Any) -> T:
     """`function(*args)` in the query thread, after the questions asked before it (in their order)."""
-    return await asyncio.get_running_loop().run_in_executor(_WORKER, function, *args)
+    future = _WORKER.submit(function, *args)
+    _WAITING.add(future)
+    return await asyncio.wrap_future(future)
+
+
+class _Waiting:
+    """The questions handed to the query thread and not yet answered (or dropped): once none was left for
+    GIVE_BACK_AFTER_S, the thread gives the memory its allocator kept from their copies back to the system
+    (`_give_back`). Without that, the freed copies of 40 queries over 1 M points stayed in the sidecar's RSS
+    (+270 MB) for good; given back after each question, the next one paid for the pages again (page faults: a
+    third of a query's CPU)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._count = 0
+        self._asked = 0  # questions so far: a give-back waits for none to come meanwhile
+
+    def add(self, future: "Future[Any]") -> None:
+        with self._lock:
+            self._count += 1
+            self._asked += 1
+        future.add_done_callback(self._done)
+
+    def _done(self, _: "Future[Any]") -> None:
+        with self._lock:
+            self._count -= 1
+            idle, asked = self._count == 0, self._asked
+        if idle:
+            timer = threading.Timer(GIVE_BACK_AFTER_S, self._give_back_if_idle, (asked,))
+            timer.daemon = True
+            timer.start()
+
+    def _give_back_if_idle(self, asked: int) -> None:
+        with self._lock:
+            if self._count or self._asked != asked:
+                return
+        try:
+            _WORKER.submit(_give_back)
+        except RuntimeError:  # the interpreter is shutting the thread down
+            pass
+
+
+GIVE_BACK_AFTER_S = 1.0
+
+
+_WAITING = _Waiting()
+
+
+def _give_back() -> None:
+    """glibc's `malloc_trim(0)`: the free memory of every arena (the query thread's own, where its copies were made)
+    returned to the system. Elsewhere (another C library) nothing."""
+    global _TRIM
+    if _TRIM is None:
+        _TRIM = _malloc_trim()
+    _TRIM()
+
+
+def _malloc_trim() -> Callable[[], Any]:
+    try:
+        if not (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc"):
+            return lambda: None
+        trim = ctypes.CDLL("libc.so.6").malloc_trim
+    except (AttributeError, OSError, ValueError):  # no confstr, no glibc, no malloc_trim
+        return lambda: None
+    trim.argtypes = [ctypes.c_size_t]
+    return lambda: trim(0)
+
+
+_TRIM: Optional[Callable[[], Any]] = None
 
 
 class Turns:
-    """Copies of series and the computations on them, one at a time: a copy is taken (on the event loop) when
-    its turn comes, then computed in the query thread. Several at once (a page's first screen asks for six folds
-    and a heatmap together) held six copies and grew the sidecar's RSS by 700 MB for good."""
+    """Copies of series and the computations on them, one at a time: the series' lengths are taken (on the event
+    loop) when its turn comes, then the copy of those points is made and computed in the query thread. Several at
+    once (a page's first screen asks for six folds and a heatmap together) held six copies and grew the sidecar's
+    RSS by 700 MB for good."""
 
     def __init__(self, seq: Callable[[], int]) -> None:
         self._seq = seq  # the store's newest seq: what a copy holds
@@ -68,19 +156,27 @@ class Turns:
         if self._loop is not loop:  # a lock belongs to one loop (tests run several, one after another)
             self._lock, self._loop = asyncio.Lock(), loop
         async with self._lock:  # type: ignore[union-attr]  # made just above
-            points = Points(series, self._seq(), after)
-            return await loop.run_in_executor(_WORKER, function, points, *args)
+            lengths = tuple(len(s) for _, s in series)
+            return await in_query_thread(_on_copy, function, series, self._seq(), after, lengths, *args)
+
+
+def _on_copy(function: Callable[..., T], series: Sequence[Tuple[str, Series]], seq: int, after: Optional["_Fold"],
+             lengths: Sequence[int], *args: Any) -> T:
+    """`function(points, *args)`, `points` the copy (`Points`) of the first `lengths` points of `series`."""
+    return function(Points(series, seq, after, lengths), *args)
 
 
 class AggregateCache:
     """Folds of recent selections, each valid while its series have the same number of points (they only grow),
-    so zooming, re-drawing and the page's other charts re-use one fold (and its mean's EMA and block summaries).
-    Bounded by CACHED_STEPS_MAX distinct steps in all (a 2,000-step run: 1,000 folds; a 1 M-step one: 2)."""
+    so zooming, re-drawing and the page's other charts re-use one fold (and its mean's EMA states).
+    Bounded by FOLDS_BYTES_MAX bytes of folds in all (`_Fold.nbytes`, about 48 bytes a step: 1,024 ranks x 2,000
+    steps, 0.1 MiB a fold; a fold of more steps than fit, 1 M steps, is made for its question and not kept)."""
 
     def __init__(self, turns: Turns) -> None:
         self._turns = turns
         self._folds: Dict[Any, "_Fold"] = {}
         self._folding: Dict[Any, "asyncio.Future[_Fold]"] = {}  # folds under way, shared by callers
+        self._unkept: Dict[Any, int] = {}  # selection -> version of its fold, made but too big to keep
 
     async def fold(self, key: Any, series: Sequence[Tuple[str, Series]], fresh: bool = False) -> "_Fold":
         """The fold of `series` (the selection `key`): cached while they have not grown, else folded from a copy
@@ -108,23 +204,31 @@ class AggregateCache:
             version = fold.version  # what it holds is what the series held when its turn came: current enough
         self._folds.pop(key, None)
         self._folds[key] = fold  # most recently used last
-        cached = sum(len(f.steps) for f in self._folds.values())
-        while cached > CACHED_STEPS_MAX and len(self._folds) > 1:
+        cached = sum(f.nbytes for f in self._folds.values())
+        while cached > FOLDS_BYTES_MAX and self._folds:
             oldest = next(iter(self._folds))
-            cached -= len(self._folds.pop(oldest).steps)
+            cached -= self._folds.pop(oldest).nbytes
+        if key not in self._folds:
+            self._unkept.pop(key, None)
+            self._unkept[key] = fold.version
+            while len(self._unkept) > UNKEPT_MAX:
+                del self._unkept[next(iter(self._unkept))]
         return fold
 
     def age(self, key: Any, series: Sequence[Tuple[str, Series]]) -> Optional[float]:
         """Seconds since the copy behind the cached fold of `series` (the selection `key`) was taken; None when
-        that fold holds them as they are now, infinity when there is none."""
+        that fold holds them as they are now (or was made of them as they are now, too big to keep), infinity when
+        there is none."""
         fold = self._folds.get(key)
+        version = sum(len(s) for _, s in series)
         if fold is None:
-            return float("inf")
-        return None if fold.version >= sum(len(s) for _, s in series) else time.monotonic() - fold.made
+            return None if self._unkept.get(key) == version else float("inf")
+        return None if fold.version >= version else time.monotonic() - fold.made
 
 
-CACHED_STEPS_MAX = 2_000_000
-FEW_POINTS = 64  # points a series copied at most, on average, for which slices beat numpy views (`Points`)
+FOLDS_BYTES_MAX = 32 << 20
+UNKEPT_MAX = 64  # selections whose fold was too big to keep, remembered (so the warmer does not fold them again)
+FEW_POINTS = 64  # points a series copied at most, on average, for which slices joined beat numpy (`Points`)
 STALE_COST_S = 0.05  # folds that took this long or longer may be served ...
 STALE_FOR_S = 5.0  # ... this long after their copy was taken, while a newer one is made (Store.keep_folds_warm)
 
@@ -199,8 +303,7 @@ class _Fold:
             self.newest = int(points.steps.max()) if len(points.steps) else 0
         else:  # the steps before the cut as the base has them, the others from the copy
             keep = int(np.searchsorted(base.steps, points.cut))
-            base_mean = np.frombuffer(base.mean.values)  # views: the base's mean never grows
-            base_when = np.frombuffer(base.mean.times)
+            base_mean, base_when = base.mean.values, base.mean.times
             steps, mean, low, high, count, when = (
                 np.concatenate((old[:keep], new)) for old, new in
                 zip((base.steps, base_mean, base.low, base.high, base.count, base_when),
@@ -215,14 +318,14 @@ class _Fold:
             self.ascending = True  # the copy was checked (`Points`)
             self.newest = max(base.newest, int(points.steps.max()))
         self.steps, self.low, self.high, self.count = steps, low, high, count
-        self.mean = Series()
-        self.mean.steps.frombytes(steps.tobytes())
-        self.mean.values.frombytes(mean.tobytes())
-        self.mean.times.frombytes(when.tobytes())
+        # numpy columns (`series.window` reads those too): the mean never grows, a fold is made again
+        self.mean = Series(steps=steps, values=mean, times=when)
         self.distance, self.counted = distance, counted  # per source (in `points.sources` order): what grows them
         self.outliers = _outliers(points.sources, distance, counted, np)
         self.bad: Tuple[List[int], List[str], List[Any]] = bad  # the non-finite values' steps, sources, values
         self.cost = time.perf_counter() - began  # seconds the fold took (what serving it stale saves)
+        arrays = {id(a): a.nbytes for a in (steps, mean, low, high, count, when, distance, counted)}  # (some shared)
+        self.nbytes = sum(arrays.values()) + 100 * len(bad[0])  # and the non-finite values listed
 
     def nonfinite(self, start: Optional[int], end: Optional[int]) -> Dict[str, List[Any]]:
         """The newest NONFINITE_MAX non-finite values between `start` and `end`, by step."""
@@ -234,9 +337,10 @@ class _Fold:
 
 
 class Points:
-    """Points of the series in flat numpy arrays (copies, so a worker thread may read them while the store
-    grows): `steps`, `values`, `times`, and `owner`, the index in `sources` of the source each point belongs to;
-    `seq`, the store's seq when they were copied; `lengths`, each series' length then.
+    """Points of the series in flat numpy arrays (copies of the first `lengths` points of each, default every one,
+    made a slice at a time, `series.column_copy`, so the copy may be made in the query thread while the store grows):
+    `steps`, `values`, `times`, and `owner`, the index in `sources` of the source each point belongs to; `seq`, the
+    store's seq when their lengths were taken; `lengths`.
 
     Every point, or with `after` (a fold of the same series; default None) only what a fold grown from it needs:
     `base` is then `after`, and the copy holds every point at or after `cut`, the lowest step a series grew at
@@ -244,12 +348,13 @@ class Points:
     history. Every point is copied (`base` None) when `after` cannot be grown: other series, one shorter, none
     grown, or steps that go back within a series (points below the cut could then be new)."""
 
-    def __init__(self, series: Sequence[Tuple[str, Series]], seq: int = 0, after: Optional[_Fold] = None) -> None:
+    def __init__(self, series: Sequence[Tuple[str, Series]], seq: int = 0, after: Optional[_Fold] = None,
+                 lengths: Optional[Sequence[int]] = None) -> None:
         import numpy as np
 
-        self.seq = seq  # the store's newest seq when the copy was taken (what it holds)
+        self.seq = seq  # the store's newest seq when the lengths were taken (what the copy holds)
         self.made = time.monotonic()  # when
-        self.lengths = tuple(len(s) for _, s in series)
+        self.lengths = tuple(len(s) for _, s in series) if lengths is None else tuple(lengths)
 
         self.sources: List[str] = []
         index: Dict[str, int] = {}
@@ -297,13 +402,16 @@ class Points:
         few = sum(counts) <= FEW_POINTS * len(series)
 
         def column(name: str, dtype: Any) -> Any:
-            if few:  # a live run's last steps: slices of the arrays joined (a numpy view costs more than they do)
+            if few:  # a live run's last steps: slices of the arrays joined (numpy per series costs more than they do)
                 return np.frombuffer(b"".join([getattr(s, name)[start:n] for (_, s), start, n
                                                in zip(series, starts, self.lengths)]), dtype=dtype)
-            # np.concatenate copies once (slices joined would copy twice): the views on the store's arrays end here
-            parts = [np.frombuffer(getattr(s, name), dtype=dtype)[start:n]
-                     for (_, s), start, n in zip(series, starts, self.lengths)]
-            return np.concatenate(parts) if parts else np.zeros(0, dtype)
+            if len(series) == 1:
+                return column_copy(getattr(series[0][1], name), starts[0], self.lengths[0], np)
+            out, at = np.empty(sum(counts), dtype), 0
+            for (_, s), start, n in zip(series, starts, self.lengths):
+                out[at:at + n - start] = column_copy(getattr(s, name), start, n, np)
+                at += n - start
+            return out
 
         self.steps = column("steps", np.int64)
         self.values = column("values", np.float64)
@@ -332,7 +440,8 @@ def step_index(steps: Any, np: Any) -> Tuple[Any, Any]:
 
 def _per_step(points: Points, np: Any) -> Tuple[Any, ...]:
     """Per distinct step with at least one finite value: (steps, mean, min, max, count, mean time), and for each
-    point its step's index in them (-1 for a non-finite value)."""
+    point its step's index in them (-1 for a non-finite value; None: each point's index, every one finite and a
+    step of its own)."""
     finite = np.isfinite(points.values)
     if finite.all():  # the usual case: no copies of 2 M points through a mask
         steps, values, times = points.steps, points.values, points.times
@@ -342,7 +451,25 @@ def _per_step(points: Points, np: Any) -> Tuple[Any, ...]:
         position = np.full(len(points.values), -1, dtype=np.int64)
         nothing = np.zeros(0)
         return np.zeros(0, np.int64), nothing, nothing, nothing, np.zeros(0, np.int64), nothing, position
-    distinct, index = step_index(steps, np)
+    if bool((steps[1:] > steps[:-1]).all()):
+        # one point a step (one series, or several one after another): each step's fold is its point (+ 0.0: as a
+        # sum, never -0.0)
+        distinct, mean, low, high, index = steps, values + 0.0, values, values, None
+        count = np.ones(len(steps), np.int64)
+        when = times if np.isfinite(times).all() else np.where(np.isfinite(times), times, np.nan)
+    else:
+        distinct, index = step_index(steps, np)
+        distinct, mean, low, high, count, when = _sums(distinct, index, values, times, np)
+    if len(steps) == len(points.values):  # every value finite: each point's position is its step's index
+        position = index
+    else:
+        position = np.full(len(points.values), -1, dtype=np.int64)
+        position[finite] = np.arange(len(steps)) if index is None else index
+    return distinct, mean, low, high, count, when, position
+
+
+def _sums(distinct: Any, index: Any, values: Any, times: Any, np: Any) -> Tuple[Any, ...]:
+    """Per distinct step (`index`: each value's step in `distinct`): (steps, mean, min, max, count, mean time)."""
     size = len(distinct)
     count = np.bincount(index, minlength=size)
     total = np.bincount(index, weights=values, minlength=size)
@@ -359,29 +486,31 @@ def _per_step(points: Points, np: Any) -> Tuple[Any, ...]:
     when = np.full(size, np.nan)
     some = time_count > 0
     when[some] = time_total[some] / time_count[some]
-    if len(index) == len(points.values):  # every value finite: each point's position is its step's index
-        position = index
-    else:
-        position = np.full(len(points.values), -1, dtype=np.int64)
-        position[finite] = index
-    return (distinct.astype(np.int64), total / count, low, high, count, when, position)
+    return distinct.astype(np.int64), total / count, low, high, count, when
 
 
 def _distances(values: Any, owner: Any, mean: Any, position: Any, size: int, np: Any) -> Tuple[Any, Any]:
     """Per source (`owner` indexes `size` of them): the sum of |value - mean at its step| over its finite values
-    (`position`: the index of each value's step in `mean`, anything at a non-finite value) and how many."""
-    finite = np.isfinite(values)
-    if not finite.all():  # the usual case skips these copies of 2 M points through a mask
-        values, owner, position = values[finite], owner[finite], position[finite]
-    return (np.bincount(owner, weights=np.abs(values - mean[position]), minlength=size),
-            np.bincount(owner, minlength=size))
+    (`position`: the index of each value's step in `mean`, anything at a non-finite value; None: each value's own
+    index, every one finite) and how many. Zeros for fewer than OUTLIERS_MIN sources (none is ever an outlier, and
+    a fold grown from this one has the same sources)."""
+    if size < OUTLIERS_MIN:
+        return np.zeros(size), np.zeros(size, dtype=np.int64)
+    if position is None:
+        gaps = np.abs(values - mean)
+    else:
+        finite = np.isfinite(values)
+        if not finite.all():  # the usual case skips these copies of 2 M points through a mask
+            values, owner, position = values[finite], owner[finite], position[finite]
+        gaps = np.abs(values - mean[position])
+    return np.bincount(owner, weights=gaps, minlength=size), np.bincount(owner, minlength=size)
 
 
 def _outliers(sources: List[str], distance: Any, counted: Any, np: Any) -> List[str]:
     """Up to OUTLIERS_MAX `sources` whose mean distance from the mean (`distance` / `counted`: their sums over
     their finite values) is at least OUTLIER_FACTOR times the median source's, farthest first."""
     has = np.flatnonzero(counted)
-    if len(has) < 3:
+    if len(has) < OUTLIERS_MIN:
         return []
     scores = distance[has] / counted[has]
     typical = float(np.median(scores))

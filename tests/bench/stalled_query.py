@@ -7,8 +7,11 @@ state (its history back from the saved columns), waiting until `/api/series` ser
 Measured per run: 40 `/api/series` requests at once, each from a client address of its own (127.0.0.2 and up: the
 server bounds the expensive requests of one address, `web/limits.py`), each with a random metric, `smooth=` (a new
 weight each, so no cached EMA serves it), `points=` and, one time in two, `aggregate=mean`. Meanwhile `/healthz` is
-asked in a loop, each time on a new connection: its latency p50 / p99 / max while the queries run; the queries' wall
-time until the last answered; the server's RSS (VmRSS) before them, when they ended and 3 s later.
+asked in a loop, each time on a new connection: its latency p50 / p99 / max while the queries run (and its p99 over
+the IDLE_S before them: what the machine's load alone does); the queries' wall
+time until the last answered; the server's RSS (VmRSS) before them, when they ended and 3 s later. Then 40 more
+such queries (other weights) one after another, alone: the server's CPU time across each (its threads'
+/proc/PID/task/*/schedstat, in ns; the idle server's CPU over as long is said beside them).
 
 With --before REV the same is measured with the code of git revision REV (`restart.code_of`) over a copy of the
 same state, after one start that checks the copy (not counted); --rounds N alternates the two N times.
@@ -37,6 +40,7 @@ from restart import METRICS, code_of, full_history, start_jsonl_mstail
 
 QUERIES = 40
 HEALTH_EVERY_S = 0.02
+IDLE_S = 3.0  # /healthz asked this long before the queries
 SEED = 20261208
 
 
@@ -78,6 +82,33 @@ def percentile(values: List[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, int(share * len(ordered)))] if ordered else float("nan")
 
 
+def cpu_ns(pid: int) -> int:
+    """CPU time of the threads of process `pid` so far (ns; a thread that ended takes its share with it)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (FileNotFoundError, ProcessLookupError):  # ended meanwhile
+            pass
+    return total
+
+
+def alone(port: int, pid: int, paths: List[str]) -> Dict[str, float]:
+    """Each of `paths` asked alone, one after another: the server's CPU across each (ms), and the idle server's over
+    the same wall time (ms a query)."""
+    cpu, wall = [], []
+    for path in paths:
+        began, began_cpu = time.perf_counter(), cpu_ns(pid)
+        status, _ = ask(port, path, "127.0.0.2")
+        cpu.append((cpu_ns(pid) - began_cpu) / 1e6)
+        wall.append(time.perf_counter() - began)
+        assert status == 200, (status, path)
+    began = cpu_ns(pid)
+    time.sleep(sum(wall))
+    return {"cpu_p50_ms": statistics.median(cpu), "cpu_max_ms": max(cpu), "over_50": sum(c > 50 for c in cpu),
+            "idle_ms": (cpu_ns(pid) - began) / 1e6 / len(paths)}
+
+
 def burst(port: int, pid: int, paths: List[str]) -> Dict[str, float]:
     """The 40 queries at once with /healthz sampled meanwhile: the figures."""
     rss_before = rss_mib(pid)
@@ -85,7 +116,7 @@ def burst(port: int, pid: int, paths: List[str]) -> Dict[str, float]:
     stop = threading.Event()
     sampler = threading.Thread(target=health_samples, args=(port, stop, health), daemon=True)
     sampler.start()
-    time.sleep(0.5)  # a few samples of the idle server first
+    time.sleep(IDLE_S)  # the idle server first: what the machine's load alone does to /healthz
     idle = len(health)
     answers: List[Tuple[int, float]] = []
     began = time.perf_counter()
@@ -100,8 +131,8 @@ def burst(port: int, pid: int, paths: List[str]) -> Dict[str, float]:
     sampler.join()
     rss_end = rss_mib(pid)
     time.sleep(3)
-    during = health[idle:]
-    return {"wall_s": wall, "ok": sum(1 for status, _ in answers if status == 200), "answered": len(answers),
+    during, before = health[idle:], health[:idle]
+    return {"idle_p99_ms": 1000 * percentile(before, 0.99), "idle_n": len(before),"wall_s": wall, "ok": sum(1 for status, _ in answers if status == 200), "answered": len(answers),
             "query_p50_s": percentile([s for _, s in answers], 0.5), "health_n": len(during),
             "health_p50_ms": 1000 * percentile(during, 0.5), "health_p99_ms": 1000 * percentile(during, 0.99),
             "health_max_ms": 1000 * max(during, default=float("nan")), "rss_before": rss_before,
@@ -118,13 +149,16 @@ def run(support: Any, label: str, log: Path, state: Path, work: Path, steps: int
         support.wait_until(lambda: full_history(server, steps), 1800, interval=0.1)
         port = int(server.url.rsplit(":", 1)[1].split("/")[0])
         figures = burst(port, server.proc.pid, paths)
+        figures.update(alone(port, server.proc.pid, queries(SEED + 1)))
     finally:
         server.stop(timeout=600)
     print(f"[{label}] {figures['ok']}/{figures['answered']} queries answered 200 in {figures['wall_s']:.2f} s "
           f"(median {figures['query_p50_s']:.2f} s); /healthz meanwhile ({figures['health_n']} answers): p50 "
           f"{figures['health_p50_ms']:.1f} ms, p99 {figures['health_p99_ms']:.1f} ms, max {figures['health_max_ms']:.0f} "
-          f"ms; RSS {figures['rss_before']:.0f} MiB before, {figures['rss_end']:.0f} MiB at the end, "
-          f"{figures['rss_after_3s']:.0f} MiB 3 s later; load {os.getloadavg()[0]:.2f}", flush=True)
+          f"ms (idle before: {figures['idle_n']} answers, p99 {figures['idle_p99_ms']:.1f} ms); RSS {figures['rss_before']:.0f} MiB before, {figures['rss_end']:.0f} MiB at the end, "
+          f"{figures['rss_after_3s']:.0f} MiB 3 s later; load {os.getloadavg()[0]:.2f}; alone, the server's CPU a "
+          f"query: median {figures['cpu_p50_ms']:.1f} ms, max {figures['cpu_max_ms']:.1f} ms, "
+          f"{figures['over_50']:.0f} over 50 ms (idle: {figures['idle_ms']:.1f} ms over as long)", flush=True)
     return figures
 
 
@@ -171,9 +205,11 @@ def main() -> int:
                 continue  # --rounds 0: only the log and the state made (with --keep)
             median = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
             print(f"{name} (median of {len(runs)}): /healthz p50 {median['health_p50_ms']:.1f} ms, p99 "
-                  f"{median['health_p99_ms']:.1f} ms, max {median['health_max_ms']:.0f} ms; 40 queries "
+                  f"{median['health_p99_ms']:.1f} ms, max {median['health_max_ms']:.0f} ms (idle before: p99 "
+                  f"{median['idle_p99_ms']:.1f} ms); 40 queries "
                   f"{median['wall_s']:.2f} s; RSS {median['rss_before']:.0f} -> {median['rss_end']:.0f} -> "
-                  f"{median['rss_after_3s']:.0f} MiB")
+                  f"{median['rss_after_3s']:.0f} MiB; CPU a query alone: median {median['cpu_p50_ms']:.1f} ms, max "
+                  f"{median['cpu_max_ms']:.1f} ms")
         return 0
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import random
+import threading
 from typing import Any, List, Tuple
 
 import numpy as np
 import pytest
 
-from mstail.tailer.history.aggregate import AggregateCache, Points, Turns, _Fold, aggregate
+from mstail.tailer.history import aggregate as aggregate_module
+from mstail.tailer.history.aggregate import AggregateCache, Points, Turns, _Fold, aggregate, in_query_thread
 from mstail.tailer.history.series import Series
 
 Selection = List[Tuple[str, Series]]
@@ -26,8 +29,8 @@ def assert_same_fold(grown: _Fold, whole: _Fold) -> None:
     for name in ("steps", "low", "high", "count"):
         assert np.array_equal(getattr(grown, name), getattr(whole, name), equal_nan=True), name
         assert getattr(grown, name).dtype == getattr(whole, name).dtype, name
-    assert (grown.mean.steps, grown.mean.values.tobytes(), grown.mean.times.tobytes()) == \
-        (whole.mean.steps, whole.mean.values.tobytes(), whole.mean.times.tobytes())
+    assert (grown.mean.steps.tobytes(), grown.mean.values.tobytes(), grown.mean.times.tobytes()) == \
+        (whole.mean.steps.tobytes(), whole.mean.values.tobytes(), whole.mean.times.tobytes())
     assert (grown.bad, grown.outliers, grown.sources, grown.newest) == \
         (whole.bad, whole.outliers, whole.sources, whole.newest)
     assert (grown.version, grown.lengths, grown.seq) == (whole.version, whole.lengths, whole.seq)
@@ -147,3 +150,59 @@ def test_a_fold_of_non_finite_values_only_is_grown() -> None:
     points = Points(series, 1, fold)
     assert points.base is fold and points.cut == 2 and len(points.steps) == 3
     assert_same_fold(_Fold(points), _Fold(Points(series, 1)))
+
+
+def test_a_fold_too_big_to_keep_is_made_for_its_question_and_not_folded_again_by_the_warmer(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    series: Selection = [(f"rank_{i}", Series()) for i in range(20)]
+    for i, (_, s) in enumerate(series):
+        for step in range(1, 501):
+            s.append(step, float(i + step))
+    small: Selection = series[:2]
+    cache = AggregateCache(Turns(lambda: 1))
+    size = _Fold(Points(series)).nbytes
+    assert size >= 500 * 48  # the steps' arrays: 48 bytes a step at least
+    monkeypatch.setattr(aggregate_module, "FOLDS_BYTES_MAX", size - 1)
+
+    async def run() -> None:
+        big = await cache.fold("big", series)
+        assert_same_fold(big, _Fold(Points(series, 1)))
+        assert "big" not in cache._folds  # made, answered, not kept
+        assert cache.age("big", series) is None  # the warmer sees nothing to do
+        await cache.fold("small", small)
+        assert list(cache._folds) == ["small"]
+        series[0][1].append(501, 1.0)
+        assert cache.age("big", series) == float("inf")  # grown: folded again when asked
+
+    asyncio.run(run())
+
+
+def test_the_query_thread_gives_memory_back_once_idle(monkeypatch: pytest.MonkeyPatch) -> None:
+    """glibc's malloc_trim, run in the query thread once no question came for GIVE_BACK_AFTER_S: never while one
+    waits, once after a burst."""
+    given: List[int] = []
+    done = threading.Event()
+
+    def trim() -> None:
+        given.append(aggregate_module._WAITING._count)
+        done.set()
+
+    monkeypatch.setattr(aggregate_module, "_TRIM", trim)
+    monkeypatch.setattr(aggregate_module, "GIVE_BACK_AFTER_S", 0.05)
+
+    async def burst() -> List[int]:
+        return await asyncio.gather(*(in_query_thread(sum, range(k)) for k in range(40)))
+
+    assert asyncio.run(burst()) == [sum(range(k)) for k in range(40)]
+    assert done.wait(30)
+    assert given == [0]
+
+
+def test_the_query_thread_gives_way_to_the_event_loop() -> None:
+    """The query thread runs QUERY_NICE above the process's nice (Linux: a thread's own), so the loop's thread gets a
+    core first when both want one."""
+    def own_nice() -> int:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    loop_nice = own_nice()
+    assert asyncio.run(in_query_thread(own_nice)) == min(19, loop_nice + aggregate_module.QUERY_NICE)

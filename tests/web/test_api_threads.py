@@ -7,9 +7,8 @@ Routes that ran in FastAPI's thread pool (plain `def`) broke this: KeyError in t
 columns extended by two threads at once (wrong smoothing ever after), and series holding points past the `seq`
 the answer reported. The routes are `async def` now, so they run on the event loop like the ingest.
 
-Why the oracle can be exact: which EMA path `Store.series` takes (a cached full-series column, or per-point
-windows that agree with it to ~1e-13) depends on the query and the series length only, as long as each smoothing
-weight is always asked with the same `points`; the client plan below keeps to that (`PLAN`).
+Why the oracle can be exact: a smoothed value is composed in an order tied to the points' indexes
+(`series._smoothed_at`), the same from the EMA's cached states as from the first point, whatever was asked before.
 """
 
 from __future__ import annotations
@@ -47,14 +46,15 @@ REQUESTS_PER_CLIENT = 40  # per client, during the ingest and after it (a corrup
 SAMPLE = 200  # answers checked against the oracle
 DEADLINE_S = 60.0  # serving and ingesting; the oracle check after it takes ~5 s
 # smoothing weight -> the one `points` it is asked with (see the module docstring), and how often it is picked.
-# Many weights on one series keep evicting each other's cached EMA column, so full passes run all the time.
+# Many weights on one series keep evicting each other's cached EMA states, so passes from the first point run all the
+# time.
 PLAN: Tuple[Tuple[float, int, int], ...] = (
-    (0.6, 1000, 3),  # full pass (buckets of <= 44 points)
-    (0.9, 500, 3),  # full pass
-    (0.95, 150, 3),  # full pass, min/max from block summaries once buckets hold >= 256 points
-    (0.99, 100, 3),  # full pass, block summaries
-    (0.999, 20, 2),  # full pass, block summaries
-    (0.5, 100, 1),  # windowed EMA once the series is long
+    (0.6, 1000, 3),  # buckets of <= 44 points
+    (0.9, 500, 3),
+    (0.95, 150, 3),  # buckets of >= 256 points once the series is long
+    (0.99, 100, 3),
+    (0.999, 20, 2),
+    (0.5, 100, 1),
     (0.0, 2000, 1),
     (0.0, 300, 1),
     (0.0, 50, 1),
