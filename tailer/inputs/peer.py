@@ -118,6 +118,7 @@ class PeerFollower:
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._notices = Notices(log)
+        self._state_news = False  # its state or problem changed since `take_state_news`: every source's card says it
 
     @property
     def source_path(self) -> Path:
@@ -173,6 +174,11 @@ class PeerFollower:
         self._stop.set()
         with self._lock:
             self._lock.notify_all()
+
+    def take_state_news(self) -> bool:
+        """Whether the node's state or problem changed since the last call (then all its sources' entries change)."""
+        news, self._state_news = self._state_news, False
+        return news
 
     def health(self) -> Dict[str, Any]:
         """The node as /healthz shows it."""
@@ -296,6 +302,7 @@ class PeerFollower:
                         time.time() - self.unreachable_since, self._received.seq)
         self._notices.forget("down")
         self.state, self.problem, self.unreachable_since = "following", None, None
+        self._state_news = True
         self._put(PeerMessage(("sources", sources), self._received.seq, history, 0))
 
     def _down(self, why: str, backoff: float) -> bool:
@@ -308,6 +315,7 @@ class PeerFollower:
         since = time.strftime("%H:%M:%S", time.localtime(self.unreachable_since))
         self.state = "unreachable"
         self.problem = f"node unreachable since {since}: {why}"
+        self._state_news = True
         self._notices.say("down", f"peer {self.name} ({self.url}) unreachable: {why}; retrying, up to every "
                           f"{BACKOFF_MAX_S:g} s")
         self.wake()
@@ -411,9 +419,9 @@ class PeerParser:
 
     def __init__(self) -> None:
         self._parts: Dict[str, PeerPart] = {}
+        self._touched: Dict[str, PeerPart] = {}  # the parts with items or a new entry since `take_touched`
         self.main = PeerPart()
         self.emitted = 0
-        self.changed: List[str] = []  # the parts whose state changed in the last feed (a fate to judge)
 
     @property
     def parts(self) -> Mapping[str, PeerPart]:
@@ -454,7 +462,14 @@ class PeerParser:
         part = self._parts.get(source)
         if part is None:
             part = self._parts[source] = PeerPart()
+        self._touched[source] = part
         return part
+
+    def take_touched(self, everything: bool = False) -> Mapping[str, PeerPart]:
+        """The parts with items or a new entry since the last call (`everything`: all of them), which a delivery
+        updates: a node's 64 sources are not looked at for every message of one of them."""
+        touched, self._touched = (self._parts if everything else self._touched), {}
+        return touched
 
     def _item(self, kind: str, data: Dict[str, Any]) -> Optional[Item]:
         source = data.get("source")

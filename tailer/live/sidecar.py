@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from mstail.parsers import Format, Item, format_table
 from mstail.parsers.amends import fold_amends
@@ -39,7 +39,7 @@ from mstail.tailer.inputs.discovery import (PatternFilter, SourceNamer, WatchRoo
                         nearest_path, visible)
 from mstail.tailer.inputs.frames import event_source
 from mstail.tailer.inputs.kind import KINDS, Follower, InputKind, InputSpec, Parser, items_of
-from mstail.tailer.inputs.peer import PEER, PeerFollower, PeerPart
+from mstail.tailer.inputs.peer import PEER, PeerFollower, PeerParser, PeerPart
 from mstail.tailer.live.hub import Hub, ItemsMessage, SourceMessage
 from mstail.tailer.inputs.netfs import MOUNTINFO, existing_ancestor, network_fs, parse_mountinfo
 from mstail.tailer.notices import Notices, no_format_hint
@@ -1128,8 +1128,14 @@ def _part_id(source: _Source, name: str) -> str:
 
 def _by_part(source: _Source, items: List[Item]) -> List[Tuple[str, Any, List[Item]]]:
     """(source id, parser, items) for a file's own source and for each launcher-tagged part seen in it
-    (`ID/rank3`), with or without new items, so every part's state and counters stay current."""
-    parts = source.parser.parts
+    (`ID/rank3`), with or without new items, so every part's state and counters stay current; of a node mstail's
+    sources those with items or news (`PeerParser.take_touched`)."""
+    if source.kind is PEER:
+        follower, peer = source.follower, source.parser
+        assert isinstance(follower, PeerFollower) and isinstance(peer, PeerParser)
+        parts: Mapping[str, Any] = peer.take_touched(everything=follower.take_state_news())
+    else:
+        parts = source.parser.parts
     out: Dict[Optional[str], Tuple[str, Any, List[Item]]] = {None: (source.id, source.parser.main, [])}
     out.update({name: (_part_id(source, name), parser, []) for name, parser in parts.items()})
     for item in items:

@@ -4,9 +4,11 @@ proxy that stalls, a central restarted: every step of every source once, in orde
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from contextlib import closing
@@ -148,6 +150,21 @@ def expect_every_step(central: MstailServer, nodes: Dict[str, Node], timeout: fl
         assert got[source] == list(range(1, STEPS + 1)), source
 
 
+def expect_node_states(central: MstailServer, nodes: Dict[str, Node]) -> None:
+    """Each node source's state and how its run ended, as its node says, on the central's NODE/<id>."""
+
+    def states(server: MstailServer, prefix: str = "") -> Dict[str, Any]:
+        return {prefix + s["id"]: (s["state"], s["end_reason"]) for s in server.get_json("/api/sources")}
+
+    def same() -> bool:
+        on_central = states(central)
+        wanted = {key: value for name, node in nodes.items() for key, value in states(node.server, f"{name}/").items()}
+        return all(value[0] == "finished" for value in wanted.values()) and all(
+            on_central.get(key) == value for key, value in wanted.items())
+
+    wait_until(same, 30, interval=0.2, message="the nodes' states on the central")
+
+
 def peer_health(central: MstailServer, name: str) -> Dict[str, Any]:
     return next(entry for entry in central.get_json("/healthz")["peers"] if entry["node"] == name)
 
@@ -271,6 +288,7 @@ def test_the_central_killed_and_restarted_resumes_with_no_step_lost_or_repeated(
     again = cluster.central(f"a={a.url}", f"b={b.url}", workdir="central-again")
     cluster.finish()
     expect_every_step(again, {"a": a, "b": b})
+    expect_node_states(again, {"a": a, "b": b})  # the runs' ends as the nodes judged them (`Training Over!`)
 
 
 def test_a_node_whose_history_was_reset_is_said_and_not_merged(cluster):
@@ -336,3 +354,19 @@ def test_a_peer_that_is_no_mstail_is_said_in_one_line_and_never_stops_the_centra
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.mark.parametrize("argv, phrases", [
+    (("--peer", "node-3:6150"), ("--peer 'node-3:6150'", "base URL")),
+    (("--peer", "a=http://x:1", "--peer", "a=http://y:1"), ("two nodes named 'a'",)),
+    (("--peer", "bad/name=http://x:1"), ("a node's name",)),
+    (("--peers", "/nonexistent/nodes.txt"), ("--peers /nonexistent/nodes.txt", "cannot read it")),
+    (("--peer", "http://x:1", "--peer-token-file", os.devnull), ("is empty",)),
+])
+def test_a_mistake_in_the_peers_is_one_line(argv, phrases):
+    result = subprocess.run([sys.executable, "-m", "mstail", *argv, "--port", "0"], capture_output=True, text=True,
+                            timeout=30)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.startswith("mstail: ") and result.stderr.count("\n") == 1, result.stderr
+    for phrase in phrases:
+        assert phrase in result.stderr
