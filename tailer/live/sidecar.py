@@ -100,6 +100,9 @@ FAILURE_BACKOFF_S = 1.0
 ALERT_TICK_S = 0.5
 ALERT_TICK_SHARE = 512
 ALERT_TICK_MAX_S = 1.0
+#: node mstails' news (`--peer`) wakes the loop at most this often: the messages of many nodes, a message per rank's
+#: step each, are read by one pass, not a pass each (a pass's own cost, times a thousand ranks a second)
+PEER_WAKE_S = 0.03
 
 
 @dataclass(eq=False)  # identity, not field equality: the planner keeps sources in sets
@@ -376,11 +379,7 @@ class Tailer:
         pacer = Pacer(self.config.poll_s, self.config.safety_poll_s)
         backoff = FAILURE_BACKOFF_S
         roots_seen = -math.inf  # monotonic time the watch roots were last worked out (a stat or so per pattern)
-        loop = asyncio.get_running_loop()
-
-        def wake(paths: List[str]) -> None:
-            loop.call_soon_threadsafe(changes.add, paths)
-        self._wake = wake
+        self._wake = _Coalesced(asyncio.get_running_loop(), changes)
         self.running = True
         try:
             while not stop.is_set():
@@ -1067,6 +1066,28 @@ class Tailer:
 
 
 _NO_EVIDENCE = RunEvidence()
+
+
+class _Coalesced:
+    """Wake-ups from other threads (node mstails' news, `Tailer._peer_news`) handed to the loop's `Changes` at most
+    every PEER_WAKE_S."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, changes: Changes) -> None:
+        self._loop, self._changes = loop, changes
+        self._paths: Set[str] = set()
+
+    def __call__(self, paths: List[str]) -> None:
+        """From any thread."""
+        self._loop.call_soon_threadsafe(self._gather, paths)
+
+    def _gather(self, paths: List[str]) -> None:
+        if not self._paths:
+            self._loop.call_later(PEER_WAKE_S, self._hand_over)
+        self._paths.update(paths)
+
+    def _hand_over(self) -> None:
+        paths, self._paths = self._paths, set()
+        self._changes.add(paths)
 
 
 #: What a source whose global steps rest on a guessed epoch length says (`SourceParser._loss_monitor_step`).
