@@ -272,14 +272,14 @@ async def _events(store: Store, hub: Hub, requested: Optional[int], durable: boo
 
 async def _durable(store: Store, hub: Hub, subscriber: Any, cursor: int, ping: float) -> AsyncIterator[bytes]:
     """A durable stream's live part: each wake, the items written since (read from the store, as a replay) and the
-    source entries; items stored but not written yet wait for their commit (`DURABLE_POLL_S`, up to
-    `DURABLE_WAIT_S`; later ones go with the next wake or ping). Never returns."""
+    source entries; the items stored by the wake wait for their commit (`DURABLE_POLL_S`, up to `DURABLE_WAIT_S`;
+    later ones go with the next wake or ping). Never returns."""
     while True:
         await subscriber.wait(ping)
         subscriber.lagging = False
         out = [_source_frames(message, cursor) for message in subscriber.drain() if isinstance(message, SourceMessage)]
-        waited = 0.0
-        while _written_seq(store) < store.last_seq and waited < DURABLE_WAIT_S:
+        waited, stored = 0.0, store.last_seq  # (not the newest then: a busy node stores more meanwhile)
+        while _written_seq(store) < stored and waited < DURABLE_WAIT_S:
             await asyncio.sleep(DURABLE_POLL_S)
             waited += DURABLE_POLL_S
         target = _written_seq(store)

@@ -116,12 +116,12 @@ def cluster(tmp_path: Path) -> Any:
     made.close()
 
 
-def steps_by_source(server: MstailServer) -> Dict[str, List[int]]:
+def steps_by_source(server: MstailServer, token: Optional[str] = None) -> Dict[str, List[int]]:
     """Every record's step, per source, in the order the server numbered them."""
     out: Dict[str, List[int]] = {}
     after = 0
     while True:
-        records = server.get_json(f"/api/records?after={after}&limit=5000")
+        records = server.get_json(f"/api/records?after={after}&limit=5000" + (f"&token={token}" if token else ""))
         if not records:
             return out
         for record in records:
@@ -144,7 +144,8 @@ def expect_every_step(central: MstailServer, nodes: Dict[str, Node], timeout: fl
     assert set(got) == wanted
     for name, node in nodes.items():  # the nodes' own (the oracle's other half: they lost nothing themselves)
         assert node.server is not None
-        for source, steps in steps_by_source(node.server).items():
+        token = node.args[node.args.index("--token") + 1] if "--token" in node.args else None
+        for source, steps in steps_by_source(node.server, token).items():
             assert steps == list(range(1, STEPS + 1)), f"node {name}'s own {source}"
     for source in sorted(wanted):
         assert got[source] == list(range(1, STEPS + 1)), source
@@ -169,9 +170,11 @@ def peer_health(central: MstailServer, name: str) -> Dict[str, Any]:
     return next(entry for entry in central.get_json("/healthz")["peers"] if entry["node"] == name)
 
 
-def test_a_node_killed_and_restarted_loses_and_repeats_no_step(cluster):
-    a, b = cluster.node(0), cluster.node(1)
-    central = cluster.central(f"a={a.url}", f"b={b.url}")
+def test_a_node_killed_and_restarted_loses_and_repeats_no_step(cluster, tmp_path):
+    token = "peer-test-token-0123456789"  # the nodes ask for it; the central has it from a file
+    (tmp_path / "token").write_text(token + "\n")
+    a, b = cluster.node(0, args=["--token", token]), cluster.node(1, args=["--token", token])
+    central = cluster.central(f"a={a.url}", f"b={b.url}", args=["--peer-token-file", str(tmp_path / "token")])
     cluster.write()
     wait_until(lambda: central.get_json("/api/sources") and any(s["id"].startswith("a/") and s["records"] >= 10
                                                                 for s in central.get_json("/api/sources")),
