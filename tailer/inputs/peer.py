@@ -198,8 +198,11 @@ class PeerFollower:
         while not self._stop.is_set():
             try:
                 delivered = self._session()
-            except (PeerError, httpx.HTTPError, OSError, ValueError) as exc:
-                delivered = self._down(_why(exc), backoff)
+            except (PeerError, httpx.HTTPError, httpx.StreamError, OSError, ValueError) as exc:
+                delivered = self._down(_why(exc))
+            except Exception as exc:  # the thread's last line of defence: said, and tried again
+                log.debug("peer %s failed", self.name, exc_info=True)
+                delivered = self._down(f"unexpected {_why(exc)}")
             if self._stop.is_set():
                 return
             backoff = BACKOFF_S if delivered else min(backoff * 2, BACKOFF_MAX_S)
@@ -224,7 +227,7 @@ class PeerFollower:
                 self._up(sources, history)
                 self._received = _Connection(history, received.seq, received.jump)
                 self._read_stream(response, history)
-        self._down("the node closed the stream", 0.0)
+        self._down("the node closed the stream")
         return True
 
     def _get_sources(self, client: httpx.Client) -> Any:
@@ -248,6 +251,7 @@ class PeerFollower:
         buffer = bytearray()
         fields: Dict[str, str] = {}
         data: List[str] = []
+        held = 0  # the message's data so far, in characters (many data lines without its end are bounded too)
         for chunk in response.iter_bytes():
             if self._stop.is_set():
                 return
@@ -265,14 +269,15 @@ class PeerFollower:
                     value = value[1:] if value.startswith(" ") else value
                     if name == "data":
                         data.append(value)
+                        held += len(value)
                     elif name in ("id", "event"):
                         fields[name] = value
                     continue
                 if data:
                     self._dispatch(fields, "\n".join(data), history)
-                fields, data = {}, []
+                fields, data, held = {}, [], 0
             del buffer[:start]
-            if len(buffer) > MAX_LINE_BYTES:
+            if len(buffer) + held > MAX_LINE_BYTES:
                 raise PeerError(f"it sent a line over {MAX_LINE_BYTES >> 20} MiB: not an mstail stream?")
 
     def _dispatch(self, fields: Dict[str, str], data: str, history: str) -> None:
@@ -305,7 +310,7 @@ class PeerFollower:
         self._state_news = True
         self._put(PeerMessage(("sources", sources), self._received.seq, history, 0))
 
-    def _down(self, why: str, backoff: float) -> bool:
+    def _down(self, why: str) -> bool:
         """The connection failed or ended: unreachable since now (or since it first failed), said once."""
         if self._stop.is_set():
             return False
