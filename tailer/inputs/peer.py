@@ -51,7 +51,7 @@ MAX_LINE_BYTES = 32 << 20
 #: the node's /api/sources answer at most (1,024 sources: about 1 MiB)
 MAX_SOURCES_BYTES = 32 << 20
 #: messages received and not yet taken by a pass, in bytes at most (reading waits beyond)
-QUEUE_BYTES = 64 << 20
+QUEUE_BYTES = 16 << 20
 #: the history id asked for with the newest seq possible: the node answers `reset` with its present end
 _BEYOND = str((1 << 63) - 1)
 #: the node's stream names the history its seqs belong to in this header (`web.sse.HISTORY_HEADER`)

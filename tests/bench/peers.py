@@ -36,6 +36,10 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def ranks_of(node: int, ranks: int) -> range:
+    return range(node * ranks, (node + 1) * ranks)
+
+
 def read_stream(url: str, arrivals: Dict[Tuple[str, int], List[float]], stop: threading.Event) -> None:
     """Every record's arrival at a client of the central, by (source, step); reconnects by Last-Event-ID."""
     import httpx
@@ -73,7 +77,8 @@ def main() -> int:
     try:
         nodes = []
         for node in range(args.nodes):
-            logs = [work / f"node{node}" / f"rank_{rank}" / "info.log" for rank in range(args.ranks)]
+            # ranks numbered across the job, as msrun and MindFormers do: node 1 holds rank_64 ... rank_127
+            logs = [work / f"node{node}" / f"rank_{rank}" / "info.log" for rank in ranks_of(node, args.ranks)]
             for log in logs:
                 log.parent.mkdir(parents=True)
                 log.touch()
@@ -93,7 +98,7 @@ def main() -> int:
         steps = max(1, int(args.duration * args.rate))
         start_at = time.time() + 2.0
         for node, (logs, _) in enumerate(nodes):
-            times = [work / f"times_{node}_{rank}.txt" for rank in range(args.ranks)]
+            times = [work / f"times_{node}_{rank}.txt" for rank in ranks_of(node, args.ranks)]
             writers.append(support.spawn_writer(logs, steps, 1.0 / args.rate, times_path=times, start_at=start_at,
                                                 spread_s=1.0 / args.rate / args.ranks, seed=node))
         time.sleep(max(0.0, start_at - time.time()))
@@ -109,7 +114,7 @@ def main() -> int:
         stop.set()
         latencies, missing, doubled = [], 0, 0
         for node in range(args.nodes):
-            for rank in range(args.ranks):
+            for rank in ranks_of(node, args.ranks):
                 for line in (work / f"times_{node}_{rank}.txt").read_text().split("\n"):
                     if not line:
                         continue
@@ -121,7 +126,7 @@ def main() -> int:
                         latencies.append((got[0] - float(before)) * 1000)
         latencies.sort()
         node_latencies = sorted((got[0] - float(line.split()[1])) * 1000
-                                for rank in range(args.ranks)
+                                for rank in ranks_of(0, args.ranks)
                                 for line in (work / f"times_0_{rank}.txt").read_text().split("\n") if line
                                 for got in [at_node.get((f"rank_{rank}", int(line.split()[0])), [])] if got)
 
