@@ -280,6 +280,11 @@ async def _durable(store: Store, hub: Hub, subscriber: Any, cursor: int, ping: f
         out = [_source_frames(message, cursor) for message in subscriber.drain() if isinstance(message, SourceMessage)]
         waited, stored = 0.0, store.last_seq  # (not the newest then: a busy node stores more meanwhile)
         while _written_seq(store) < stored and waited < DURABLE_WAIT_S:
+            if store.db.ready and store.db.write_error is None:
+                # a pass's commit that came while the writer was busy waits for the next pass's, which an idle
+                # mstail (a run's last step) may not make for a while: commit them now (with their checkpoints, which
+                # were queued with them)
+                store.commit()
             await asyncio.sleep(DURABLE_POLL_S)
             waited += DURABLE_POLL_S
         target = _written_seq(store)

@@ -126,20 +126,23 @@ class PeerFollower:
 
     # -- the pass's side ------------------------------------------------------------------------------------
     def read(self, budget: int, now: float, blocks: bool = False) -> Sequence[PeerMessage]:
-        """The messages received, oldest first, up to about `budget` bytes (at least one); starts the connection at the
-        first call (after `restore`)."""
+        """The messages received, oldest first, until `budget` bytes are reached (the last one may pass it: a pass
+        that got its budget reads on); starts the connection at the first call (after `restore`)."""
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name=f"mstail-peer-{self.name}", daemon=True)
             self._thread.start()
         out: List[PeerMessage] = []
         taken = 0
         with self._lock:
-            while self._queue and (not out or taken + self._queue[0].size <= budget):
+            while self._queue and taken < budget:
                 message = self._queue.popleft()
                 out.append(message)
                 taken += message.size
             self._queued_bytes -= taken
+            left = bool(self._queue)
             self._lock.notify_all()
+        if left:
+            self.wake()  # what this pass leaves is read by the next, not by a sweep a second later
         if out:
             self.counters["bytes"] += taken
             self.counters["messages"] += len(out)
