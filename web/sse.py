@@ -37,6 +37,8 @@ PING_S = 15
 DURABLE_POLL_S = 0.01
 #: ... for at most this long per wake (a disk that refuses the history: the items wait, the stream pings on)
 DURABLE_WAIT_S = 1.0
+#: items still not written after this long are committed by the stream itself (the passes' batching goes first)
+DURABLE_NUDGE_S = 0.1
 #: the response header naming the history a stream's seqs belong to (its state's creation): a node whose state was
 #: reset answers another one, so a follower resuming by seq can tell
 HISTORY_HEADER = "X-Mstail-History"
@@ -280,7 +282,7 @@ async def _durable(store: Store, hub: Hub, subscriber: Any, cursor: int, ping: f
         out = [_source_frames(message, cursor) for message in subscriber.drain() if isinstance(message, SourceMessage)]
         waited, stored = 0.0, store.last_seq  # (not the newest then: a busy node stores more meanwhile)
         while _written_seq(store) < stored and waited < DURABLE_WAIT_S:
-            if store.db.ready and store.db.write_error is None:
+            if waited >= DURABLE_NUDGE_S and store.db.ready and store.db.write_error is None:
                 # a pass's commit that came while the writer was busy waits for the next pass's, which an idle
                 # mstail (a run's last step) may not make for a while: commit them now (with their checkpoints, which
                 # were queued with them)
