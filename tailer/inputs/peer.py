@@ -13,7 +13,8 @@ node's source, as a launcher-tagged rank is a part of its file: `live.sidecar`'s
   node's history id (`web.sse.HISTORY_HEADER`), like a file's offset and head: committed with the items.
 - A node whose history is not the one the checkpoint names (its state was reset: another history id, or the seq is
   beyond its history) is said, on stderr, the node's card and /healthz, and followed from its present end: the
-  central never merges two histories by seq.
+  central never merges two histories by seq, and what the node reads again (each source's steps up to the newest
+  taken here) is left out.
 - `PeerParser` turns the node's messages into items (records, amends, events; the node's own alerts are left out:
   the central judges the records with its own rules) and keeps each node source's entry (state and fate, problem,
   counters), shown for `NODE/<id>` on the central.
@@ -373,6 +374,10 @@ class PeerPart:
     def __init__(self) -> None:
         self.entry: Dict[str, Any] = {}
         self.emitted = 0
+        #: the (segment, step) of its newest record taken (segment None: known from the history by its step alone)
+        self.last: Optional[Tuple[Optional[int], int]] = None
+        #: after the node's reset, what it reads again up to: its items up to there are not taken twice
+        self.floor: Optional[Tuple[Optional[int], int]] = None
 
     @property
     def format(self) -> Optional[_NodeFormat]:
@@ -418,6 +423,24 @@ class PeerPart:
         info.problem = info.problem or entry.get("problem")
 
 
+def _taken_once(part: PeerPart, kind: str, data: Dict[str, Any]) -> bool:
+    """Whether an item of a node source is new here: after the node's reset, those up to its floor (the newest record
+    taken before) are what the node read again (by segment and step; by step where the segment is not known), and
+    so are its events up to the first record past it."""
+    step, segment = data.get("step"), data.get("segment", 0)
+    at = (segment, step) if isinstance(step, int) and isinstance(segment, int) else None
+    floor = part.floor
+    if floor is not None:
+        below = at is None or (at[1] <= floor[1] if floor[0] is None else at <= floor)
+        if below:
+            return False
+        if kind == "record":
+            part.floor = None  # past what it read again: everything from here is new
+    if kind == "record" and at is not None:
+        part.last = at
+    return True
+
+
 class PeerParser:
     """A node's messages -> items (see the module's doc); the node's sources are its `parts`."""
 
@@ -457,8 +480,12 @@ class PeerParser:
             items = [self._item("record", record) for record in data if isinstance(record, dict)]
         elif event in ("amend", "event") and isinstance(data, dict):
             items = [self._item(event, data)]
+        elif event == "reset":  # another history (the follower says it): what it reads again is not taken twice
+            for part in self._parts.values():
+                part.floor = part.last
+            return []
         else:
-            return []  # the node's alerts (the central judges for itself), a reset (the follower says it)
+            return []  # the node's alerts: the central judges for itself
         items = [item for item in items if item is not None]
         self.emitted += len(items)
         return items  # type: ignore[return-value]  # Nones dropped above
@@ -483,12 +510,18 @@ class PeerParser:
         source = data.get("source")
         if not isinstance(source, str) or not source:
             return None
-        self._part(source)
+        part = self._part(source)
+        if not _taken_once(part, kind, data):
+            return None
         dropped = _AMEND_DROPS if kind == "amend" else _DROPS  # an amend's kind is the item's, not a value to join
         out = {key: (NON_FINITE.get(value, value) if isinstance(value, str) and key not in RESERVED else value)
                for key, value in data.items() if key not in dropped}
         out[PART_KEY] = source
         return Item(kind, out)
+
+    def remember(self, source: str, step: int) -> None:
+        """The newest step of `source` the central holds (after a restart: a reset node's floor, `PeerPart.last`)."""
+        self._parts.setdefault(source, PeerPart()).last = (None, step)
 
     def flush(self, now: float, force: bool = False) -> List[Item]:
         return []

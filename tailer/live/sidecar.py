@@ -182,6 +182,7 @@ class Tailer:
         self._saved: Dict[Path, SourceCheckpoint] = {}  # checkpoints from the state, by path, until rediscovered
         self._saved_ids: Dict[str, SourceCheckpoint] = {}  # ... and by source id (a node mstail's: `_add_peers`)
         self._peers: List[_Source] = []  # the node mstails followed (`--peer`), once `_add_peers` made them
+        self._peer_steps: Dict[str, Dict[str, int]] = {}  # node -> its sources' newest steps held (`resume`)
         #: hands paths to the loop's `Changes` from any thread (set by `run`): a node's news wakes the loop
         self._wake: Optional[Callable[[List[str]], None]] = None
         self._followed: Set[str] = set()  # the paths (as `expand` names them) of the files followed, but event files
@@ -226,6 +227,10 @@ class Tailer:
             if checkpoint is not None:
                 self._saved[path.absolute()] = checkpoint
                 self._saved_ids[source_id] = checkpoint
+        for info in self.store.sources.values():  # a node's sources' newest steps: taken once after its reset
+            node, _, source_id = info.id.partition("/")
+            if source_id and info.last_step is not None and any(node == name for name, _ in self.config.peers):
+                self._peer_steps.setdefault(node, {})[source_id] = info.last_step
         self._recall_endings()
 
     def _recall_endings(self) -> None:
@@ -298,6 +303,8 @@ class Tailer:
             saved = self._saved_ids.pop(name, None)
             if saved is not None:
                 self._restore(source, saved)
+            for source_id, step in self._peer_steps.pop(name, {}).items():
+                source.parser.remember(source_id, step)  # type: ignore[attr-defined]  # a PeerParser
             key = Path("/", f"peer:{name}")  # what its follower's news names (`_peer_news`)
             source.follower.wake = partial(self._peer_news, str(key))  # type: ignore[attr-defined]  # a PeerFollower
             self._sources[key] = self._by_id[name] = source

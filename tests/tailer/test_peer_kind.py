@@ -61,3 +61,22 @@ def test_the_position_taken_is_the_checkpoint_and_a_restart_resumes_there():
     assert again.restore(saved.follower)
     assert (again._taken.history, again._taken.seq) == ("h1", 41)  # a source entry's id is no position
     assert (again._received.history, again._received.seq) == ("h1", 41)
+
+
+def test_after_a_nodes_reset_what_it_reads_again_is_not_taken_twice():
+    parser = KINDS["peer"].parser(InputSpec(Path("n1"), source="n1"))
+    parser.remember("rank_1", 3)  # held before a restart of the central: known by its step alone
+
+    def feed(event, data):
+        return [(item.kind, item.data[PART_KEY], item.data.get("step"))
+                for item in items_of(parser, PeerMessage((event, data), 0, "h", 0), 0.0)]
+
+    first = [{"source": "rank_0", "step": step, "segment": 0} for step in (1, 2, 3)]
+    assert len(feed("records", first)) == 3
+    feed("reset", {"last_seq": 0})
+    assert feed("event", {"source": "rank_0", "kind": "start"}) == []  # the start it reads again
+    again = [{"source": source, "step": step, "segment": 0} for step in (1, 2, 3, 4, 5) for source in ("rank_0", "rank_1")]
+    assert feed("records", again) == [("record", "rank_0", 4), ("record", "rank_1", 4), ("record", "rank_0", 5),
+                                      ("record", "rank_1", 5)]
+    assert feed("records", [{"source": "rank_0", "step": 1, "segment": 1}]) == [("record", "rank_0", 1)]  # a new run
+    assert feed("records", [{"source": "rank_2", "step": 1}]) == [("record", "rank_2", 1)]  # a source new to it
