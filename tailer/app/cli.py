@@ -408,6 +408,7 @@ def _peers(values: Sequence[str], path: Optional[str]) -> Tuple[Tuple[str, str],
     out: Dict[str, str] = {}
     for value, where in given:
         name, _, url = value.partition("=") if "=" in value.split("://", 1)[0] else ("", "", value)
+        name, url = name.strip(), url.strip()  # (`node-3 = http://...` in a file)
         if not re.fullmatch(r"https?://[^/\s]+/?", url):
             raise UsageError(f"{where} {value!r}: give a node mstail's base URL, e.g. http://node-3:6150 "
                              "(optionally NAME=URL)")
@@ -488,6 +489,10 @@ def _run_server(config: Config, formats: Sequence[Format]) -> int:
         following = f"following {files + ' and ' if patterns else ''}the runs below {', '.join(config.logdirs)}"
     else:
         following = f"following {files}" + ("" if found else ", waiting for the files to appear")
+    if config.peers:
+        nodes = f"{len(config.peers)} node mstail{'s' if len(config.peers) != 1 else ''}"
+        following = following.replace("following ", f"following {nodes} and ", 1) if patterns or config.logdirs \
+            else f"following {nodes}"
 
     address = url_of(sock)
     elsewhere = other_urls(*sock.getsockname()[:2])  # bound to all addresses: the machine's name and addresses
