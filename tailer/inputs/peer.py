@@ -119,7 +119,8 @@ class PeerFollower:
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._notices = Notices(log)
-        self._state_news = False  # its state or problem changed since `take_state_news`: every source's card says it
+        #: how often its state or problem changed (by the thread), and how often when `take_state_news` last looked
+        self._state_changes, self._state_seen = 0, 0
 
     @property
     def source_path(self) -> Path:
@@ -181,7 +182,8 @@ class PeerFollower:
 
     def take_state_news(self) -> bool:
         """Whether the node's state or problem changed since the last call (then all its sources' entries change)."""
-        news, self._state_news = self._state_news, False
+        changes = self._state_changes
+        news, self._state_seen = changes != self._state_seen, changes
         return news
 
     def health(self) -> Dict[str, Any]:
@@ -311,7 +313,7 @@ class PeerFollower:
                         time.time() - self.unreachable_since, self._received.seq)
         self._notices.forget("down")
         self.state, self.problem, self.unreachable_since = "following", None, None
-        self._state_news = True
+        self._state_changes += 1
         self._put(PeerMessage(("sources", sources), self._received.seq, history, 0))
 
     def _down(self, why: str) -> bool:
@@ -324,7 +326,7 @@ class PeerFollower:
         since = time.strftime("%H:%M:%S", time.localtime(self.unreachable_since))
         self.state = "unreachable"
         self.problem = f"node unreachable since {since}: {why}"
-        self._state_news = True
+        self._state_changes += 1
         self._notices.say("down", f"peer {self.name} ({self.url}) unreachable: {why}; retrying, up to every "
                           f"{BACKOFF_MAX_S:g} s")
         self.wake()
