@@ -82,6 +82,9 @@ class Config:
         state_dir: folder of the persisted history and read positions (`--state-dir`); None = the per-user
             default (`mstail.tailer.app.state.default_state_dir`). Must be on local disk and outside the log folders.
         persist: keep the history across restarts; False (`--no-state`) = a temporary database.
+        peers: node mstails followed through their streams, as (name, base URL) (`--peer [NAME=]URL`, `--peers
+            FILE`; `mstail.tailer.inputs.peer`): their sources are NAME/<id> here; empty = none.
+        peer_token: the node mstails' access token (`--peer-token-file PATH` or $MSTAIL_PEER_TOKEN); None = none.
     """
 
     logs: Tuple[str, ...] = ()
@@ -121,3 +124,5 @@ class Config:
     keep_alive_s: float = 5.0
     state_dir: Optional[str] = None
     persist: bool = True
+    peers: Tuple[Tuple[str, str], ...] = ()
+    peer_token: Optional[str] = None

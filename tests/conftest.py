@@ -36,7 +36,7 @@ ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 
 START_TIMEOUT_S = 20.0
 STOP_TIMEOUT_S = 3.0
-_BANNER = re.compile(r"mstail: serving (http://127\.0\.0\.1:\d+)")
+_BANNER = re.compile(r"mstail: serving (http://127\.0\.0\.\d+:\d+)")  # any loopback address (node mstails)
 
 PathLike = Union[str, "os.PathLike[str]"]
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never through an *_proxy

@@ -10,6 +10,7 @@ a 503 with a JSON reason and `Retry-After` (the page's EventSource reconnects wi
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import weakref
@@ -30,6 +31,17 @@ router = APIRouter()
 
 RETRY_MS = 2000
 PING_S = 15
+#: a `durable` stream (`?durable=true`, what a central mstail asks: `tailer.inputs.peer`) sends an item only once it
+#: is written with its checkpoint: a node killed and restarted numbers what it reads again after the seqs it sent.
+#: The written seq is looked at this often while newer items wait for their commit (a pass's, a few ms).
+DURABLE_POLL_S = 0.01
+#: ... for at most this long per wake (a disk that refuses the history: the items wait, the stream pings on)
+DURABLE_WAIT_S = 1.0
+#: items still not written after this long are committed by the stream itself (the passes' batching goes first)
+DURABLE_NUDGE_S = 0.1
+#: the response header naming the history a stream's seqs belong to (its state's creation): a node whose state was
+#: reset answers another one, so a follower resuming by seq can tell
+HISTORY_HEADER = "X-Mstail-History"
 REPLAY_CHUNK = 2000  # items per message while replaying history
 LAST_EVENT_ID = re.compile(r"[0-9]{1,19}")  # ASCII digits only: str.isdigit() also takes '²'
 
@@ -174,6 +186,8 @@ def _source_frames(message: SourceMessage, seq: int) -> bytes:
 async def stream(
     request: Request,
     after: Optional[int] = Query(None, ge=0, le=2**63 - 1, description="replay from seq > after (default: only new items)"),
+    durable: bool = Query(False, description="send items only once they are written with their checkpoints"),
+    ping: float = Query(PING_S, ge=0.5, le=PING_S, description="seconds between keep-alive comments"),
 ) -> EventSourceResponse:
     store: Store = request.app.state.store
     hub: Hub = request.app.state.hub
@@ -184,18 +198,30 @@ async def stream(
     return _Stream(
         hub,
         getattr(request.app.state, "stream_limit", None) or StreamLimit(),
-        _events(store, hub, requested),
-        ping=PING_S,
+        _events(store, hub, requested, durable, ping),
+        ping=ping,
         send_timeout=request.app.state.send_timeout_s,
-        headers={"Cache-Control": "no-store"},
+        headers={"Cache-Control": "no-store", HISTORY_HEADER: history_id(store)},
     )
 
 
-async def _events(store: Store, hub: Hub, requested: Optional[int]) -> AsyncIterator[bytes]:
+def history_id(store: Store) -> str:
+    """What names this server's history (its state's creation time): another one after a reset, the same after a
+    restart over the same state."""
+    return store.db.meta_value("created") or ""
+
+
+def _written_seq(store: Store) -> int:
+    """The newest seq written to the state with its checkpoint (every lower one is written too)."""
+    return store.last_seq - store.db.unsaved
+
+
+async def _events(store: Store, hub: Hub, requested: Optional[int], durable: bool = False,
+                  ping: float = PING_S) -> AsyncIterator[bytes]:
     # Subscribe and take the snapshot with no await in between: everything up to `snapshot` is in the
     # store, everything after arrives through the queue, so replay + live has no gap and no duplicate.
     subscriber = hub.subscribe()
-    snapshot = store.last_seq
+    snapshot = _written_seq(store) if durable else store.last_seq
     try:
         yield f"retry: {RETRY_MS}\n\n".encode()
         cursor = snapshot if requested is None else requested
@@ -208,8 +234,11 @@ async def _events(store: Store, hub: Hub, requested: Optional[int]) -> AsyncIter
             yield chunk
         hub.sent_items += max(0, snapshot - cursor)  # seqs are gap-free: a seq range is an item count
         cursor = snapshot
+        if durable:
+            async for chunk in _durable(store, hub, subscriber, cursor, ping):
+                yield chunk
         while True:
-            await subscriber.wait(PING_S)
+            await subscriber.wait(ping)
             if subscriber.lagging:
                 subscriber.lagging = False
                 subscriber.drain()
@@ -241,6 +270,32 @@ async def _events(store: Store, hub: Hub, requested: Optional[int]) -> AsyncIter
                 yield out[0] if len(out) == 1 else b"".join(out)
     finally:
         hub.unsubscribe(subscriber)
+
+
+async def _durable(store: Store, hub: Hub, subscriber: Any, cursor: int, ping: float) -> AsyncIterator[bytes]:
+    """A durable stream's live part: each wake, the items written since (read from the store, as a replay) and the
+    source entries; the items stored by the wake wait for their commit (`DURABLE_POLL_S`, up to `DURABLE_WAIT_S`;
+    later ones go with the next wake or ping). Never returns."""
+    while True:
+        await subscriber.wait(ping)
+        subscriber.lagging = False
+        out = [_source_frames(message, cursor) for message in subscriber.drain() if isinstance(message, SourceMessage)]
+        waited, stored = 0.0, store.last_seq  # (not the newest then: a busy node stores more meanwhile)
+        while _written_seq(store) < stored and waited < DURABLE_WAIT_S:
+            if waited >= DURABLE_NUDGE_S and store.db.ready and store.db.write_error is None:
+                # a pass's commit that came while the writer was busy waits for the next pass's, which an idle
+                # mstail (a run's last step) may not make for a while: commit them now (with their checkpoints, which
+                # were queued with them)
+                store.commit()
+            await asyncio.sleep(DURABLE_POLL_S)
+            waited += DURABLE_POLL_S
+        target = _written_seq(store)
+        out += _replay(store, cursor, target)
+        hub.sent_items += max(0, target - cursor)
+        cursor = max(cursor, target)
+        if out:
+            hub.sent_messages += 1
+            yield b"".join(out)
 
 
 def _replay(store: Store, after: int, until: int) -> Iterator[bytes]:

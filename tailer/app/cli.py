@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, List, NoReturn, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, Iterator, List, NoReturn, Optional, Sequence, Tuple
 
 from mstail.parsers import Format, FormatError, format_table, load_formats
 from mstail.parsers.derived import DerivedError, load_derived
@@ -116,10 +116,11 @@ def _serve(args: argparse.Namespace) -> int:
             raise UsageError(f"{given} is a folder: follow the runs below it with `mstail {given}` (before any --log) "
                              f"or --logdir {given}, or give the logs in it, e.g. --log '{given}/*.log'")
     config = _config(args, logs=_flat(args.log), jsonl=_flat(args.jsonl), format=args.format, logdirs=folders)
-    config = dataclasses.replace(config, follow_symlinks=args.follow_symlinks)
-    if not config.logs and not config.jsonl and not config.logdirs:
+    config = dataclasses.replace(config, follow_symlinks=args.follow_symlinks,
+                                 peers=_peers(args.peer or (), args.peers), peer_token=_peer_token(args.peer_token_file))
+    if not config.logs and not config.jsonl and not config.logdirs and not config.peers:
         raise UsageError("nothing to follow: give a folder of runs (mstail DIR), or --log PATH (a file or a quoted "
-                         "glob such as 'output/log/rank_*/info.log')")
+                         "glob such as 'output/log/rank_*/info.log'), or node mstails with --peer URL")
     return _run_server(config, _formats(args, config.format))
 
 
@@ -391,17 +392,62 @@ def _alertmanagers(values: Sequence[str], path: Optional[str]) -> Tuple[str, ...
     return (url,) if url else ()
 
 
+def _peers(values: Sequence[str], path: Optional[str]) -> Tuple[Tuple[str, str], ...]:
+    """(name, URL) of each node mstail: `--peer [NAME=]URL` and the lines of `--peers FILE` (# comments); a node
+    without a name is called by its host:port."""
+    from mstail.tailer.inputs.peer import peer_name
+
+    given = [(value, "--peer") for value in values]
+    if path is not None:
+        try:
+            text = Path(path).expanduser().read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"--peers {path}: cannot read it ({exc})") from None
+        lines = (line.split("#", 1)[0].strip() for line in text.splitlines())
+        given += [(line, f"--peers {path}") for line in lines if line]
+    out: Dict[str, str] = {}
+    for value, where in given:
+        name, _, url = value.partition("=") if "=" in value.split("://", 1)[0] else ("", "", value)
+        name, url = name.strip(), url.strip()  # (`node-3 = http://...` in a file)
+        if not re.fullmatch(r"https?://[^/\s]+/?", url):
+            raise UsageError(f"{where} {value!r}: give a node mstail's base URL, e.g. http://node-3:6150 "
+                             "(optionally NAME=URL)")
+        name = name or peer_name(url)
+        if not re.fullmatch(r"[A-Za-z0-9._:-]{1,64}", name):
+            raise UsageError(f"{where} {value!r}: a node's name takes 1 to 64 of A-Z a-z 0-9 . _ : - (its sources "
+                             "are NAME/<id>)")
+        if name in out:
+            raise UsageError(f"{where}: two nodes named {name!r}; name them, e.g. node-3={url}")
+        out[name] = url.rstrip("/")
+    return tuple(out.items())
+
+
+def _peer_token(path: Optional[str]) -> Optional[str]:
+    """The node mstails' token: the first line of `--peer-token-file`, else $MSTAIL_PEER_TOKEN (never an option's
+    value: `ps` would show it)."""
+    if path is None:
+        return _token(os.environ.get("MSTAIL_PEER_TOKEN"), "$MSTAIL_PEER_TOKEN")
+    try:
+        lines = Path(path).expanduser().read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"--peer-token-file {path}: cannot read it ({exc})") from None
+    token = _token(lines[0].strip() if lines else "", f"--peer-token-file {path}")
+    if token is None:
+        raise UsageError(f"--peer-token-file {path} is empty: its first line is the node mstails' token")
+    return token
+
+
 def _positive(value: float, option: str) -> float:
     if not (value > 0 and math.isfinite(value)):  # (nan and inf parse as floats too)
         raise UsageError(f"{option} needs a positive number of seconds")
     return value
 
 
-def _token(token: Optional[str]) -> Optional[str]:
+def _token(token: Optional[str], where: str = "--token") -> Optional[str]:
     if not token:
         return None
     if not re.fullmatch(r"[A-Za-z0-9._~+/=-]{16,512}", token):
-        raise UsageError("--token needs 16 to 512 characters from A-Z a-z 0-9 . _ ~ + / = - "
+        raise UsageError(f"{where} needs 16 to 512 characters from A-Z a-z 0-9 . _ ~ + / = - "
                          "(leave it out on a non-loopback --host and mstail makes one)")
     return token
 
@@ -443,6 +489,10 @@ def _run_server(config: Config, formats: Sequence[Format]) -> int:
         following = f"following {files + ' and ' if patterns else ''}the runs below {', '.join(config.logdirs)}"
     else:
         following = f"following {files}" + ("" if found else ", waiting for the files to appear")
+    if config.peers:
+        nodes = f"{len(config.peers)} node mstail{'s' if len(config.peers) != 1 else ''}"
+        following = following.replace("following ", f"following {nodes} and ", 1) if patterns or config.logdirs \
+            else f"following {nodes}"
 
     address = url_of(sock)
     elsewhere = other_urls(*sock.getsockname()[:2])  # bound to all addresses: the machine's name and addresses
@@ -581,6 +631,11 @@ def _build_parser() -> _Parser:
     serve_p.add_argument("--format", metavar="NAME", help="use this format for every --log file instead of detecting it")
     serve_p.add_argument("--follow-symlinks", action="store_true", help="below a folder of runs, also open links "
                          "whose real path leaves the folder (default: said once, not opened)")
+    serve_p.add_argument("--peer", action="append", metavar="[NAME=]URL", help="follow a node mstail through its "
+                         "stream (repeatable): its sources are NAME/<id> here (NAME: default its host:port)")
+    serve_p.add_argument("--peers", metavar="FILE", help="node mstails to follow, one [NAME=]URL a line (# comments)")
+    serve_p.add_argument("--peer-token-file", metavar="PATH", help="the node mstails' token (its first line; "
+                         "default: $MSTAIL_PEER_TOKEN when set)")
     server_options(serve_p)
     serve_p.set_defaults(run=_serve)
 

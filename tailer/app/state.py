@@ -40,7 +40,7 @@ def open_state(config: Config, formats: Sequence[Format]) -> StateDB:
                 "with every write; pick a folder outside the logs with --state-dir"
             )
     digest = fingerprint(_history_parts(config, formats))
-    given = config.logs + config.jsonl + config.logdirs
+    given = config.logs + config.jsonl + config.logdirs + tuple(f"peers-{name}" for name, _ in config.peers)
     label = given[0] if given else "state"
     return StateDB(state_file(state_dir, label, digest), expected=digest, network=network_fs(state_dir) is not None)
 
@@ -51,6 +51,7 @@ def _history_parts(config: Config, formats: Sequence[Format]) -> List[str]:
     parts += sorted(f"log {os.path.abspath(os.path.expanduser(p))}" for p in config.logs)
     parts += sorted(f"jsonl {os.path.abspath(os.path.expanduser(p))}" for p in config.jsonl)
     parts += sorted(f"logdir {os.path.abspath(os.path.expanduser(p))}" for p in config.logdirs)
+    parts += sorted(f"peer {name} {url}" for name, url in config.peers)
     for fmt in formats:  # a changed rule may parse the same lines differently: such a history is not reused
         parts += [f"{fmt.name} {p.regex.pattern}" for p in fmt.prefixes]
         parts += [f"{fmt.name} {r.name} {r.regex.pattern} {[f.name for f in r.fields]}" for r in fmt.rules]

@@ -27,10 +27,12 @@ from mstail.tailer.inputs.checkpoint import FollowerCheckpoint
 from mstail.tailer.inputs.eventfiles import EVENTS
 from mstail.tailer.inputs.frames import Frame
 from mstail.tailer.inputs.lines import Block, Line
+from mstail.tailer.inputs.peer import PEER, PeerMessage
 from mstail.tailer.inputs.textlog import JSONL, TEXT
 
-#: What a follower hands out: a line, a block of whole lines (`LineSplitter.feed(blocks=True)`), an event-file frame.
-Piece = Union[Line, Block, Frame]
+#: What a follower hands out: a line, a block of whole lines (`LineSplitter.feed(blocks=True)`), an event-file frame,
+#: a node mstail's message (`inputs.peer`).
+Piece = Union[Line, Block, Frame, PeerMessage]
 
 
 @dataclass(frozen=True)
@@ -46,7 +48,8 @@ class InputSpec:
         max_line_bytes: longer lines are cut; default 1 MiB.
         grace_s: how long a multi-line event (a traceback) waits for more lines; default 0.5 s.
         variant: what the kind needs to know beyond the path: for event files the kind their names say
-            (`tensorboard`, `mindspore-summary`) or "" (known by content); default "".
+            (`tensorboard`, `mindspore-summary`) or "" (known by content), for a node mstail its URL; default "".
+        token: a node mstail's access token (the `peer` kind), None for none (default).
     """
 
     path: Path
@@ -57,6 +60,7 @@ class InputSpec:
     max_line_bytes: int = 1 << 20
     grace_s: float = 0.5
     variant: str = ""
+    token: Optional[str] = None
 
 
 class Follower(Protocol):
@@ -159,7 +163,7 @@ class InputKind(Protocol):
 
 
 #: The input kinds by name.
-KINDS: Dict[str, InputKind] = {kind.name: kind for kind in (TEXT, JSONL, EVENTS)}
+KINDS: Dict[str, InputKind] = {kind.name: kind for kind in (TEXT, JSONL, EVENTS, PEER)}
 
 
 def items_of(parser: Parser, piece: Piece, now: float,

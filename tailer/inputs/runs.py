@@ -71,6 +71,7 @@ INPUT_KINDS: Tuple[Tuple[str, str], ...] = (
     ("summary", "MindSpore summary files (events.out.events.summary.*) of SummaryRecord / SummaryCollector"),
     ("folder", "a folder of runs: mstail DIR, --logdir DIR, mstail parse DIR find the kinds above below it (text logs "
                "by their names, or by a format recognising their first 64 KiB)"),
+    ("peer", "a node mstail's stream, for one page of many nodes: --peer [NAME=]URL (docs/many-nodes.md)"),
 )
 
 #: what a folder is looked through for, said while none is found yet

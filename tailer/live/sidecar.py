@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from mstail.parsers import Format, Item, format_table
 from mstail.parsers.amends import fold_amends
@@ -39,6 +39,7 @@ from mstail.tailer.inputs.discovery import (PatternFilter, SourceNamer, WatchRoo
                         nearest_path, visible)
 from mstail.tailer.inputs.frames import event_source
 from mstail.tailer.inputs.kind import KINDS, Follower, InputKind, InputSpec, Parser, items_of
+from mstail.tailer.inputs.peer import PEER, PeerFollower, PeerParser, PeerPart
 from mstail.tailer.live.hub import Hub, ItemsMessage, SourceMessage
 from mstail.tailer.inputs.netfs import MOUNTINFO, existing_ancestor, network_fs, parse_mountinfo
 from mstail.tailer.notices import Notices, no_format_hint
@@ -99,6 +100,9 @@ FAILURE_BACKOFF_S = 1.0
 ALERT_TICK_S = 0.5
 ALERT_TICK_SHARE = 512
 ALERT_TICK_MAX_S = 1.0
+#: node mstails' news (`--peer`) wakes the loop at most this often: the messages of many nodes, a message per rank's
+#: step each, are read by one pass, not a pass each (a pass's own cost, times a thousand ranks a second)
+PEER_WAKE_S = 0.03
 
 
 @dataclass(eq=False)  # identity, not field equality: the planner keeps sources in sets
@@ -176,6 +180,11 @@ class Tailer:
         self._event_kinds: Dict[Path, str] = {}  # event-file sources: key -> the kind their names say ("": by content)
         self._event_files: Set[Path] = set()  # event files whose file events wake their folder's source
         self._saved: Dict[Path, SourceCheckpoint] = {}  # checkpoints from the state, by path, until rediscovered
+        self._saved_ids: Dict[str, SourceCheckpoint] = {}  # ... and by source id (a node mstail's: `_add_peers`)
+        self._peers: List[_Source] = []  # the node mstails followed (`--peer`), once `_add_peers` made them
+        self._peer_steps: Dict[str, Dict[str, int]] = {}  # node -> its sources' newest steps held (`resume`)
+        #: hands paths to the loop's `Changes` from any thread (set by `run`): a node's news wakes the loop
+        self._wake: Optional[Callable[[List[str]], None]] = None
         self._followed: Set[str] = set()  # the paths (as `expand` names them) of the files followed, but event files
         self._runs = RunFinder(config.logdirs, self.formats, self._forced, config.follow_symlinks,  # below `mstail DIR`
                                heads_time_s=HEADS_TIME_S)
@@ -217,6 +226,11 @@ class Tailer:
             self._namer.adopt(path, source_id)
             if checkpoint is not None:
                 self._saved[path.absolute()] = checkpoint
+                self._saved_ids[source_id] = checkpoint
+        for info in self.store.sources.values():  # a node's sources' newest steps: taken once after its reset
+            node, _, source_id = info.id.partition("/")
+            if source_id and info.last_step is not None and any(node == name for name, _ in self.config.peers):
+                self._peer_steps.setdefault(node, {})[source_id] = info.last_step
         self._recall_endings()
 
     def _recall_endings(self) -> None:
@@ -230,7 +244,7 @@ class Tailer:
     def discover(self) -> List[_Source]:
         """Register files the patterns name now, and run files below the folders; returns the new ones (runs in
         the pass thread)."""
-        new = []
+        new = self._add_peers()
         every = []
         for pattern, forced in self._patterns:
             paths = expand(pattern, self._followed)
@@ -276,6 +290,34 @@ class Tailer:
                 self._event_files.add(file)
                 self._planner.add(self._sources[key], file)
         return new
+
+    def _add_peers(self) -> List[_Source]:
+        """The node mstails of `--peer`, made at the first discovery (each resumes at its checkpoint): a source per
+        node (its id the node's name), its sources its parts (`NAME/<id>`, `inputs.peer`)."""
+        if self._peers or not self.config.peers:
+            return []
+        for name, url in self.config.peers:
+            spec = InputSpec(Path(name), source=name, variant=url, token=self.config.peer_token)
+            source = _Source(id=name, kind=PEER, spec=spec, follower=PEER.follower(spec), parser=PEER.parser(spec))
+            source.remote = False  # no file: nothing to look up in the mount table
+            saved = self._saved_ids.pop(name, None)
+            if saved is not None:
+                self._restore(source, saved)
+            for source_id, step in self._peer_steps.pop(name, {}).items():
+                source.parser.remember(source_id, step)  # type: ignore[attr-defined]  # a PeerParser
+            key = Path("/", f"peer:{name}")  # what its follower's news names (`_peer_news`)
+            source.follower.wake = partial(self._peer_news, str(key))  # type: ignore[attr-defined]  # a PeerFollower
+            self._sources[key] = self._by_id[name] = source
+            self._planner.add(source, key)
+            self._peers.append(source)
+        return list(self._peers)
+
+    def _peer_news(self, key: str) -> None:
+        """A node's follower has news (from its thread): the loop reads it with the next pass."""
+        wake = self._wake
+        if wake is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: shutting down
+                wake([key])
 
     def _new_run_files(self, taken: Set[Path], event_files: List[Tuple[Path, Path]],
                        ) -> List[Tuple[Path, Path, Optional[Format], str, Optional[str]]]:
@@ -344,6 +386,7 @@ class Tailer:
         pacer = Pacer(self.config.poll_s, self.config.safety_poll_s)
         backoff = FAILURE_BACKOFF_S
         roots_seen = -math.inf  # monotonic time the watch roots were last worked out (a stat or so per pattern)
+        self._wake = _Coalesced(asyncio.get_running_loop(), changes)
         self.running = True
         try:
             while not stop.is_set():
@@ -433,9 +476,12 @@ class Tailer:
         db = self.store.db
         if db.write_error is not None:
             problems.append(f"the history cannot be written ({db.write_error}); {db.unsaved} items kept in memory")
-        return {"passes": self.passes, "tailing_failures": self.failures, "last_tailing_failure": self.last_failure,
-                "unsaved": db.unsaved, "problems": problems, "waiting_for_runs": [str(f) for f in self._runs.empty],
-                "unmatched_patterns": list(self._unmatched.values())}
+        out = {"passes": self.passes, "tailing_failures": self.failures, "last_tailing_failure": self.last_failure,
+               "unsaved": db.unsaved, "problems": problems, "waiting_for_runs": [str(f) for f in self._runs.empty],
+               "unmatched_patterns": list(self._unmatched.values())}
+        if self.config.peers:
+            out["peers"] = [source.follower.health() for source in self._peers]  # type: ignore[attr-defined]
+        return out
 
     async def _sleep(self, stop: asyncio.Event, wake: asyncio.Event, timeout: float) -> None:
         if self._planner.holding:
@@ -662,6 +708,8 @@ class Tailer:
                 info.total_steps = parser.meta.get("total_steps") or evidence.total or info.total_steps
                 # while a child reads the history, its counts: the source's follower and parser wait at the resume point
                 counts = source.catch_up.counts if source.catch_up is not None and source_id == source.id else None
+                if isinstance(parser, PeerPart) and source_id != source.id:
+                    counts = parser.counts  # a node's source: the node's counters
                 counts = counts or {**source.follower.counters, **parser.counts}
                 info.counters = {**counts, "failures": source.failures}
                 info.problem = source.follower.problem or (
@@ -672,8 +720,10 @@ class Tailer:
                     EPOCH_STEPS if parser.meta.get("x_axis") == "epoch" else None)
                 info.hang_rule = "time bound" if source.remote else "writer"
                 info.run = source.run
+                if isinstance(parser, PeerPart):
+                    _describe_peer(source, source_id, parser, info)
                 if self.alerts is not None:
-                    self.alerts.peers(source_id, source.run, info.format)
+                    self.alerts.peers(source_id, info.run, info.format)
                 if part_items:
                     # a catch-up child's items come prepared (it never hands over launcher-tagged parts)
                     stored, texts = self.store.add(source_id, part_items, source.prepared and source_id == source.id)
@@ -820,6 +870,8 @@ class Tailer:
         and a `--log` folder that does not exist, the history failing to be written (and written again)."""
         for source in sources:
             path, parser = source.follower.path, source.parser
+            if source.kind is PEER:
+                continue  # its follower says what befalls the node (`inputs.peer`)
             if source.follower.problem is not None:
                 self.notices.say((source.id, "unreadable"), f"{path}: cannot read it ({source.follower.problem}); "
                                  "it is skipped until it can be")
@@ -896,6 +948,11 @@ class Tailer:
         """Whether a process still holds the source's file open for writing (as `_refresh_writers` last saw it);
         None when that cannot be seen (a network filesystem written from other nodes, another user's processes)."""
         source = self._by_id.get(source_id) or self._by_id.get(source_id.rpartition("/")[0])  # a tagged part's file
+        if source is None:
+            source = self._by_id.get(source_id.partition("/")[0])  # a node's source (`NODE/<id>`)
+        if source is not None and source.kind is PEER:
+            part = source.parser.parts.get(source_id[len(source.id) + 1:])
+            return part.writing() if part is not None else None  # as the node sees its writers
         return None if source is None else self._source_writing(source)
 
     @staticmethod
@@ -978,6 +1035,9 @@ class Tailer:
         info = self.store.sources.get(source_id)
         if info is None or not source.caught_up or source.parser.holding:
             return None
+        if source.kind is PEER:  # as the node judged it
+            part = source.parser.parts.get(source_id[len(source.id) + 1:])
+            return part.fate() if part is not None else None
         last = source.follower.last_data_time
         silent = now - last if last is not None else 0.0
         seen = self._source_writing(source)
@@ -998,6 +1058,9 @@ class Tailer:
         """following | idle | its run's fate (finished, died, stopped: `_fate`) | the follower's own state (waiting,
         gone, unreadable)."""
         follower = source.follower
+        if source.kind is PEER and source_id != source.id:
+            part = source.parser.parts.get(source_id[len(source.id) + 1:])
+            return part.state if part is not None else "waiting"  # the node's word (its last, while unreachable)
         if follower.state != "following":
             return follower.state
         ending = self._fate(source, source_id, now)
@@ -1011,6 +1074,28 @@ class Tailer:
 
 
 _NO_EVIDENCE = RunEvidence()
+
+
+class _Coalesced:
+    """Wake-ups from other threads (node mstails' news, `Tailer._peer_news`) handed to the loop's `Changes` at most
+    every PEER_WAKE_S."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, changes: Changes) -> None:
+        self._loop, self._changes = loop, changes
+        self._paths: Set[str] = set()
+
+    def __call__(self, paths: List[str]) -> None:
+        """From any thread."""
+        self._loop.call_soon_threadsafe(self._gather, paths)
+
+    def _gather(self, paths: List[str]) -> None:
+        if not self._paths:
+            self._loop.call_later(PEER_WAKE_S, self._hand_over)
+        self._paths.update(paths)
+
+    def _hand_over(self) -> None:
+        paths, self._paths = self._paths, set()
+        self._changes.add(paths)
 
 
 #: What a source whose global steps rest on a guessed epoch length says (`SourceParser._loss_monitor_step`).
@@ -1055,14 +1140,31 @@ def _ids(source: _Source) -> List[str]:
     return [source.id, *(_part_id(source, name) for name in parts)] if parts else [source.id]
 
 
+def _describe_peer(source: _Source, source_id: str, part: PeerPart, info: Any) -> None:
+    """A node's source (`NODE/<id>`) as the node describes it; the node's own entry: its URL and what befalls it."""
+    follower = source.follower
+    assert isinstance(follower, PeerFollower)
+    if source_id != source.id:
+        part.describe(info, source.id)
+        return
+    info.hang_rule = None
+    info.problem = follower.problem or follower.reset_said
+
+
 def _part_id(source: _Source, name: str) -> str:
     return f"{source.id}/{name}"
 
 
 def _by_part(source: _Source, items: List[Item]) -> List[Tuple[str, Any, List[Item]]]:
     """(source id, parser, items) for a file's own source and for each launcher-tagged part seen in it
-    (`ID/rank3`), with or without new items, so every part's state and counters stay current."""
-    parts = source.parser.parts
+    (`ID/rank3`), with or without new items, so every part's state and counters stay current; of a node mstail's
+    sources those with items or news (`PeerParser.take_touched`)."""
+    if source.kind is PEER:
+        follower, peer = source.follower, source.parser
+        assert isinstance(follower, PeerFollower) and isinstance(peer, PeerParser)
+        parts: Mapping[str, Any] = peer.take_touched(everything=follower.take_state_news())
+    else:
+        parts = source.parser.parts
     out: Dict[Optional[str], Tuple[str, Any, List[Item]]] = {None: (source.id, source.parser.main, [])}
     out.update({name: (_part_id(source, name), parser, []) for name, parser in parts.items()})
     for item in items:

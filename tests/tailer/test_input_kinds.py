@@ -26,8 +26,8 @@ def members(protocol: type) -> List[str]:
     return sorted(names)
 
 
-def test_the_kinds_are_text_jsonl_and_events_each_under_its_name():
-    assert sorted(KINDS) == ["events", "jsonl", "text"]
+def test_the_kinds_are_text_jsonl_events_and_peer_each_under_its_name():
+    assert sorted(KINDS) == ["events", "jsonl", "peer", "text"]
     for name, kind in KINDS.items():
         assert kind.name == name
         assert set(members(InputKind)) <= set(dir(kind)), name

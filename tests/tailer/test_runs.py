@@ -344,7 +344,7 @@ def test_formats_lists_the_input_kinds() -> None:
     result = mstail("formats")
     assert result.returncode == 0, result.stderr
     kinds = result.stdout.split("text formats:")[0].splitlines()[1:]
-    assert [line.split()[0] for line in kinds] == ["text", "jsonl", "tensorboard", "summary", "folder"]
+    assert [line.split()[0] for line in kinds] == ["text", "jsonl", "tensorboard", "summary", "folder", "peer"]
     assert "mindformers" in result.stdout.split("text formats:")[1]
 
 

@@ -1,10 +1,11 @@
 // The sources: one card per source up to CARDS_MAX sources, beyond that a compact table (filter by name, sort by
 // lag / step time / loss, the worst few highlighted) so the charts still start on the first screen. Each shows the
-// source's state in words and colour (following, idle, finished, died, stopped, crashed, hung, unreadable, no format: hang colours
-// only while the alert engine has a hang alert firing for it), step, loss, lr, step time, ETA, throughput and
-// time since its last step; the file-reading counters sit behind the "file details" disclosure. It keeps the
-// per-source facts up to date from the stream: its records (noteRecord) and its `source` messages (noteSource: the
-// server sends a source's entry, counters included, when it changes, at most a few times a second); /api/sources is
+// source's state in words and colour (following, idle, finished, died, stopped, crashed, hung, unreadable,
+// unreachable, no format: hang colours only while the alert engine has a hang alert firing for it), step, loss, lr,
+// step time, ETA, throughput and time since its last step; the file-reading counters sit behind the "file details"
+// disclosure. It keeps the per-source facts up to date from the stream: its records (noteRecord) and its `source`
+// messages (noteSource: the server sends a source's entry, counters included, when it changes, at most a few times
+// a second); /api/sources is
 // asked again only after a reconnect or for a source the page has not met. The baseline select's choices and showing
 // / hiding a source live here too.
 // Everything from log text or paths is set with textContent: never HTML.
@@ -128,6 +129,10 @@ const FATES = { finished: "done", died: "bad", stopped: "muted" };
 // crashed, a file mstail cannot read. A run that stopped without saying whether it finished is "stopped", never done.
 export function sourceStatus(info) {
   if (info.state === "unreadable") return { key: "unreadable", text: "unreadable", level: "bad" };
+  // a node mstail a central one follows (--peer), out of reach: since when is in its problem
+  if (info.state === "unreachable") {
+    return { key: "unreachable", text: "unreachable", level: "bad", why: info.problem || "" };
+  }
   if (hangAlert(info.id)) return { key: "hung", text: "hung", level: "bad" };
   if (FATES[info.state]) {
     const text = info.state + (info.end_guessed ? "?" : "");
