@@ -16,7 +16,7 @@ from typing import Callable, Dict, List, Optional, Tuple, Union
 
 from .engine import METRIC_HINT, SourceParser
 from .hotlines import HotLines, hot_lines
-from .interleave import InterleavedParser, part_of
+from .interleave import TAG_TEXTS, InterleavedParser, part_of
 from .prefilter import LineFinder, line_finder
 from .record import Item
 from .schema import Format
@@ -92,6 +92,7 @@ def feed_block(
     hot_match = hot.match if hot is not None else None
     take = steps.take if steps is not None else None
     interleaved = isinstance(parser, InterleavedParser)
+    tagged = interleaved and any(tag in block for tag in TAG_TEXTS)  # else no line of the block is a tagged one
     pending: List[Item] = []
     pending_line = line_no  # the last line whose items are in `pending`
 
@@ -125,22 +126,25 @@ def feed_block(
             pos, line_no = start, line_no + skipped
         end = find(b"\n", pos)
         text = decode(block[pos:end], offset + pos)
-        if interleaved and part_of(text) is not None:  # a launcher-tagged line: its part's parser, in line order
+        if tagged and part_of(text) is not None:  # a launcher-tagged line: its part's parser, in line order
             if pending:
                 settle()
             feed_next()
             collecting = main.collecting
             continue
-        taken = found = None
+        fed = True  # whether the line reached `feed` (then it may have opened a multi-line event)
         try:
             # A usual step or progress line is made into items here (`StepLines`); another one the engine would
             # take by its record path is matched here and handed to it; any other line, and any while a
             # multi-line event is open, is fed.
+            found = None
             if take is not None and not collecting and "\x1b" not in text:
                 found = take(main, text, line_no, now)
-            if found is None:
+                fed = found is None
+            if fed:
                 taken = hot_match(text) if hot_match is not None and not collecting and "\x1b" not in text else None
                 found = main_feed(text, line_no, now) if taken is None else feed_hot(*taken, line_no, now)
+                fed = taken is None
         except Exception as exc:  # as in `feed_next`
             if on_error is None:
                 raise
@@ -149,7 +153,7 @@ def feed_block(
             if found:
                 pending += found
                 pending_line = line_no
-        if taken is None:
+        if fed:
             collecting = main.collecting
         pos, line_no = end + 1, line_no + 1
     if pending:

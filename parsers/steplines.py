@@ -48,6 +48,10 @@ class _Rule:
         """The fields' values from `texts` (`numbers()`'s) into `into`, as `SourceParser.values` gives them; False when
         a field error or a pair to read leaves the line to the engine."""
         failed = self.values(texts, into)
+        return failed is None or self.refill(failed, texts, into)
+
+    def refill(self, failed: int, texts: Any, into: Record) -> bool:
+        """`fill` once `values` said `failed` (-1: leave the line to the engine; k: field k's fast converter refused)."""
         while failed is not None and failed >= 0:  # "[1.5]": that field's full converter, from now on (only speed
             self.fields[failed][2] = None          # changes: both give the same values), and the fields again
             self.values = self._compiled()
@@ -196,7 +200,8 @@ def _record(parser: SourceParser, usual: _Rule, texts: Any, stamp: Optional[str]
     else:
         record["time"] = when
     record["line"] = line_no
-    if not usual.fill(texts, record):
+    failed = usual.values(texts, record)
+    if failed is not None and not usual.refill(failed, texts, record):
         return None
     # The line is the usual case: from here on, what the engine changes.
     counts = state.counts
