@@ -52,11 +52,12 @@ class _Rule:
 
     def refill(self, failed: int, texts: Any, into: Record) -> bool:
         """`fill` once `values` said `failed` (-1: leave the line to the engine; k: field k's fast converter refused)."""
-        while failed is not None and failed >= 0:  # "[1.5]": that field's full converter, from now on (only speed
-            self.fields[failed][2] = None          # changes: both give the same values), and the fields again
+        told: Optional[int] = failed
+        while told is not None and told >= 0:  # "[1.5]": that field's full converter, from now on (only speed
+            self.fields[told][2] = None        # changes: both give the same values), and the fields again
             self.values = self._compiled()
-            failed = self.values(texts, into)
-        return failed is None
+            told = self.values(texts, into)
+        return told is None
 
     def _compiled(self) -> Callable[[Any, Record], Optional[int]]:
         """`values(texts, into)`: the fields converted one after the other, written out (no loop, no lookups; the
@@ -79,7 +80,7 @@ class _Rule:
             code += [f"    if texts[{at + len(self.fields) + k}]:", "        return -1"]
         code.append("    return None")
         exec("\n".join(code), names)  # code made above from group positions only
-        return names["values"]  # type: ignore[no-any-return]
+        return names["values"]
 
     def numbers(self) -> Tuple[int, ...]:
         """The group numbers `take` reads, in one `group` call: the counters present, the fields, the pairs' groups."""
