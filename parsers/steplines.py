@@ -17,7 +17,7 @@ Anything else (another kind of line, the first epoch 0, a step going back, a fie
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 from .engine import SourceParser
 from .hotlines import HotLines
@@ -27,7 +27,6 @@ from .record import ESTIMATED, Item, Record
 from .schema import Rule
 
 _INT64 = 1 << 63
-_new_tuple = tuple.__new__  # an `Item` without its generated `__new__` (a Python frame per item)
 #: The step counters a usual record rule reads, in this order (`_Counters`; absent from its regex: group 0).
 _COUNTERS = ("step", "total_steps", "step_in_epoch", "steps_per_epoch", "epoch", "epochs")
 
@@ -42,45 +41,6 @@ class _Rule:
         self.counters = tuple(index.get(name, 0) for name in _COUNTERS)
         self.fields = [[index[group], name, fast, full] for group, name, fast, full in rule.plan]
         self.pairs = tuple(index[group] for extract in rule.extract for group in extract.groups)  # type: ignore[attr-defined]  # _Pairs
-        self.values = self._compiled()
-
-    def fill(self, texts: Any, into: Record) -> bool:
-        """The fields' values from `texts` (`numbers()`'s) into `into`, as `SourceParser.values` gives them; False when
-        a field error or a pair to read leaves the line to the engine."""
-        failed = self.values(texts, into)
-        return failed is None or self.refill(failed, texts, into)
-
-    def refill(self, failed: int, texts: Any, into: Record) -> bool:
-        """`fill` once `values` said `failed` (-1: leave the line to the engine; k: field k's fast converter refused)."""
-        told: Optional[int] = failed
-        while told is not None and told >= 0:  # "[1.5]": that field's full converter, from now on (only speed
-            self.fields[told][2] = None        # changes: both give the same values), and the fields again
-            self.values = self._compiled()
-            told = self.values(texts, into)
-        return told is None
-
-    def _compiled(self) -> Callable[[Any, Record], Optional[int]]:
-        """`values(texts, into)`: the fields converted one after the other, written out (no loop, no lookups; the
-        converters and names are the function's globals, never text in its code). None: done; -1: leave the line to
-        the engine; k >= 0: field k's fast converter refused its text."""
-        code = ["def values(texts, into):"]
-        names: Dict[str, Any] = {"fits": fits, "LOW": -_INT64, "HIGH": _INT64}
-        at = sum(1 for number in self.counters if number)
-        for k, (_, name, fast, full) in enumerate(self.fields):
-            names[f"fast{k}"], names[f"full{k}"], names[f"name{k}"] = fast, full, name
-            code += [f"    t = texts[{at + k}]", "    if t is not None:"]
-            if fast is not None:
-                code += ["        try:", f"            v = fast{k}(t)", "        except (ValueError, KeyError):",
-                         f"            return {k}", "        if not (LOW <= v < HIGH or fits(v, t)):", "            return -1"]
-            else:
-                code += ["        try:", f"            v = full{k}(t)", "        except (ValueError, OverflowError):",
-                         "            return -1", "        if not fits(v, t):", "            return -1"]
-            code.append(f"        into[name{k}] = v")
-        for k in range(len(self.pairs)):  # a pairs group with text: the engine reads its pairs
-            code += [f"    if texts[{at + len(self.fields) + k}]:", "        return -1"]
-        code.append("    return None")
-        exec("\n".join(code), names)  # code made above from group positions only
-        return names["values"]
 
     def numbers(self) -> Tuple[int, ...]:
         """The group numbers `take` reads, in one `group` call: the counters present, the fields, the pairs' groups."""
@@ -144,6 +104,38 @@ class StepLines:
         return None
 
 
+def _values(usual: _Rule, texts: Any, at: int, into: Record) -> bool:
+    """The fields' values from `texts[at:]` into `into`, as `SourceParser.values` gives them; False when a field
+    error or a pair to read leaves the line to the engine."""
+    for field in usual.fields:
+        text = texts[at]
+        at += 1
+        if text is None:
+            continue
+        fast = field[2]
+        if fast is not None:
+            try:
+                value = fast(text)
+            except (ValueError, KeyError):  # "[1.5]": the full converter, from now on (only speed changes)
+                field[2] = None
+            else:
+                if -_INT64 <= value < _INT64 or fits(value, text):
+                    into[field[1]] = value
+                    continue
+                return False
+        try:
+            value = field[3](text)
+        except (ValueError, OverflowError):
+            return False
+        if not fits(value, text):
+            return False
+        into[field[1]] = value
+    for text in texts[at:]:
+        if text:
+            return False  # a pairs group with text: the engine reads its pairs
+    return True
+
+
 def _record(parser: SourceParser, usual: _Rule, texts: Any, stamp: Optional[str],
             clock: Optional[Callable[[str], float]], line_no: int, now: float) -> Optional[List[Item]]:
     """A record rule's usual line: `feed_hot` → `record_line` → `_start_record` and `_emit`, as the engine does them."""
@@ -201,8 +193,7 @@ def _record(parser: SourceParser, usual: _Rule, texts: Any, stamp: Optional[str]
     else:
         record["time"] = when
     record["line"] = line_no
-    failed = usual.values(texts, record)
-    if failed is not None and not usual.refill(failed, texts, record):
+    if not _values(usual, texts, at, record):
         return None
     # The line is the usual case: from here on, what the engine changes.
     counts = state.counts
@@ -217,13 +208,13 @@ def _record(parser: SourceParser, usual: _Rule, texts: Any, stamp: Optional[str]
     counts["records"] += 1
     if when is None:
         counts["read_times"] += 1
-    return [_new_tuple(Item, ("record", record))]
+    return [Item("record", record)]
 
 
 def _amend(parser: SourceParser, usual: _Rule, texts: Any) -> Optional[List[Item]]:
     """An attach rule's usual line: `feed_hot` → `attach_line` → `_amend`, as the engine does them."""
     values: Record = {}
-    if not usual.fill(texts, values):
+    if not _values(usual, texts, 0, values):
         return None
     state = parser.state
     state.counts["lines"] += 1
@@ -237,5 +228,5 @@ def _amend(parser: SourceParser, usual: _Rule, texts: Any) -> Optional[List[Item
         return []
     last.update(new)
     state.counts["amends"] += 1
-    return [_new_tuple(Item, ("amend", {"step": last["step"], "segment": last["segment"], **new}))]
+    return [Item("amend", {"step": last["step"], "segment": last["segment"], **new})]
 
