@@ -16,7 +16,7 @@ from typing import Callable, Dict, List, Optional, Tuple, Union
 
 from .engine import METRIC_HINT, SourceParser
 from .hotlines import HotLines, hot_lines
-from .interleave import TAG_TEXTS, InterleavedParser, part_of
+from .interleave import InterleavedParser, part_of
 from .prefilter import LineFinder, line_finder
 from .record import Item
 from .schema import Format
@@ -92,7 +92,6 @@ def feed_block(
     hot_match = hot.match if hot is not None else None
     take = steps.take if steps is not None else None
     interleaved = isinstance(parser, InterleavedParser)
-    tagged = interleaved and any(tag in block for tag in TAG_TEXTS)  # else no line of the block is a tagged one
     pending: List[Item] = []
     pending_line = line_no  # the last line whose items are in `pending`
 
@@ -126,7 +125,7 @@ def feed_block(
             pos, line_no = start, line_no + skipped
         end = find(b"\n", pos)
         text = decode(block[pos:end], offset + pos)
-        if tagged and part_of(text) is not None:  # a launcher-tagged line: its part's parser, in line order
+        if interleaved and part_of(text) is not None:  # a launcher-tagged line: its part's parser, in line order
             if pending:
                 settle()
             feed_next()
