@@ -27,7 +27,7 @@ from .record import ESTIMATED, Item, Record
 from .schema import Rule
 
 _INT64 = 1 << 63
-#: The step counters a usual record rule reads, in this order (`_Counters`; absent from its regex: group 0).
+#: The step counters a usual record rule reads, in this order (`_Rule.counters`; absent from its regex: group 0).
 _COUNTERS = ("step", "total_steps", "step_in_epoch", "steps_per_epoch", "epoch", "epochs")
 
 
@@ -37,7 +37,7 @@ class _Rule:
 
     def __init__(self, rule: Rule, hot: Any) -> None:
         index = hot.__self__.groupindex  # `hot` is the rule's compiled `match` (`hotlines.hot_lines`)
-        self.rule, self.record = rule, rule.kind == "record"
+        self.record = rule.kind == "record"
         self.counters = tuple(index.get(name, 0) for name in _COUNTERS)
         self.fields = [[index[group], name, fast, full] for group, name, fast, full in rule.plan]
         self.pairs = tuple(index[group] for extract in rule.extract for group in extract.groups)  # type: ignore[attr-defined]  # _Pairs
@@ -62,7 +62,8 @@ def _usual(rule: Rule, hot: Any) -> bool:
 
 
 class StepLines:
-    """The usual step and progress lines of one format, made into items (`step_lines(fmt)` makes it)."""
+    """The usual step and progress lines of one format, made into items (`parsers.blocks` makes one per format, from
+    its `HotLines`)."""
 
     def __init__(self, hot: HotLines) -> None:
         self._prefixes = hot._prefixes
