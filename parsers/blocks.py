@@ -20,15 +20,19 @@ from .interleave import InterleavedParser, part_of
 from .prefilter import LineFinder, line_finder
 from .record import Item
 from .schema import Format
+from .steplines import StepLines
 
-#: id(format) -> its line finder (or None) and its hot lines (or None), for as long as the format lives (`_made_for`)
-_MADE: Dict[int, Tuple[Optional[LineFinder], Optional[HotLines]]] = {}
+#: A format's line finder (or None), hot lines (or None) and usual step lines (or None: it has no hot lines)
+_Made = Tuple[Optional[LineFinder], Optional[HotLines], Optional[StepLines]]
+#: id(format) -> what `_made_for` made of it, for as long as the format lives
+_MADE: Dict[int, _Made] = {}
 
 
-def _made_for(fmt: Format) -> Tuple[Optional[LineFinder], Optional[HotLines]]:
+def _made_for(fmt: Format) -> _Made:
     key = id(fmt)
     if key not in _MADE:
-        _MADE[key] = line_finder(fmt, METRIC_HINT), hot_lines(fmt)
+        hot = hot_lines(fmt)
+        _MADE[key] = line_finder(fmt, METRIC_HINT), hot, StepLines(hot) if hot is not None else None
         weakref.finalize(fmt, _MADE.pop, key, None)  # gone with the format, before its id can be reused
     return _MADE[key]
 
@@ -76,7 +80,7 @@ def feed_block(
 
     while pos < size and main.format is None:  # every line, until a line locks the format
         feed_next()
-    finder, hot = _made_for(main.format) if main.format is not None else (None, None)
+    finder, hot, steps = _made_for(main.format) if main.format is not None else (None, None, None)
     if finder is None:
         while pos < size:  # a format whose lines cannot be told apart (or none locked): every line
             feed_next()
@@ -86,6 +90,7 @@ def feed_block(
     # `parser.feed` line by line gives, with fewer calls per line.
     main_feed, feed_hot = main.feed, main.feed_hot
     hot_match = hot.match if hot is not None else None
+    take = steps.take if steps is not None else None
     interleaved = isinstance(parser, InterleavedParser)
     pending: List[Item] = []
     pending_line = line_no  # the last line whose items are in `pending`
@@ -126,12 +131,19 @@ def feed_block(
             feed_next()
             collecting = main.collecting
             continue
-        taken = None
+        fed = True  # whether the line reached `feed` (then it may have opened a multi-line event)
         try:
-            # A step or progress line is matched here and handed to the engine's record path; any other line,
-            # and any while a multi-line event is open, is fed.
-            taken = hot_match(text) if hot_match is not None and not collecting and "\x1b" not in text else None
-            found = main_feed(text, line_no, now) if taken is None else feed_hot(*taken, line_no, now)
+            # A usual step or progress line is made into items here (`StepLines`); another one the engine would
+            # take by its record path is matched here and handed to it; any other line, and any while a
+            # multi-line event is open, is fed.
+            found = None
+            if take is not None and not collecting and "\x1b" not in text:
+                found = take(main, text, line_no, now)
+                fed = found is None
+            if fed:
+                taken = hot_match(text) if hot_match is not None and not collecting and "\x1b" not in text else None
+                found = main_feed(text, line_no, now) if taken is None else feed_hot(*taken, line_no, now)
+                fed = taken is None
         except Exception as exc:  # as in `feed_next`
             if on_error is None:
                 raise
@@ -140,7 +152,7 @@ def feed_block(
             if found:
                 pending += found
                 pending_line = line_no
-        if taken is None:
+        if fed:
             collecting = main.collecting
         pos, line_no = end + 1, line_no + 1
     if pending:

@@ -44,24 +44,35 @@ class LineFinder:
         self.exact = tuple(dict.fromkeys(exact))
         self.folded = tuple(dict.fromkeys(folded))
         needles = list(dict.fromkeys(self.exact + tuple(v for text in self.folded for v in _case_variants(text))))
-        # Leftmost-first, no overlaps: a text overlapped by a match reported before it lies on that match's line (no
-        # text holds a newline), so every line holding a text has a match reported.
-        self._automaton = ahocorasick_rs.BytesAhoCorasick(
-            needles, matchkind=ahocorasick_rs.MatchKind.LeftmostFirst, implementation=ahocorasick_rs.Implementation.DFA,
-        ) if needles else None
+        # One-byte texts (NUL, ESC, a folded letter's lead byte) are rare in a log, and looked for first by `in` (a
+        # memchr): a block holding none is searched by an automaton without them, which runs about twice as fast
+        # (they defeat its prefilter). A text a block does not hold changes nothing of what is found in it.
+        self._bytes = tuple(needle for needle in needles if len(needle) == 1)
+        self._automaton = _automaton(needles)
+        self._without_bytes = _automaton([needle for needle in needles if len(needle) > 1])
 
     def starts(self, block: bytes, pos: int = 0) -> List[int]:
         """Offsets, in order, of the lines from `pos` (a line start) on that hold one of the texts."""
         found: List[int] = []
-        if self._automaton is not None:
+        automaton = self._automaton if any(byte in block for byte in self._bytes) else self._without_bytes
+        if automaton is not None:
             rfind, find = block.rfind, block.find
             line_end = -1  # the end of the last line found: later matches on it add nothing
-            for _, at, _ in self._automaton.find_matches_as_indexes(memoryview(block)[pos:]):
+            for _, at, _ in automaton.find_matches_as_indexes(memoryview(block)[pos:]):
                 at += pos
                 if at > line_end:
                     found.append(rfind(b"\n", 0, at) + 1)
                     line_end = find(b"\n", at)
         return found
+
+
+def _automaton(needles: List[bytes]) -> Optional[ahocorasick_rs.BytesAhoCorasick]:
+    """One automaton for all of `needles` (None for none). Leftmost-first, no overlaps: a text overlapped by a match
+    reported before it lies on that match's line (no text holds a newline), so every line holding a text has a match
+    reported."""
+    return ahocorasick_rs.BytesAhoCorasick(
+        needles, matchkind=ahocorasick_rs.MatchKind.LeftmostFirst, implementation=ahocorasick_rs.Implementation.DFA,
+    ) if needles else None
 
 
 def _case_variants(text: bytes) -> List[bytes]:

@@ -279,6 +279,8 @@ def _first_frame_valid(path: Path) -> bool:
             head = handle.read(HEADER_BYTES + 64 + FOOTER_BYTES)
     except OSError:
         return False
+    if len(head) < HEADER_BYTES or _masked_crc(head[:8]) != _HEADER.unpack_from(head)[1]:
+        return False  # no frame header (a text log): said without the splitter, whose damage scan imports numpy
     frames = FrameSplitter(max_line_bytes=64).feed(head)
     return bool(frames) and (b"brain.Event:" in frames[0].payload or b"MindSpore.Event:" in frames[0].payload)
 

@@ -52,6 +52,7 @@ drifts, two runs of the same round are nearer in time than the two programs' bes
 from __future__ import annotations
 
 import argparse
+import compileall
 import contextlib
 import io
 import json
@@ -691,6 +692,9 @@ def main() -> int:
         if args.timeline:
             timeline(build_single_log(folder, int(args.size_mb * MB)), folder, args.rounds)
             return 0
+        # mstail's bytecode written once, as installing it with pip does: where PYTHONDONTWRITEBYTECODE is set (this
+        # machine's shells), every start of `mstail parse` would compile its modules from source again.
+        compileall.compile_dir(str(ROOT), rx=re.compile(r"[/\\](\.venv|tests|build)([/\\]|$)"), quiet=1)
         met = True
         if args.case in ("single", "both"):
             met &= run_case("single", build_single_log(folder, int(args.size_mb * MB)), folder, args.rounds)

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 from pathlib import Path
 from typing import List
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -77,6 +80,18 @@ def test_a_frame_over_the_limit_is_passed_over_unread(event_file: Path) -> None:
         assert splitter.pending_bytes <= 1000 + 100
     assert [f.payload for f in got] == [f.payload for f in FrameSplitter().feed(data)]
     assert splitter.big_frames == 1 and splitter.bad_frames == 0
+
+
+@pytest.mark.slow
+def test_a_text_log_is_told_from_an_event_file_without_numpy(tmp_path: Path) -> None:
+    """`mstail parse` asks this of every file it is given: a text log's first bytes are no frame header, which is said
+    without the splitter's damage scan (it imports numpy: about a third of the command's start-up)."""
+    text = tmp_path / "info.log"
+    text.write_text("[INFO] 2025-11-24 16:00:01,858 [mindformers/callback.py:821] print_output_info: x\n" * 3)
+    probe = ("import sys; from pathlib import Path; from mstail.tailer.inputs.frames import is_event_file; "
+             f"print(is_event_file(Path({str(text)!r})), 'numpy' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["False", "False"]
 
 
 def test_resuming_at_a_frame_offset_reads_the_rest(event_file: Path) -> None:
