@@ -54,13 +54,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item
     Under `-n 2 --dist loadgroup` (README's test command) a module's tests run on one worker, so that its module
     fixtures (a server, a browser, a built history) are made once, and every browser test on one worker: two pages
     drawn at once would starve each other's bounded waits on two cores."""
-    grouped = config.getoption("dist", "no") == "loadgroup"
+    grouped = getattr(config.option, "loadgroup", False)  # set by pytest-xdist in its workers
     for item in items:
         if _PROCESS_FIXTURES & set(getattr(item, "fixturenames", ())) or item.get_closest_marker("browser") \
                 or item.get_closest_marker("mindspore"):
             item.add_marker(pytest.mark.slow)
         if grouped and not item.get_closest_marker("xdist_group"):
-            group = "browser" if item.get_closest_marker("browser") else item.nodeid.split("::")[0]
+            group = "browser" if item.get_closest_marker("browser") else item.path.stem
             item.add_marker(pytest.mark.xdist_group(group))
 
 
