@@ -35,7 +35,9 @@ ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 
 START_TIMEOUT_S = 20.0
-STOP_TIMEOUT_S = 3.0
+#: a server that needs longer to exit after SIGINT hangs (a loaded machine took over 3 s); how promptly it exits
+#: is tests/web/test_shutdown.py's
+STOP_TIMEOUT_S = 10.0
 _BANNER = re.compile(r"mstail: serving (http://127\.0\.0\.\d+:\d+)")  # any loopback address (node mstails)
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -46,13 +48,22 @@ _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loop
 _PROCESS_FIXTURES = {"mstail_server", "log_writer"}
 
 
-def pytest_collection_modifyitems(items: List[pytest.Item]) -> None:
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:
     """`pytest -m "not slow"` is the fast inner loop: tests that start processes (mstail, writers), drive the
-    browser or train with MindSpore are `slow` too, besides the modules marked so by hand."""
+    browser or train with MindSpore are `slow` too, besides the modules marked so by hand.
+
+    Under `-n 2 --dist loadgroup` (README's test command) a module's tests run on one worker, so that its module
+    fixtures (a server, a browser, a built history) are made once, and every browser test on one worker: two pages
+    drawn at once would starve each other's bounded waits on two cores."""
+    grouped = getattr(config.option, "loadgroup", False)  # set by pytest-xdist in its workers
     for item in items:
         if _PROCESS_FIXTURES & set(getattr(item, "fixturenames", ())) or item.get_closest_marker("browser") \
                 or item.get_closest_marker("mindspore"):
             item.add_marker(pytest.mark.slow)
+        if grouped and not item.get_closest_marker("xdist_group"):
+            group = "browser" if item.get_closest_marker("browser") else item.path.stem
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 #: Every way a test could start a process (subprocess and asyncio's, os.system and os.popen, fork, posix_spawn,

@@ -7,8 +7,10 @@ without touching this file. Each gets adversarial lines: FILLERS and the regex's
 alone and after valid beginnings of real lines it matches (sample_logs/, tests/real_logs/, the lines the parser tests
 hold), cut at every field boundary; with and without a final "x". Each call must take less than BUDGET_S: the best
 of 3, each timed by `time.perf_counter` and by the thread's CPU clock, the smaller counting (on a shared machine a
-busy neighbour stretches the wall clock, not the work). Every case is tried on short lines first, so a regex that
-has become quadratic fails in seconds instead of running for hours at the cap.
+busy neighbour stretches the wall clock, not the work). A busy neighbour on the other hyperthread of the core slows
+the CPU clock too: a call over BUDGET_S is timed again against twice the reference pass (REFERENCE) timed just then,
+in the same thread. Every case is tried on short lines first, so a regex that has become quadratic fails in seconds
+instead of running for hours at the cap.
 
 A user's regexes are not held to this: they run with a time limit instead (parsers/bounded.py,
 tests/hostile/test_regex_freeze.py).
@@ -39,6 +41,7 @@ LINE_CAP = LineSplitter().max_line_bytes  # 1 MiB; the fillers are ASCII, so cha
 #: (each step checks a Unicode class); a regex under twice that touches each character a few times at most. A
 #: quadratic one needs hours at the cap.
 BUDGET_S = 0.100
+REFERENCE = re.compile(r" *[-+\w.]+"), " " * LINE_CAP  # that pass: the budget is twice it, on a loaded machine too
 SCREEN = (4096, 16384, 65536)  # sizes every case is tried at first; over the budget there means hopeless at the cap
 AT_CAP = 3  # the slowest cases of a regex at 64 KiB that are tried at the cap, besides those that grew faster than
 #             linearly from 16 to 64 KiB or would reach half the budget at the cap if linear
@@ -187,17 +190,28 @@ def line(case: Case, size: int) -> str:
     return begin + filler * max(1, (size - len(begin) - len(end)) // len(filler)) + end
 
 
-def timed(call: Callable[[str], object], text: str, tries: int = 3) -> float:
-    """The best of up to `tries` timings (the first under the budget is enough), each the smaller of the wall clock
+def timed(call: Callable[[str], object], text: str, tries: int = 3, enough: float = BUDGET_S) -> float:
+    """The best of up to `tries` timings (the first under `enough` is enough), each the smaller of the wall clock
     (`perf_counter`) and the thread's CPU time."""
     best = float("inf")
     for _ in range(tries):
         wall, cpu = time.perf_counter(), time.thread_time()
         call(text)
         best = min(best, time.perf_counter() - wall, time.thread_time() - cpu)
-        if best < BUDGET_S:
+        if best < enough:
             break
     return best
+
+
+def budget_now() -> float:
+    """BUDGET_S, or twice the reference pass (best of 3) if the machine's load makes that longer now."""
+    pattern, text = REFERENCE
+    return max(BUDGET_S, 2 * timed(pattern.match, text, enough=0.0))
+
+
+def over_budget(call: Callable[[str], object], text: str) -> bool:
+    """Whether `call` takes the budget or longer on `text`: best of 3, then against the budget as the load allows."""
+    return timed(call, text) >= BUDGET_S and timed(call, text) >= budget_now()
 
 
 def slowest(call: Callable[[str], object], all_cases: Sequence[Case], cap: int = LINE_CAP) \
@@ -213,7 +227,7 @@ def slowest(call: Callable[[str], object], all_cases: Sequence[Case], cap: int =
         took = {}
         for size in sizes:
             took[size] = timed(call, line(case, size), tries=1)
-            if took[size] >= BUDGET_S and timed(call, line(case, size)) >= BUDGET_S:
+            if took[size] >= BUDGET_S and over_budget(call, line(case, size)):
                 over.append((took[size], size, case))
                 break
         else:
@@ -243,11 +257,13 @@ def describe(took: float, size: int, case: Case) -> str:
 @pytest.mark.parametrize("where,how,pattern", REGEXES, ids=[where for where, _, _ in REGEXES])
 def test_each_builtin_regex_takes_linear_time_up_to_the_line_cap(where: str, how: str, pattern: "re.Pattern[str]") \
         -> None:
-    results = slowest(call_of(how, pattern), cases(how, pattern), INPUT_CAPS.get(where, LINE_CAP))
+    call = call_of(how, pattern)
+    results = slowest(call, cases(how, pattern), INPUT_CAPS.get(where, LINE_CAP))
     print(f"\n{where} ({how}, {len(results)} cases), slowest:")
     for result in results[:3]:
         print(describe(*result))
-    over = [describe(*result) for result in results if result[0] >= BUDGET_S]
+    over = [describe(*result) for result in results
+            if result[0] >= BUDGET_S and over_budget(call, line(result[2], result[1]))]
     assert not over, f"{where}: {len(over)} lines over {BUDGET_S * 1000:g} ms:\n" + "\n".join(over[:10])
 
 
@@ -281,10 +297,8 @@ def test_a_line_through_the_whole_parser_stays_bounded() -> None:
     for text in (" loss is" * (LINE_CAP // 8), step + " " * 65536 + "x", step + " " * (LINE_CAP - len(step) - 1) + "x",
                  "[INFO] 2024-04-02 09:13:51,110 [a.py:1] f: " + "loss: " * (LINE_CAP // 6)):
         parser = SourceParser(formats)
-        began = time.perf_counter()
-        parser.feed(text, 1, 0.0)
-        took = time.perf_counter() - began
-        assert took < 10 * BUDGET_S, f"{took:.3f} s for {text[:60]!r}..."
+        took = timed(lambda line: parser.feed(line, 1, 0.0), text, tries=1)
+        assert took < 10 * BUDGET_S or took < 10 * budget_now(), f"{took:.3f} s for {text[:60]!r}..."
 
 
 # -- A user's regexes: not proved linear, so bounded by a time limit (parsers/bounded.py) -----------------------------
@@ -319,12 +333,12 @@ def test_a_user_regex_that_backtracks_gives_up_and_the_line_is_counted_once(capl
 
     engine._WARNED.clear()
     parser = user_parser()
-    began = time.perf_counter()
+    began = time.process_time()  # the clock the time limit reads: a loaded machine stretches the wall clock
     with caplog.at_level("WARNING", logger="mstail.parser"):
         for number in range(1, 4):
             assert parser.feed("a" * 40, number, 0.0) == []
-    took = time.perf_counter() - began
-    assert took < 3 * 10 * 0.1, f"{took:.2f} s for three lines"  # each: one rule, 0.1 s of CPU at most
+    took = time.process_time() - began
+    assert took < 3 * 10 * 0.1, f"{took:.2f} s of CPU for three lines"  # each: one rule, 0.1 s of CPU at most
     assert parser.counts["slow_lines"] == 3 and parser.last_slow == ["mine rule 'slow'"]
     warned = [r.getMessage() for r in caplog.records if r.name == "mstail.parser"]
     assert len(warned) == 1 and "\n" not in warned[0], warned

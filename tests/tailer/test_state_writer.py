@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable, List
 
 from mstail.parsers import Item
-from mstail.tailer.history.db import StateDB
+from mstail.tailer.history.db import BUSY_TIMEOUT_S, StateDB
 from mstail.tailer.history.store import Store
 
 SOURCE = "rank_0"
@@ -56,7 +56,8 @@ def test_items_being_written_or_refused_by_a_lock_are_read_once_in_order_and_wri
         store.add(SOURCE, records(range(6, 11)))
         began = time.monotonic()
         store.commit()
-        assert time.monotonic() - began < 0.05  # (the writer waits for the lock, not the loop)
+        assert time.monotonic() - began < BUSY_TIMEOUT_S  # the writer waits for the lock, not the loop (which would
+        #                                               wait that long at least)
         store.add(SOURCE, [Item("amend", {"step": 10, "segment": 0, "lr": 0.5})])  # of a record being written
         store.commit()  # joins the queue: one batch is written at a time
         read()
