@@ -6,8 +6,10 @@ on the frame's steps and times (it is *aligned*); a metric that starts later or 
 steps and times (24 bytes a point). A series that was aligned and misses a record gets its own copy when its
 next value arrives, so a value that comes a line later (an amended record) keeps it aligned.
 
-The state file (`StateDB`) keeps the same columns as pieces of raw array bytes, so a restart reads them back
-without parsing one record's JSON. Each column is stored as a few pieces, `(start, points)`: a flush writes
+The state file (`StateDB`) keeps the same columns as pieces of array bytes, so a restart reads them back
+without parsing one record's JSON; a piece of PIECE_POINTS (which no merge rewrites again) is compressed (`pack`:
+its bytes shuffled into planes, steps and times as deltas, then zstd: 1-4 bytes a value where raw takes 8), a
+shorter one is kept raw. Each column is stored as a few pieces, `(start, points)`: a flush writes
 the points added since the last one as a new piece, merged with the pieces before it while they are not
 longer than it (a binary counter: a column of n points is at most log2(n) pieces and every point is rewritten
 at most log2(n) times). Each series' min/max block summary (`series.Blocks`, what a zoomed-out chart reads) is
@@ -24,6 +26,8 @@ from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
+import cramjam
+
 from mstail.tailer.history.series import BLOCK, Blocks, Series, summary
 
 #: records indexed since the last flush that trigger the next one: what a restart after a crash may index
@@ -33,12 +37,46 @@ FLUSH_RECORDS = 65_536
 #: never holds more than this of a column's bytes, and a merge never rewrites more
 PIECE_POINTS = 131_072
 
+#: a piece's first byte: how the rest holds its 8-byte words (`pack`)
+RAW, PLANES, DELTA_PLANES = 0, 1, 2
+
 FrameKey = Tuple[str, int]  # (source, segment)
 SeriesKey = Tuple[str, str, int]  # (source, metric, segment)
 ColumnKey = Tuple[str, int, Optional[str]]  # (source, segment, metric or None for the frame)
 #: a piece of a column as the state file keeps it: (source, segment, metric or None for the frame, start,
 #: steps, times, values, non-finite indexes) with None for what the column does not hold
 Piece = Tuple[str, int, Optional[str], int, Optional[bytes], Optional[bytes], Optional[bytes], Optional[bytes]]
+
+
+def pack(column: array, start: int, end: int, deltas: bool = False) -> bytes:
+    """`column[start:end]` (8-byte words) as the state file keeps it: raw under PIECE_POINTS (such a piece is merged
+    and written again later); else its words' bytes in planes (every first byte, then every second, ...), with
+    `deltas` (steps, times: neighbours close as integers) the differences of neighbouring words first, zstd-compressed."""
+    part = column[start:end]
+    if end - start < PIECE_POINTS:
+        return b"\0" + part.tobytes()
+    import numpy as np  # (imported with the first full piece: not at every start)
+
+    words = np.frombuffer(part, dtype=np.int64)
+    if deltas:
+        words = np.diff(words, prepend=np.int64(0))  # modulo 2**64: exact both ways
+    planes = words.view(np.uint8).reshape(-1, 8).T.tobytes()
+    return bytes([DELTA_PLANES if deltas else PLANES]) + bytes(cramjam.zstd.compress(planes, level=1))
+
+
+def unpack(blob: bytes) -> bytes:
+    """A piece's array bytes from what `pack` made of them."""
+    if not blob or blob[0] == RAW:
+        return blob[1:]
+    if blob[0] not in (PLANES, DELTA_PLANES):
+        raise ValueError(f"a piece of an unknown kind {blob[0]}")
+    import numpy as np
+
+    planes = np.frombuffer(bytes(cramjam.zstd.decompress(blob[1:])), dtype=np.uint8)
+    if planes.size % 8:
+        raise ValueError(f"a piece of {planes.size} bytes")
+    words = planes.reshape(8, -1).T.copy().view(np.int64).ravel()
+    return (np.cumsum(words, dtype=np.int64) if blob[0] == DELTA_PLANES else words).tobytes()
 
 
 @dataclass
@@ -112,17 +150,21 @@ class Flush:
     deletes: List[Tuple[str, int, Optional[str], int]]  # (source, segment, metric or None, start)
     blocks: List[Tuple[str, int, str, bytes, bytes]]  # (source, segment, metric, mins, maxs): summaries that grew
     manifest: Dict[str, Any]
+    #: every column written from its start: what the state file held of them goes first (a rebuild's, or an
+    #: earlier mstail's raw pieces, whose starts need not be these)
+    whole: bool = False
     #: what the columns owed before it (saved_seq, pending, dirty_below, manifest_saved), owed again if not written
     owed: Tuple[int, int, bool, bool] = (0, 0, False, False)
 
     def pieces(self, frames: bool) -> Iterator[Piece]:
-        """The pieces of the frames (or of the series) to write, each made when it is asked for."""
+        """The pieces of the frames (or of the series) to write, each made when it is asked for (`pack`)."""
         for key, start, end, steps, times, values, bad in self.cuts:
             if (key[2] is None) != frames:
                 continue
             nonfinite = None if bad is None else array("q", bad[bisect_left(bad, start):bisect_left(bad, end)])
-            yield (*key, start, *(None if c is None else c[start:end].tobytes() for c in (steps, times, values)),
-                   None if nonfinite is None else nonfinite.tobytes())  # type: ignore[misc]  # a starred tuple mypy cannot size
+            yield (*key, start, *(None if c is None else pack(c, start, end, deltas=c is not values)
+                                  for c in (steps, times, values)),
+                   None if nonfinite is None else pack(nonfinite, 0, len(nonfinite)))  # type: ignore[misc]  # a starred tuple mypy cannot size
 
 
 class Columns:
@@ -169,15 +211,17 @@ class Columns:
             if len(summed.mins) != self._saved_blocks.get((source, metric, segment), 0):
                 blocks.append((source, segment, metric, summed.mins.tobytes(), summed.maxs.tobytes()))
         manifest = {
+            "packed": 1,  # the pieces as `pack` makes them (none: an earlier mstail's raw bytes)
             "seq": seq,
             "sources": sources,
             "frames": [[source, segment, len(frame.steps)] for (source, segment), frame in self.frames.items()],
             "series": layout,
         }
         owed = (self.saved_seq, self.pending, self.dirty_below, self.manifest_saved)
+        whole = not self._saved
         # taken as written from now on: an amend of a record it holds, made while it is written, flushes again
         self.saved_seq, self.pending, self.dirty_below, self.manifest_saved = seq, 0, False, True
-        return Flush(cuts, deletes, blocks, manifest, owed)
+        return Flush(cuts, deletes, blocks, manifest, owed=owed, whole=whole)
 
     def flushed(self, flush: Flush, written: bool = True) -> None:
         """`flush` is on disk (`written`): remember its pieces; or it is not: what it took is owed again (the pieces
@@ -222,7 +266,13 @@ class Columns:
         start) and block summaries; returns why they cannot be used (and leaves the columns empty), or None."""
         columns: Dict[ColumnKey, List[Optional[array]]] = {}
         saved: Dict[ColumnKey, _Saved] = {}
+        packed = manifest.get("packed") == 1
         for source, segment, metric, start, *blobs in pieces:
+            if packed:
+                try:
+                    blobs = [None if blob is None else unpack(blob) for blob in blobs]
+                except (ValueError, cramjam.DecompressionError) as exc:
+                    return f"column {(source, segment, metric)} has a piece that does not unpack ({exc})"
             key = (source, segment, metric)
             column = columns.get(key)
             if column is None:
@@ -273,4 +323,6 @@ class Columns:
         self._saved = saved
         self.saved_seq = manifest["seq"]
         self.manifest_saved = True
+        if not packed:  # an earlier mstail's raw pieces: saved again whole, packed, at the next commit
+            self._saved, self._saved_blocks, self.manifest_saved = {}, {}, False
         return None
