@@ -7,9 +7,9 @@ steps and times (24 bytes a point). A series that was aligned and misses a recor
 next value arrives, so a value that comes a line later (an amended record) keeps it aligned.
 
 The state file (`StateDB`) keeps the same columns as pieces of array bytes, so a restart reads them back
-without parsing one record's JSON; a piece of PIECE_POINTS (which no merge rewrites again) is compressed (`pack`:
-its bytes shuffled into planes, steps and times as deltas, then zstd: 1-4 bytes a value where raw takes 8), a
-shorter one is kept raw. Each column is stored as a few pieces, `(start, points)`: a flush writes
+without parsing one record's JSON; a piece of PACKED_POINTS or more (merged once more at most) is compressed
+(`pack`: its bytes shuffled into planes, steps and times as deltas, then zstd: 1-4 bytes a value where raw takes 8);
+the shorter ones, which the merges of the next flushes rewrite, are kept raw. Each column is stored as a few pieces, `(start, points)`: a flush writes
 the points added since the last one as a new piece, merged with the pieces before it while they are not
 longer than it (a binary counter: a column of n points is at most log2(n) pieces and every point is rewritten
 at most log2(n) times). Each series' min/max block summary (`series.Blocks`, what a zoomed-out chart reads) is
@@ -36,6 +36,9 @@ FLUSH_RECORDS = 65_536
 #: points of a piece at most (1 MiB of values): pieces are made one at a time as SQLite takes them, so a flush
 #: never holds more than this of a column's bytes, and a merge never rewrites more
 PIECE_POINTS = 131_072
+#: points from which a piece is packed (`pack`): a merge takes pieces no longer than the points after them up to
+#: PIECE_POINTS, so such a piece is rewritten once more at most, where the short ones are rewritten at every flush
+PACKED_POINTS = 32_768
 
 #: a piece's first byte: how the rest holds its 8-byte words (`pack`)
 RAW, PLANES, DELTA_PLANES = 0, 1, 2
@@ -49,11 +52,10 @@ Piece = Tuple[str, int, Optional[str], int, Optional[bytes], Optional[bytes], Op
 
 
 def pack(column: array, start: int, end: int, deltas: bool = False) -> bytes:
-    """`column[start:end]` (8-byte words) as the state file keeps it: raw under PIECE_POINTS (such a piece is merged
-    and written again later); else its words' bytes in planes (every first byte, then every second, ...), with
+    """`column[start:end]` (8-byte words) as the state file keeps it: raw under PACKED_POINTS; else its words' bytes in planes (every first byte, then every second, ...), with
     `deltas` (steps, times: neighbours close as integers) the differences of neighbouring words first, zstd-compressed."""
     part = column[start:end]
-    if end - start < PIECE_POINTS:
+    if end - start < PACKED_POINTS:
         return b"\0" + part.tobytes()
     import numpy as np  # (imported with the first full piece: not at every start)
 
