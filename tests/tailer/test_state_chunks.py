@@ -224,7 +224,7 @@ def _as_schema_1(path: Path) -> None:
         for table, blobs in (("frames", ("steps", "times")), ("columns", ("steps", "times", "vals", "bad"))):
             for rowid, *packed in conn.execute(f"SELECT rowid, {', '.join(blobs)} FROM {table}").fetchall():
                 conn.execute(f"UPDATE {table} SET {', '.join(f'{b} = ?' for b in blobs)} WHERE rowid = ?",
-                             [None if p is None else unpack(p) for p in packed] + [rowid])
+                             [None if p is None else bytes(unpack(p)) for p in packed] + [rowid])
         manifest = json.loads(conn.execute("SELECT value FROM meta WHERE key = 'columns'").fetchone()[0])
         del manifest["packed"]
         conn.execute("UPDATE meta SET value = ? WHERE key = 'columns'", (json.dumps(manifest),))
@@ -282,9 +282,9 @@ def test_a_full_piece_is_packed_and_unpacked_bit_for_bit(deltas: bool) -> None:
     for column in (values, steps):
         blob = pack(column, 0, len(column), deltas=deltas)
         assert blob[0] == (columns.DELTA_PLANES if deltas else columns.PLANES)
-        assert unpack(blob) == column.tobytes()
+        assert bytes(unpack(blob)) == column.tobytes()
         assert pack(column, 5, 900) == b"\0" + column[5:900].tobytes()  # a short piece: raw
-        assert unpack(pack(column, 5, 900)) == column[5:900].tobytes()
+        assert bytes(unpack(pack(column, 5, 900))) == column[5:900].tobytes()
 
 
 def test_a_long_history_takes_few_bytes_a_value(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
