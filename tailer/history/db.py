@@ -493,6 +493,8 @@ class StateDB:
         self._schema = str(SCHEMA_VERSION)  # the file's (`_unusable`); an older one is migrated by the first commit
         self._loose: Optional[int] = None  # rows a chunk may take (`_CHUNKED`), counted by the first commit
         self._has_chunks = False  # the file has the chunks' table (`_chunks_exist`)
+        #: the chunk read last and its items (readers only): read again by the next page of a replay
+        self._last_chunk: Optional[Tuple[bytes, List[Tuple[int, str, Optional[str], bytes]]]] = None
         self.conn = self._open(network)
         self._mark_running()
 
@@ -1072,12 +1074,15 @@ class StateDB:
             try:
                 if chunked is None:
                     return self.conn.execute(sql, (after, bound, *params, limit)).fetchall()
-                self.conn.execute("BEGIN")
+                began = not self.conn.in_transaction  # (in one already: a shared connection's commit failing)
+                if began:
+                    self.conn.execute("BEGIN")
                 try:
                     rows = self.conn.execute(sql, (after, bound, *params, limit)).fetchall()
                     return self._with_chunks(rows, after, bound, limit, chunked, newest)
                 finally:
-                    self.conn.execute("COMMIT")
+                    if began:
+                        self.conn.execute("COMMIT")
             except sqlite3.DatabaseError:
                 self._fail()
                 raise
@@ -1098,7 +1103,9 @@ class StateDB:
                 if (last < edge) if newest else (first > edge):
                     break
             [(packed,)] = self.conn.execute("SELECT data FROM chunks WHERE first_seq = ?", (first,)).fetchall()
-            for seq, _source, kind, text in _unpack_chunk(packed):
+            if self._last_chunk is None or self._last_chunk[0] != packed:  # (a replay's next page reads it again)
+                self._last_chunk = (packed, _unpack_chunk(packed))
+            for seq, _source, kind, text in self._last_chunk[1]:
                 if after < seq < bound and chunked(kind):
                     found.setdefault(seq, text)
         return [(seq, text if isinstance(text, str) else _text(text))
