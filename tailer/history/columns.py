@@ -8,7 +8,7 @@ next value arrives, so a value that comes a line later (an amended record) keeps
 
 The state file (`StateDB`) keeps the same columns as pieces of array bytes, so a restart reads them back
 without parsing one record's JSON; a piece of PACKED_POINTS or more (merged once more at most) is compressed
-(`pack`: its bytes shuffled into planes, steps and times as deltas, then zstd: 1-4 bytes a value where raw takes 8);
+(`pack`: its bytes shuffled into planes, then zstd: 1-4 bytes a value where raw takes 8);
 the shorter ones, which the merges of the next flushes rewrite, are kept raw. Each column is stored as a few pieces, `(start, points)`: a flush writes
 the points added since the last one as a new piece, merged with the pieces before it while they are not
 longer than it (a binary counter: a column of n points is at most log2(n) pieces and every point is rewritten
@@ -41,7 +41,7 @@ PIECE_POINTS = 131_072
 PACKED_POINTS = 32_768
 
 #: a piece's first byte: how the rest holds its 8-byte words (`pack`)
-RAW, PLANES, DELTA_PLANES = 0, 1, 2
+RAW, PLANES = 0, 1
 
 FrameKey = Tuple[str, int]  # (source, segment)
 SeriesKey = Tuple[str, str, int]  # (source, metric, segment)
@@ -51,39 +51,31 @@ ColumnKey = Tuple[str, int, Optional[str]]  # (source, segment, metric or None f
 Piece = Tuple[str, int, Optional[str], int, Optional[bytes], Optional[bytes], Optional[bytes], Optional[bytes]]
 
 
-def pack(column: array, start: int, end: int, deltas: bool = False) -> bytes:
-    """`column[start:end]` (8-byte words) as the state file keeps it: raw under PACKED_POINTS; else its words' bytes in planes (every first byte, then every second, ...), with
-    `deltas` (steps, times: neighbours close as integers) the differences of neighbouring words first, zstd-compressed."""
-    part = column[start:end]
+def pack(column: array, start: int, end: int) -> bytes:
+    """`column[start:end]` (8-byte words) as the state file keeps it: raw under PACKED_POINTS; else its words'
+    bytes in planes (every first byte, then every second, ...: the high bytes of neighbouring numbers are alike),
+    zstd-compressed."""
+    raw = column[start:end].tobytes()
     if end - start < PACKED_POINTS:
-        return b"\0" + part.tobytes()
-    import numpy as np  # (imported with the first full piece: not at every start)
-
-    words = np.frombuffer(part, dtype=np.int64)
-    if deltas:
-        words = np.diff(words, prepend=np.int64(0))  # modulo 2**64: exact both ways
-    planes = words.view(np.uint8).reshape(-1, 8).T.tobytes()
-    return bytes([DELTA_PLANES if deltas else PLANES]) + bytes(cramjam.zstd.compress(planes, level=1))
+        return b"\0" + raw
+    planes = b"".join(raw[byte::8] for byte in range(8))
+    return bytes([PLANES]) + bytes(cramjam.zstd.compress(planes, level=1))
 
 
 def unpack(blob: bytes) -> Any:
     """A piece's array bytes (a bytes-like object: `array.frombytes` takes it) from what `pack` made of them."""
     if not blob or blob[0] == RAW:
         return memoryview(blob)[1:]
-    if blob[0] not in (PLANES, DELTA_PLANES):
+    if blob[0] != PLANES:
         raise ValueError(f"a piece of an unknown kind {blob[0]}")
-    import numpy as np
-
-    planes = np.frombuffer(cramjam.zstd.decompress(blob[1:]), dtype=np.uint8)
-    if planes.size % 8:
-        raise ValueError(f"a piece of {planes.size} bytes")
-    planes = planes.reshape(8, -1)
-    words = np.empty((planes.shape[1], 8), dtype=np.uint8)
-    for byte in range(8):  # (a plane at a time: faster than one transposing copy)
-        words[:, byte] = planes[byte]
-    if blob[0] == DELTA_PLANES:
-        words = np.cumsum(words.view(np.int64).ravel(), dtype=np.int64).view(np.uint8)
-    return words.reshape(-1)
+    planes = memoryview(cramjam.zstd.decompress(blob[1:]))
+    if len(planes) % 8:
+        raise ValueError(f"a piece of {len(planes)} bytes")
+    n = len(planes) // 8
+    words = bytearray(len(planes))
+    for byte in range(8):
+        words[byte::8] = planes[byte * n:(byte + 1) * n]
+    return words
 
 
 @dataclass
@@ -169,8 +161,7 @@ class Flush:
             if (key[2] is None) != frames:
                 continue
             nonfinite = None if bad is None else array("q", bad[bisect_left(bad, start):bisect_left(bad, end)])
-            yield (*key, start, *(None if c is None else pack(c, start, end, deltas=c is not values)
-                                  for c in (steps, times, values)),
+            yield (*key, start, *(None if c is None else pack(c, start, end) for c in (steps, times, values)),
                    None if nonfinite is None else pack(nonfinite, 0, len(nonfinite)))  # type: ignore[misc]  # a starred tuple mypy cannot size
 
 
