@@ -6,8 +6,10 @@ on the frame's steps and times (it is *aligned*); a metric that starts later or 
 steps and times (24 bytes a point). A series that was aligned and misses a record gets its own copy when its
 next value arrives, so a value that comes a line later (an amended record) keeps it aligned.
 
-The state file (`StateDB`) keeps the same columns as pieces of raw array bytes, so a restart reads them back
-without parsing one record's JSON. Each column is stored as a few pieces, `(start, points)`: a flush writes
+The state file (`StateDB`) keeps the same columns as pieces of array bytes, so a restart reads them back
+without parsing one record's JSON; a piece of PACKED_POINTS or more (merged once more at most) is compressed
+(`pack`: its bytes shuffled into planes, then zstd: 1-4 bytes a value where raw takes 8);
+the shorter ones, which the merges of the next flushes rewrite, are kept raw. Each column is stored as a few pieces, `(start, points)`: a flush writes
 the points added since the last one as a new piece, merged with the pieces before it while they are not
 longer than it (a binary counter: a column of n points is at most log2(n) pieces and every point is rewritten
 at most log2(n) times). Each series' min/max block summary (`series.Blocks`, what a zoomed-out chart reads) is
@@ -24,6 +26,8 @@ from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
+import cramjam
+
 from mstail.tailer.history.series import BLOCK, Blocks, Series, summary
 
 #: records indexed since the last flush that trigger the next one: what a restart after a crash may index
@@ -32,6 +36,12 @@ FLUSH_RECORDS = 65_536
 #: points of a piece at most (1 MiB of values): pieces are made one at a time as SQLite takes them, so a flush
 #: never holds more than this of a column's bytes, and a merge never rewrites more
 PIECE_POINTS = 131_072
+#: points from which a piece is packed (`pack`): a merge takes pieces no longer than the points after them up to
+#: PIECE_POINTS, so such a piece is rewritten once more at most, where the short ones are rewritten at every flush
+PACKED_POINTS = 32_768
+
+#: a piece's first byte: how the rest holds its 8-byte words (`pack`)
+RAW, PLANES = 0, 1
 
 FrameKey = Tuple[str, int]  # (source, segment)
 SeriesKey = Tuple[str, str, int]  # (source, metric, segment)
@@ -39,6 +49,33 @@ ColumnKey = Tuple[str, int, Optional[str]]  # (source, segment, metric or None f
 #: a piece of a column as the state file keeps it: (source, segment, metric or None for the frame, start,
 #: steps, times, values, non-finite indexes) with None for what the column does not hold
 Piece = Tuple[str, int, Optional[str], int, Optional[bytes], Optional[bytes], Optional[bytes], Optional[bytes]]
+
+
+def pack(column: array, start: int, end: int) -> bytes:
+    """`column[start:end]` (8-byte words) as the state file keeps it: raw under PACKED_POINTS; else its words'
+    bytes in planes (every first byte, then every second, ...: the high bytes of neighbouring numbers are alike),
+    zstd-compressed."""
+    raw = column[start:end].tobytes()
+    if end - start < PACKED_POINTS:
+        return b"\0" + raw
+    planes = b"".join(raw[byte::8] for byte in range(8))
+    return bytes([PLANES]) + bytes(cramjam.zstd.compress(planes, level=1))
+
+
+def unpack(blob: bytes) -> Any:
+    """A piece's array bytes (a bytes-like object: `array.frombytes` takes it) from what `pack` made of them."""
+    if not blob or blob[0] == RAW:
+        return memoryview(blob)[1:]
+    if blob[0] != PLANES:
+        raise ValueError(f"a piece of an unknown kind {blob[0]}")
+    planes = memoryview(cramjam.zstd.decompress(blob[1:]))
+    if len(planes) % 8:
+        raise ValueError(f"a piece of {len(planes)} bytes")
+    n = len(planes) // 8
+    words = bytearray(len(planes))
+    for byte in range(8):
+        words[byte::8] = planes[byte * n:(byte + 1) * n]
+    return words
 
 
 @dataclass
@@ -112,17 +149,20 @@ class Flush:
     deletes: List[Tuple[str, int, Optional[str], int]]  # (source, segment, metric or None, start)
     blocks: List[Tuple[str, int, str, bytes, bytes]]  # (source, segment, metric, mins, maxs): summaries that grew
     manifest: Dict[str, Any]
+    #: every column written from its start: what the state file held of them goes first (a rebuild's, or an
+    #: earlier mstail's raw pieces, whose starts need not be these)
+    whole: bool = False
     #: what the columns owed before it (saved_seq, pending, dirty_below, manifest_saved), owed again if not written
     owed: Tuple[int, int, bool, bool] = (0, 0, False, False)
 
     def pieces(self, frames: bool) -> Iterator[Piece]:
-        """The pieces of the frames (or of the series) to write, each made when it is asked for."""
+        """The pieces of the frames (or of the series) to write, each made when it is asked for (`pack`)."""
         for key, start, end, steps, times, values, bad in self.cuts:
             if (key[2] is None) != frames:
                 continue
             nonfinite = None if bad is None else array("q", bad[bisect_left(bad, start):bisect_left(bad, end)])
-            yield (*key, start, *(None if c is None else c[start:end].tobytes() for c in (steps, times, values)),
-                   None if nonfinite is None else nonfinite.tobytes())  # type: ignore[misc]  # a starred tuple mypy cannot size
+            yield (*key, start, *(None if c is None else pack(c, start, end) for c in (steps, times, values)),
+                   None if nonfinite is None else pack(nonfinite, 0, len(nonfinite)))  # type: ignore[misc]  # a starred tuple mypy cannot size
 
 
 class Columns:
@@ -169,15 +209,17 @@ class Columns:
             if len(summed.mins) != self._saved_blocks.get((source, metric, segment), 0):
                 blocks.append((source, segment, metric, summed.mins.tobytes(), summed.maxs.tobytes()))
         manifest = {
+            "packed": 1,  # the pieces as `pack` makes them (none: an earlier mstail's raw bytes)
             "seq": seq,
             "sources": sources,
             "frames": [[source, segment, len(frame.steps)] for (source, segment), frame in self.frames.items()],
             "series": layout,
         }
         owed = (self.saved_seq, self.pending, self.dirty_below, self.manifest_saved)
+        whole = not self._saved
         # taken as written from now on: an amend of a record it holds, made while it is written, flushes again
         self.saved_seq, self.pending, self.dirty_below, self.manifest_saved = seq, 0, False, True
-        return Flush(cuts, deletes, blocks, manifest, owed)
+        return Flush(cuts, deletes, blocks, manifest, owed=owed, whole=whole)
 
     def flushed(self, flush: Flush, written: bool = True) -> None:
         """`flush` is on disk (`written`): remember its pieces; or it is not: what it took is owed again (the pieces
@@ -222,7 +264,13 @@ class Columns:
         start) and block summaries; returns why they cannot be used (and leaves the columns empty), or None."""
         columns: Dict[ColumnKey, List[Optional[array]]] = {}
         saved: Dict[ColumnKey, _Saved] = {}
+        packed = manifest.get("packed") == 1
         for source, segment, metric, start, *blobs in pieces:
+            if packed:
+                try:
+                    blobs = [None if blob is None else unpack(blob) for blob in blobs]
+                except (ValueError, cramjam.DecompressionError) as exc:
+                    return f"column {(source, segment, metric)} has a piece that does not unpack ({exc})"
             key = (source, segment, metric)
             column = columns.get(key)
             if column is None:
@@ -273,4 +321,6 @@ class Columns:
         self._saved = saved
         self.saved_seq = manifest["seq"]
         self.manifest_saved = True
+        if not packed:  # an earlier mstail's raw pieces: saved again whole, packed, at the next commit
+            self._saved, self._saved_blocks, self.manifest_saved = {}, {}, False
         return None

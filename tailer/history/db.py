@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
+import cramjam
 import orjson
 
 from mstail.parsers.record import jsonable, orjson_exact
@@ -41,7 +42,10 @@ from mstail.tailer.history.columns import Flush, Piece
 
 log = logging.getLogger("mstail.state")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: schema 1 had no `chunks` (every item a row) and its chart columns' pieces were raw array bytes: such a file is
+#: migrated as it is used (`StateDB._migrate_schema`)
+_SCHEMAS_READ = ("1", str(SCHEMA_VERSION))
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS items (seq INTEGER PRIMARY KEY, source TEXT NOT NULL, kind TEXT, data TEXT NOT NULL);
@@ -55,6 +59,8 @@ CREATE TABLE IF NOT EXISTS columns (source TEXT NOT NULL, segment INTEGER NOT NU
 CREATE TABLE IF NOT EXISTS blocks (source TEXT NOT NULL, segment INTEGER NOT NULL, metric TEXT NOT NULL,
     mins BLOB NOT NULL, maxs BLOB NOT NULL, PRIMARY KEY (source, segment, metric));
 """
+#: made with a new file, or by the first commit into a schema 1 file (never before: that file may not be checked yet)
+_CHUNKS_TABLE = "CREATE TABLE IF NOT EXISTS chunks (first_seq INTEGER PRIMARY KEY, last_seq INTEGER NOT NULL, data BLOB NOT NULL)"
 # The chart columns (`mstail.tailer.history.columns`) were added to schema 1 without changing it: a state written before
 # them has empty `frames`/`columns`/`blocks` tables and no `columns` row in `meta`, and its columns are rebuilt once.
 
@@ -68,8 +74,49 @@ BUSY_TIMEOUT_S = 0.1
 BUSY_RETRY_S = 0.5
 _SEQ_MAX = (1 << 63) - 1  # above every seq: "no item in memory" as a bound of the file's part of an answer
 
+# Records and amends (the bulk of a history) are kept as chunks: up to CHUNK_ITEMS of them, in seq order, as one
+# zstd-compressed blob (`_pack_chunk`: about 4 bytes a metric value, where a row of JSON takes about 30). Events stay
+# rows (few, read by kind), and so does the newest record of each source (what an amend rewrites). A commit of at
+# least CHUNK_MIN such items (a catch-up's) writes them as chunks at once; smaller ones (live steps) are rows until
+# COMPACT_ROWS of them gathered, which a commit then moves into chunks (`StateDB._compact`), in its transaction.
+CHUNK_ITEMS = 4096
+CHUNK_MIN = 2048
+COMPACT_ROWS = 65_536
+_CHUNKED = "kind IS NULL OR kind = 'amend'"  # the rows a chunk may take (a record's newest aside)
+_ZSTD_LEVEL = 1  # 4 bytes a value at 0.4-2 us a record; higher levels cost 2-4 times that for 5 % less
+
 #: an item not yet on disk: (seq, source, kind, JSON)
 Row = Tuple[int, str, Optional[str], str]
+
+
+def _pack_chunk(rows: Sequence[Row]) -> bytes:
+    """Items as a chunk: a line of their seqs, sources and kinds (JSON), then their JSON a line each, compressed."""
+    head = orjson.dumps([[row[0] for row in rows], [row[1] for row in rows], [row[2] for row in rows]])
+    text = b"\n".join([head, *(row[3].encode("utf-8", "surrogatepass") for row in rows)])  # JSON has no raw newline
+    return bytes(cramjam.zstd.compress(text, level=_ZSTD_LEVEL))
+
+
+def _unpack_chunk(data: bytes) -> List[Tuple[int, str, Optional[str], bytes]]:
+    """A chunk's items: (seq, source, kind, JSON bytes)."""
+    lines = bytes(cramjam.zstd.decompress(data)).split(b"\n")
+    seqs, sources, kinds = orjson.loads(lines[0])
+    return list(zip(seqs, sources, kinds, lines[1:]))
+
+
+def _text(data: bytes) -> str:
+    return data.decode("utf-8", "surrogatepass")
+
+
+def _any_kind(kind: Optional[str]) -> bool:
+    return True
+
+
+def _is_record(kind: Optional[str]) -> bool:
+    return kind is None
+
+
+def _is_amend(kind: Optional[str]) -> bool:
+    return kind == "amend"
 
 
 def _first(memory: List[Row]) -> int:
@@ -443,6 +490,11 @@ class StateDB:
         self._failed = False  # a read or write failed since the opening: the next opening checks the file
         #: a file this instance's fingerprint wrote was there to open (a restart): `Store.load` has a history to read
         self.reopened = False
+        self._schema = str(SCHEMA_VERSION)  # the file's (`_unusable`); an older one is migrated by the first commit
+        self._loose: Optional[int] = None  # rows a chunk may take (`_CHUNKED`), counted by the first commit
+        self._has_chunks = False  # the file has the chunks' table (`_chunks_exist`)
+        #: the chunk read last and its items (readers only): read again by the next page of a replay
+        self._last_chunk: Optional[Tuple[bytes, List[Tuple[int, str, Optional[str], bytes]]]] = None
         self.conn = self._open(network)
         self._mark_running()
 
@@ -492,6 +544,7 @@ class StateDB:
             with contextlib.suppress(OSError):
                 os.replace(f"{self.path}{suffix}", f"{aside}{suffix}")
         self._sound, self._failed = True, False  # a new file: what failed was the old one's
+        self._schema, self._loose, self._has_chunks = str(SCHEMA_VERSION), None, False
         try:
             return self._prepare(self._connect(), network)
         except sqlite3.DatabaseError as exc:
@@ -570,11 +623,15 @@ class StateDB:
         return sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
 
     def _prepare(self, conn: sqlite3.Connection, network: bool) -> sqlite3.Connection:
+        new = not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchall()
+        if new:  # (only before the first table): pages freed by rewritten pieces go back to the disk at each flush
+            conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
         conn.execute("PRAGMA journal_mode=" + ("DELETE" if network or self.path is None else "WAL"))
         conn.execute("PRAGMA synchronous=NORMAL" if not network else "PRAGMA synchronous=FULL")
         conn.executescript(_SCHEMA)
         found = dict(conn.execute("SELECT key, value FROM meta"))
         if not found:
+            conn.execute(_CHUNKS_TABLE)
             conn.executemany(
                 "INSERT INTO meta VALUES (?, ?)",
                 [("schema", str(SCHEMA_VERSION)), ("fingerprint", self.expected), ("created", str(time.time()))],
@@ -587,8 +644,13 @@ class StateDB:
     def _unusable(self, conn: sqlite3.Connection) -> Optional[str]:
         """Why this database must not be used, or None; whether its pages hold together is `IntegrityCheck`'s."""
         meta = dict(conn.execute("SELECT key, value FROM meta"))
-        if meta.get("schema") != str(SCHEMA_VERSION) or meta.get("fingerprint") != self.expected:
+        if meta.get("schema") not in _SCHEMAS_READ or meta.get("fingerprint") != self.expected:
             return "mismatched (written for other logs, formats or mstail version)"
+        self._schema = meta["schema"]
+        if self._schema != str(SCHEMA_VERSION):
+            log.warning("state %s was written by an earlier mstail (schema %s): migrated in place as it is used (its "
+                        "records compressed a part at each commit, its chart columns at their next save)",
+                        self.path, self._schema)
         return None
 
     # -- writing ----------------------------------------------------------------------------------------------
@@ -684,15 +746,23 @@ class StateDB:
         with lock:
             try:
                 conn.execute("BEGIN IMMEDIATE")  # the write lock first: waits (for a while) for it, else fails at once
-                conn.executemany(_SAVE_ITEM, batch.rows)
-                conn.executemany("UPDATE items SET data = ? WHERE seq = ?",
-                                 [(data, seq) for seq, data in batch.rewrites.items()])
+                if self._schema != str(SCHEMA_VERSION):
+                    self._migrate_schema(conn)
+                loose = self._save_items(conn, batch.rows)
+                for seq, data in batch.rewrites.items():
+                    if not conn.execute("UPDATE items SET data = ? WHERE seq = ?", (data, seq)).rowcount:
+                        self._rewrite_chunked(conn, seq, data)
                 conn.executemany(_SAVE_SOURCE,
                                  [(source, path, data) for source, (path, data) in batch.checkpoints.items()])
                 if batch.columns is not None:
                     self._write_columns(conn, batch.columns, batch.manifest)  # type: ignore[arg-type]  # made with the columns
                 if batch.alerts is not None:
                     conn.execute("INSERT OR REPLACE INTO meta VALUES ('alerts', ?)", (batch.alerts,))
+                compacted = loose >= COMPACT_ROWS
+                if compacted:
+                    loose = self._compact(conn, loose)
+                if compacted or batch.columns is not None:
+                    conn.execute("PRAGMA incremental_vacuum")  # (a file made before `auto_vacuum`: nothing done)
                 conn.execute("COMMIT")
             except Exception as exc:  # noqa: BLE001 - not only SQLite's: a batch not written must never be lost
                 with contextlib.suppress(sqlite3.Error):
@@ -701,7 +771,63 @@ class StateDB:
                 self._fail()
                 batch.error = str(exc) or type(exc).__name__
                 return
+            self._loose, self._schema = loose, str(SCHEMA_VERSION)
         self._mark_running()  # the files as this commit left them: what a crash from here leaves
+
+    def _migrate_schema(self, conn: sqlite3.Connection) -> None:
+        """A schema 1 file made this version's, in the first commit's transaction: the chunks' table. Its records
+        stay rows until `_compact` takes them; its columns' raw pieces are read as such and saved again whole
+        (`Columns.restore`)."""
+        conn.execute(_CHUNKS_TABLE)
+        conn.execute("INSERT OR REPLACE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+
+    def _save_items(self, conn: sqlite3.Connection, rows: List[Row]) -> int:
+        """A batch's items, inside the caller's transaction: as chunks where at least CHUNK_MIN of them may be (but
+        the newest record of each source: an amend may rewrite it), else as rows. Returns the rows a chunk may take
+        in the file now."""
+        loose = self._loose
+        if loose is None:
+            loose = conn.execute(f"SELECT count(*) FROM items WHERE {_CHUNKED}").fetchone()[0]
+        newest = {row[1]: row[0] for row in rows if row[2] is None}  # each source's newest record
+        keep = set(newest.values())
+        chunked = [row for row in rows if (row[2] is None or row[2] == "amend") and row[0] not in keep]
+        if len(chunked) < CHUNK_MIN:
+            conn.executemany(_SAVE_ITEM, rows)
+            return loose + len(chunked) + len(keep)
+        self._save_chunks(conn, chunked)
+        conn.executemany(_SAVE_ITEM, [row for row in rows if not (row[2] is None or row[2] == "amend")
+                                      or row[0] in keep])
+        return loose + len(keep)
+
+    @staticmethod
+    def _save_chunks(conn: sqlite3.Connection, rows: Sequence[Row]) -> None:
+        """Items (in seq order) as chunks of up to CHUNK_ITEMS."""
+        conn.executemany("INSERT OR REPLACE INTO chunks VALUES (?, ?, ?)",
+                         ((rows[i][0], rows[min(i + CHUNK_ITEMS, len(rows)) - 1][0], _pack_chunk(rows[i:i + CHUNK_ITEMS]))
+                          for i in range(0, len(rows), CHUNK_ITEMS)))
+
+    def _compact(self, conn: sqlite3.Connection, loose: int) -> int:
+        """Move up to COMPACT_ROWS of the oldest rows a chunk may take into chunks (but each source's newest
+        record), inside the caller's transaction; returns how many such rows stay."""
+        keep = {seq for (seq,) in conn.execute("SELECT max(seq) FROM items WHERE kind IS NULL GROUP BY source")}
+        rows = [row for row in conn.execute(f"SELECT seq, source, kind, data FROM items WHERE {_CHUNKED} "
+                                            "ORDER BY seq LIMIT ?", (COMPACT_ROWS + len(keep),))
+                if row[0] not in keep]
+        self._save_chunks(conn, rows)
+        conn.executemany("DELETE FROM items WHERE seq = ?", ((row[0],) for row in rows))
+        return loose - len(rows)
+
+    @staticmethod
+    def _rewrite_chunked(conn: sqlite3.Connection, seq: int, data: str) -> None:
+        """An item kept in a chunk rewritten (an amend of a record compacted since): its chunk made again."""
+        spans = conn.execute("SELECT first_seq, data FROM chunks WHERE first_seq <= ? AND last_seq >= ?", (seq, seq))
+        for first, packed in spans.fetchall():  # (spans may overlap: a source's newest record is chunked later)
+            items = _unpack_chunk(packed)
+            if any(item[0] == seq for item in items):
+                rows = [(s, source, kind, data if s == seq else _text(text)) for s, source, kind, text in items]
+                conn.execute("UPDATE chunks SET data = ? WHERE first_seq = ?", (_pack_chunk(rows), first))
+                return
+        # not in the file (never expected): as an UPDATE of no row
 
     def _writer(self) -> Tuple[sqlite3.Connection, threading.Lock]:
         """The commits' connection and its lock: for a file in WAL mode, one of their own (opened at the first
@@ -760,6 +886,9 @@ class StateDB:
 
     def _write_columns(self, conn: sqlite3.Connection, flush: Flush, manifest: str) -> None:
         """A flush of the chart columns, inside the caller's transaction."""
+        if flush.whole:
+            for table in ("frames", "columns", "blocks"):
+                conn.execute(f"DELETE FROM {table}")
         frames = [d for d in flush.deletes if d[2] is None]
         conn.executemany("DELETE FROM frames WHERE source = ? AND segment = ? AND start = ?",
                          [(source, segment, start) for source, segment, _, start in frames])
@@ -827,7 +956,7 @@ class StateDB:
         """Every item with seq > `after` in seq order, in lists of up to `batch` (for the alert engine's replay
         and the records the saved columns do not hold, at start)."""
         while True:
-            rows = self._rows("SELECT seq, data FROM items WHERE seq > ? ORDER BY seq LIMIT ?", after, batch)
+            rows = self._read(after, _SEQ_MAX, batch, "1", (), _any_kind)
             if not rows:
                 return
             after = rows[-1][0]
@@ -844,10 +973,13 @@ class StateDB:
 
     def last_seq(self) -> int:
         """The highest seq stored (0 for none)."""
-        return self._rows("SELECT COALESCE(MAX(seq), 0) FROM items")[0][0]
+        last = self._rows("SELECT COALESCE(MAX(seq), 0) FROM items")[0][0]
+        if self._chunks_exist():
+            last = max(last, self._rows("SELECT COALESCE(MAX(last_seq), 0) FROM chunks")[0][0])
+        return last
 
     def has_item(self, seq: int) -> bool:
-        return bool(self._rows("SELECT 1 FROM items WHERE seq = ?", seq))
+        return bool(self._read(seq - 1, seq + 1, 1, "1", (), _any_kind))
 
     def columns_manifest(self) -> Optional[Dict[str, Any]]:
         """The saved chart columns' manifest (`mstail.tailer.history.columns`), or None when none were saved."""
@@ -900,14 +1032,12 @@ class StateDB:
     def items_after(self, seq: int, limit: int) -> List[Dict[str, Any]]:
         """Records, events and amends with seq > `seq` (a stream's replay)."""
         memory = self._in_memory()
-        rows = self._rows("SELECT seq, data FROM items WHERE seq > ? AND seq < ? ORDER BY seq LIMIT ?",
-                          seq, _first(memory), limit)
+        rows = self._read(seq, _first(memory), limit, "1", (), _any_kind)
         return self._with_unsaved(rows, memory, seq, limit, lambda kind: True)
 
     def records_after(self, seq: int, limit: int) -> List[Dict[str, Any]]:
         memory = self._in_memory()
-        rows = self._rows("SELECT seq, data FROM items WHERE seq > ? AND seq < ? AND kind IS NULL ORDER BY seq LIMIT ?",
-                          seq, _first(memory), limit)
+        rows = self._read(seq, _first(memory), limit, "kind IS NULL", (), _is_record)
         return self._with_unsaved(rows, memory, seq, limit, lambda kind: kind is None)
 
     def events(self, kind: Optional[str] = None, after: int = 0, limit: int = 1000, newest: bool = False) -> List[Dict[str, Any]]:
@@ -920,14 +1050,75 @@ class StateDB:
         wanted: Callable[[Optional[str]], bool] = (
             (lambda k: k == kind) if kind is not None else (lambda k: k is not None and k != "amend"))
         memory = self._in_memory()
+        chunked = _is_amend if kind == "amend" else None  # the chunks hold no other event
         if not newest:
-            rows = self._rows(f"SELECT seq, data FROM items INDEXED BY items_by_kind WHERE seq > ? AND seq < ? AND "
-                              f"{where} ORDER BY seq LIMIT ?", after, _first(memory), *params, limit)
+            rows = self._read(after, _first(memory), limit, where, params, chunked, indexed="INDEXED BY items_by_kind")
             return self._with_unsaved(rows, memory, after, limit, wanted)
         queued = [(seq, data) for seq, _, k, data in memory if seq > after and wanted(k)][-limit:]
-        rows = self._rows(f"SELECT seq, data FROM items INDEXED BY items_by_kind WHERE seq > ? AND seq < ? AND {where} "
-                          "ORDER BY seq DESC LIMIT ?", after, _first(memory), *params, limit - len(queued))
+        rows = self._read(after, _first(memory), limit - len(queued), where, params, chunked, newest=True,
+                          indexed="INDEXED BY items_by_kind")
         return list(self._decoded(reversed(rows))) + list(self._decoded(queued))
+
+    def _read(self, after: int, bound: int, limit: int, where: str, params: Tuple[Any, ...],
+              chunked: Optional[Callable[[Optional[str]], bool]], newest: bool = False,
+              indexed: str = "") -> List[Tuple[int, str]]:
+        """(seq, JSON) of the file's items with `after` < seq < `bound`: the rows `where` (with `params`) selects and
+        the chunks' items whose kind `chunked` takes (None: the chunks hold none of those asked), the first `limit`
+        in seq order, or with `newest` the last `limit` from the newest down. One read transaction: a commit that
+        moves rows into chunks meanwhile is seen wholly or not at all."""
+        if limit <= 0:
+            return []
+        sql = (f"SELECT seq, data FROM items {indexed} WHERE seq > ? AND seq < ? AND {where} "
+               f"ORDER BY seq {'DESC' if newest else 'ASC'} LIMIT ?")
+        with self._lock:
+            try:
+                if chunked is None:
+                    return self.conn.execute(sql, (after, bound, *params, limit)).fetchall()
+                began = not self.conn.in_transaction  # (in one already: a shared connection's commit failing)
+                if began:
+                    self.conn.execute("BEGIN")
+                try:
+                    rows = self.conn.execute(sql, (after, bound, *params, limit)).fetchall()
+                    return self._with_chunks(rows, after, bound, limit, chunked, newest)
+                finally:
+                    if began:
+                        self.conn.execute("COMMIT")
+            except sqlite3.DatabaseError:
+                self._fail()
+                raise
+
+    def _with_chunks(self, rows: List[Tuple[int, str]], after: int, bound: int, limit: int,
+                     chunked: Callable[[Optional[str]], bool], newest: bool) -> List[Tuple[int, str]]:
+        """`_read`'s rows with the chunks' items asked (in its transaction, behind its lock). Chunks are read in the
+        order of their first seq (`newest`: of their last seq, down) until the `limit` items found are all before
+        the next one (after it); their spans may overlap (a source's newest record is chunked later)."""
+        if not self._chunks_exist(self.conn):
+            return rows
+        spans = self.conn.execute("SELECT first_seq, last_seq FROM chunks WHERE last_seq > ? AND first_seq < ? ORDER BY "
+                                  + ("last_seq DESC" if newest else "first_seq"), (after, bound)).fetchall()
+        found: Dict[int, Any] = dict(rows)
+        for first, last in spans:
+            if len(found) >= limit:
+                edge = sorted(found, reverse=newest)[limit - 1]
+                if (last < edge) if newest else (first > edge):
+                    break
+            [(packed,)] = self.conn.execute("SELECT data FROM chunks WHERE first_seq = ?", (first,)).fetchall()
+            if self._last_chunk is None or self._last_chunk[0] != packed:  # (a replay's next page reads it again)
+                self._last_chunk = (packed, _unpack_chunk(packed))
+            for seq, _source, kind, text in self._last_chunk[1]:
+                if after < seq < bound and chunked(kind):
+                    found.setdefault(seq, text)
+        return [(seq, text if isinstance(text, str) else _text(text))
+                for seq, text in sorted(found.items(), reverse=newest)[:limit]]
+
+    def _chunks_exist(self, conn: Optional[sqlite3.Connection] = None) -> bool:
+        """Whether the file has the chunks' table (a schema 1 file gets it with its first commit)."""
+        if not self._has_chunks:
+            if conn is not None:
+                self._has_chunks = bool(conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'chunks'").fetchall())
+            else:
+                self._has_chunks = bool(self._rows("SELECT 1 FROM sqlite_master WHERE name = 'chunks'"))
+        return self._has_chunks
 
     def _in_memory(self) -> List[Row]:
         """The items not on disk yet, in seq order: the batch being written (`write_behind`), then those queued.

@@ -30,7 +30,7 @@ from mstail.parsers.record import KEY_ORDER, RESERVED, Item, finite_or_name, ord
 from mstail.tailer.inputs.checkpoint import SourceCheckpoint
 from mstail.tailer.history.aggregate import AggregateCache, Turns, aggregate, in_query_thread
 from mstail.tailer.history.columns import Columns, Frame, SeriesKey
-from mstail.tailer.history.db import StateDB
+from mstail.tailer.history.db import StateDB, item_text
 from mstail.tailer.history.heatmap import heatmap
 from mstail.tailer.history.series import Series, finite_or_none, window
 
@@ -235,13 +235,20 @@ class Store:
         texts: Dict[int, str] = {}
         records: List[Dict[str, Any]] = []  # stored, not indexed yet: indexed together, before an amend or at the end
         queued = 0  # stored[:queued] is queued in the database: an amend's rewrite must find its record there
+        #: seq -> a record of `records` with the values amends added, which the database takes instead of the record
+        #: as it came (what the stream sends, then the amends)
+        merged: Dict[int, Dict[str, Any]] = {}
         for item in items:
             if item.kind == "amend":
-                self._index_records(info, records)
-                records = []
-                texts.update(self.db.insert(stored[queued:]))
-                queued = len(stored)
-                amend = self._amend(info, item.data)
+                amend = self._amend_unindexed(info, records, item.data)
+                if amend is not None:
+                    merged[records[-1]["seq"]] = records[-1]
+                else:
+                    self._index_records(info, records)
+                    records = []
+                    texts.update(self._insert(stored[queued:], merged))
+                    queued = len(stored)
+                    amend = self._amend(info, item.data)
                 if amend is not None:
                     stored.append(amend)
                 continue
@@ -258,8 +265,42 @@ class Store:
                 self._last_record[source_id] = data
             stored.append(data)
         self._index_records(info, records)
-        texts.update(self.db.insert(stored[queued:]))
+        texts.update(self._insert(stored[queued:], merged))
         return Stored(stored, texts)
+
+    def _insert(self, items: List[Dict[str, Any]], merged: Dict[int, Dict[str, Any]]) -> Dict[int, str]:
+        """`StateDB.insert` of `items`, the records amended before they were queued as amended (`merged`); the
+        stream's JSON of the others."""
+        if not merged:
+            return self.db.insert(items)
+        texts = self.db.insert([merged.get(item["seq"], item) for item in items])
+        for item in items:
+            if item["seq"] in merged:  # the stream sends the record as it came
+                streamed = item_text(item)[1]
+                if streamed is None:
+                    texts.pop(item["seq"], None)
+                else:
+                    texts[item["seq"]] = streamed
+        return texts
+
+    def _amend_unindexed(self, info: SourceInfo, records: List[Dict[str, Any]],
+                         values: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+        """`_amend` of the source's newest record while it is the last of `records` (stored by this `add`, not
+        indexed or queued yet: a catch-up's step and its amend): the values go into a new dict in its place, indexed
+        and queued with the other records (a run of records with the same keys is indexed a column at a time).
+        Returns the amend as stored, or None when `_amend` must judge it."""
+        if not records:
+            return None
+        record = records[-1]
+        step = record["step"]
+        if step != values["step"] or record.get("segment", 0) != values.get("segment", 0) or not (
+                isinstance(step, int) and _INT64_MIN <= step <= _INT64_MAX):  # (a chart-less step: as `_amend` does)
+            return None
+        new = {key: value for key, value in values.items() if key not in record and key not in RESERVED}
+        if not new:
+            return None
+        records[-1] = self._last_record[info.id] = {**record, **new}
+        return self._amend_item(info, record, new)
 
     def _amend(self, info: SourceInfo, values: Dict[str, Any]) -> Optional[Dict[str, Any]]:
         """Apply one amend to the source's newest record; returns the amend as stored, None when it adds nothing."""
@@ -275,6 +316,10 @@ class Store:
         frame = self._columns.frames.get((info.id, record.get("segment", 0)))
         if frame is not None and _INT64_MIN <= record["step"] <= _INT64_MAX:  # else kept, not drawn (`_index_record`)
             self._index_values(info, frame, record.get("segment", 0), {"seq": record["seq"], **new})
+        return self._amend_item(info, record, new)
+
+    def _amend_item(self, info: SourceInfo, record: Dict[str, Any], new: Dict[str, Any]) -> Dict[str, Any]:
+        """The amend of `record` with the `new` values, as stored (the next seq)."""
         self._last_seq += 1
         return ordered({"seq": self._last_seq, "source": info.id, "step": record["step"], "time": record.get("time"),
                         "segment": record.get("segment", 0), "kind": "amend", **new})

@@ -120,6 +120,7 @@ def _reopen(path: Path) -> Store:
 def small_flushes(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(columns, "FLUSH_RECORDS", 256)  # many flushes, so pieces merge
     monkeypatch.setattr(columns, "PIECE_POINTS", 600)  # and long columns are cut in pieces of at most this
+    monkeypatch.setattr(columns, "PACKED_POINTS", 150)  # the longer ones packed
 
 
 def test_live_columns_equal_the_records_and_dense_metrics_share_steps() -> None:
