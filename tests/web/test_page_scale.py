@@ -86,8 +86,10 @@ def test_32_ranks_table_mean_band_and_first_screen(ranks32: Any, artifacts_dir: 
     wait_js(page, "() => document.querySelectorAll('#sources tr.source').length === 11")  # rank_1, rank_10..19
     page.fill("#source-filter", "")
     page.select_option("#source-sort", "name")
-    # a starred rank is drawn on top too
+    # a starred rank is drawn on top too (its star clicked once the table is whole and in name order again)
     first = rows[0]
+    wait_js(page, "([n, s]) => document.querySelectorAll('#sources tr.source').length === n"
+                  " && document.querySelector('#sources tr.source').dataset.source === s", arg=[RANKS, first])
     page.click(f"#sources tr.source[data-source='{first}'] .pin")
     wait_js(page, "s => window.mstail.option('loss').series.some(x => x.id === `${s}#0|raw`)", arg=first)
     # distinct colours: every source its own (the first 16 from the palette, the rest by golden-angle hues)
