@@ -42,8 +42,8 @@ time of each run and the difference its stage adds, best of --rounds.
 imports, formats, the workers' pieces, seams, the join, the exit), seconds since the launch and CPU seconds, and how
 long both CPUs were busy, --rounds times; the other figures are not measured.
 
-Goals (issues "Parse speed" and 16): `mstail parse` >= 4x faster than the competent loop and <= 10x the floor
-(judged on the subprocess wall time; CPU times are printed next to them, as other load on a shared machine inflates
+Goals: `mstail parse` >= 2.5x faster than the competent loop on the single case (issue "History as columns", which
+replaced the earlier issues' 4x after measuring what CPython allows) and <= 10x the floor (judged on the subprocess wall time; CPU times are printed next to them, as other load on a shared machine inflates
 wall time, and the load average before and after). Exit status 0 when every case run meets both, 1 otherwise. The
 baseline / mstail ratio of each round and their median are printed too, for information: on a machine whose speed
 drifts, two runs of the same round are nearer in time than the two programs' best runs.
@@ -77,7 +77,7 @@ from mstail.tailer.inputs.lines import LineSplitter  # noqa: E402
 from mstail.tailer.inputs.kind import items_of as feed  # noqa: E402
 from mstail.tailer.offline.reading import READ_CHUNK, Chain, chain_lines, new_parser, parse_chain  # noqa: E402
 
-GOAL_VS_BASELINE = 4.0  # mstail at least this many times faster than the competent loop
+GOAL_VS_BASELINE = 2.5  # mstail at least this many times faster than the competent loop
 GOAL_VS_FLOOR = 10.0  # mstail at most this many times the floor's time
 REAL_LOGS = ROOT / "tests" / "real_logs"
 MB = 1e6
