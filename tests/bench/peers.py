@@ -36,6 +36,12 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def renice(pid: int, nice: int) -> None:
+    """Every thread of process `pid` at `nice` (Linux: a thread's own; threads it makes later inherit it)."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        os.setpriority(os.PRIO_PROCESS, int(task.name), nice)
+
+
 def ranks_of(node: int, ranks: int) -> range:
     return range(node * ranks, (node + 1) * ranks)
 
@@ -69,6 +75,9 @@ def main() -> int:
     ap.add_argument("--ranks", type=int, default=64)
     ap.add_argument("--rate", type=float, default=1.0)
     ap.add_argument("--duration", type=float, default=30.0)
+    ap.add_argument("--nodes-nice", type=int, default=0,
+                    help="run the node mstails and their writers at this nice (they stand in for other machines: "
+                         "on one 2-core box 16 nodes and 16 writers otherwise take the central's CPU; default 0)")
     args = ap.parse_args()
     support = load_test_support()
     work = Path(tempfile.mkdtemp(prefix="mstail-bench-peers-"))
@@ -86,6 +95,8 @@ def main() -> int:
                                           args=["--host", f"127.0.0.{node + 2}"])
             servers.append(server)
             nodes.append((logs, server))
+            if args.nodes_nice:
+                renice(server.proc.pid, args.nodes_nice)
         peers = [option for node, (_, server) in enumerate(nodes) for option in ("--peer", f"n{node}={server.url}")]
         central = support.start_mstail([], work / "central", args=peers)
         servers.append(central)
@@ -101,6 +112,8 @@ def main() -> int:
             times = [work / f"times_{node}_{rank}.txt" for rank in ranks_of(node, args.ranks)]
             writers.append(support.spawn_writer(logs, steps, 1.0 / args.rate, times_path=times, start_at=start_at,
                                                 spread_s=1.0 / args.rate / args.ranks, seed=node))
+            if args.nodes_nice:
+                renice(writers[-1].pid, args.nodes_nice)
         time.sleep(max(0.0, start_at - time.time()))
         cpu_before, began = cpu_seconds(central.proc.pid), time.monotonic()
         for writer in writers:
