@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import atexit
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
@@ -103,3 +106,29 @@ class SSEReader:
         elif field == "id":
             self.last_id = value
         return None
+
+
+def record_arrivals(url: str, arrived: Callable[[Tuple[str, int], float], Any], stop: threading.Event,
+                    read_timeout: float = 20.0) -> None:
+    """One SSE client of `url`'s /api/stream until `stop` is set: `arrived((source, step), time.time())` for every
+    record received (when the blank line ending its message is read); after a dropped connection or a read slower
+    than `read_timeout` it connects again with Last-Event-ID, 0.2 s later."""
+    import httpx
+
+    sse = SSEReader()
+    with httpx.Client(timeout=httpx.Timeout(5.0, read=read_timeout), trust_env=False) as client:
+        while not stop.is_set():
+            headers = {"Last-Event-ID": sse.last_id} if sse.last_id is not None else {}
+            try:
+                with client.stream("GET", url + "/api/stream", headers=headers) as response:
+                    sse.start()
+                    for line in response.iter_lines():
+                        if stop.is_set():
+                            return
+                        message = sse.feed(line)
+                        if message is not None and message[0] == "records":
+                            now = time.time()
+                            for record in json.loads(message[1]):
+                                arrived((record["source"], record["step"]), now)
+            except httpx.HTTPError:
+                time.sleep(0.2)

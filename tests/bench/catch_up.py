@@ -52,7 +52,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from benchsupport import SSEReader, installed_env, load_test_support
+from benchsupport import installed_env, load_test_support, record_arrivals
 
 import parse_speed
 from latency import loadavg, percentile, proc_cpu_s, proc_mem_kib
@@ -96,30 +96,6 @@ def expected(path: Path, work: Path) -> Tuple[int, int]:
             step = json.loads(line)["step"]
             last = step
     return records, last
-
-
-def stream(url: str, arrivals: Dict[Tuple[str, int], float], stop: threading.Event) -> None:
-    """One SSE client of /api/stream: the arrival time of every record, by (source, step)."""
-    import httpx
-
-    timeout = httpx.Timeout(connect=5.0, read=1.0, write=5.0, pool=5.0)
-    sse = SSEReader()
-    with httpx.Client(timeout=timeout, trust_env=False) as client:
-        while not stop.is_set():
-            headers = {"Last-Event-ID": sse.last_id} if sse.last_id is not None else {}
-            try:
-                with client.stream("GET", url + "/api/stream", headers=headers) as response:
-                    sse.start()
-                    for line in response.iter_lines():
-                        if stop.is_set():
-                            return
-                        message = sse.feed(line)
-                        if message is not None and message[0] == "records":
-                            arrived = time.time()
-                            for record in json.loads(message[1]):
-                                arrivals.setdefault((record["source"], record["step"]), arrived)
-            except (httpx.ReadTimeout, httpx.RemoteProtocolError, httpx.ReadError, httpx.ConnectError):
-                continue
 
 
 def children_cpu_s(pid: int) -> float:
@@ -343,7 +319,7 @@ def measure(support: Any, args: argparse.Namespace, work: Path, code: Optional[P
     serving = time.time() - launched
     first_curve: Optional[float] = None
     try:
-        client = threading.Thread(target=stream, args=(server.url, arrivals, stop), daemon=True)
+        client = threading.Thread(target=record_arrivals, args=(server.url, arrivals.setdefault, stop, 1.0), daemon=True)
         client.start()
         deadline = time.monotonic() + 20
         while server.get_json("/healthz").get("clients", 0) < 1 and time.monotonic() < deadline:

@@ -17,16 +17,16 @@ Goal (issue 33): 16 x 64 at 1 step/s: p99 <= 250 ms, the central <= 50 % of a co
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import tempfile
 import threading
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
-from benchsupport import SSEReader, load_test_support
+from benchsupport import load_test_support, record_arrivals
 
 GOAL_P99_MS, GOAL_CPU = 250.0, 50.0
 
@@ -42,31 +42,12 @@ def renice(pid: int, nice: int) -> None:
         os.setpriority(os.PRIO_PROCESS, int(task.name), nice)
 
 
+def _append(arrivals: Dict[Tuple[str, int], List[float]], key: Tuple[str, int], at: float) -> None:
+    arrivals.setdefault(key, []).append(at)  # every arrival: a record sent twice is counted as doubled
+
+
 def ranks_of(node: int, ranks: int) -> range:
     return range(node * ranks, (node + 1) * ranks)
-
-
-def read_stream(url: str, arrivals: Dict[Tuple[str, int], List[float]], stop: threading.Event) -> None:
-    """Every record's arrival at a client of the central, by (source, step); reconnects by Last-Event-ID."""
-    import httpx
-
-    sse = SSEReader()
-    with httpx.Client(timeout=httpx.Timeout(5.0, read=20.0), trust_env=False) as client:
-        while not stop.is_set():
-            headers = {"Last-Event-ID": sse.last_id} if sse.last_id is not None else {}
-            try:
-                with client.stream("GET", url + "/api/stream", headers=headers) as response:
-                    sse.start()
-                    for line in response.iter_lines():
-                        message = sse.feed(line)
-                        if message is not None and message[0] == "records":
-                            now = time.time()
-                            for record in json.loads(message[1]):
-                                arrivals.setdefault((record["source"], record["step"]), []).append(now)
-                        if stop.is_set():
-                            return
-            except httpx.HTTPError:
-                time.sleep(0.2)
 
 
 def main() -> int:
@@ -104,7 +85,7 @@ def main() -> int:
         at_node: Dict[Tuple[str, int], List[float]] = {}  # node 0's own stream: what the node alone takes
         stop = threading.Event()
         for url, into in ((central.url, arrivals), (nodes[0][1].url, at_node)):
-            threading.Thread(target=read_stream, args=(url, into, stop), daemon=True).start()
+            threading.Thread(target=record_arrivals, args=(url, partial(_append, into), stop), daemon=True).start()
         time.sleep(3.0)  # the nodes' first passes, the central's connections
         steps = max(1, int(args.duration * args.rate))
         start_at = time.time() + 2.0

@@ -93,12 +93,7 @@ def test_the_catch_up_gives_what_feeding_every_line_gives(name: str, child: bool
         tailer.read_ahead()
         assert len(children) == (path.stat().st_size > 1024) and not parsed  # forked, nothing delivered yet
 
-    async def catch_up() -> None:
-        for _ in range(1000):
-            if not await tailer.pass_once():
-                break
-
-    asyncio.run(catch_up())
+    _passes_until_done(tailer)
     (followed,) = tailer._sources.values()
     assert followed.caught_up
     held = followed.parser.flush(READ_TIME, force=True)  # a finished log: nothing held (never stored)
@@ -298,6 +293,16 @@ def test_a_restart_during_a_childs_catch_up_loses_and_repeats_nothing(batches: A
                                             for item in expected]
 
 
+def _passes_until_done(tailer: Tailer) -> None:
+    """The tailer's passes until one reads nothing (1,000 at most)."""
+    async def passes() -> None:
+        for _ in range(1000):
+            if not await tailer.pass_once():
+                break
+
+    asyncio.run(passes())
+
+
 def _no_fork() -> None:
     raise BlockingIOError(11, "Resource temporarily unavailable")
 
@@ -335,13 +340,8 @@ def _catch_up_with_a_failing_child(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     store = Store()
     tailer = Tailer(Config(logs=(str(path),), persist=False, pass_time_s=0.0, alert_rules=None), FORMATS, store, Hub())
 
-    async def catch_up() -> None:
-        for _ in range(1000):
-            if not await tailer.pass_once():
-                break
-
     with caplog.at_level(logging.WARNING, logger="mstail.sidecar"):
-        asyncio.run(catch_up())
+        _passes_until_done(tailer)
     (followed,) = tailer._sources.values()
     assert len(started) == 1  # a child that ended early is not forked again for that file
     _assert_caught_up_once(tailer, path)
@@ -420,13 +420,8 @@ def test_a_worker_that_fails_leaves_its_half_to_the_child_or_the_passes(
     tailer = Tailer(Config(logs=(str(path),), persist=False, pass_time_s=0.0, alert_rules=None), FORMATS, Store(),
                     Hub())
 
-    async def catch_up() -> None:
-        for _ in range(1000):
-            if not await tailer.pass_once():
-                break
-
     with caplog.at_level(logging.WARNING, logger="mstail.sidecar"):
-        asyncio.run(catch_up())
+        _passes_until_done(tailer)
     _assert_caught_up_once(tailer, path)
     (followed,) = tailer._sources.values()
     said = [record.getMessage() for record in caplog.records]
@@ -469,12 +464,7 @@ def test_a_child_parses_on_while_the_parent_takes_no_batch(bounded: bool, tmp_pa
             catchup.time.sleep(0.1)
         assert _bytes_read(io) >= left, "the child waits for the parent"
 
-    async def catch_up() -> None:
-        for _ in range(1000):
-            if not await tailer.pass_once():
-                break
-
-    asyncio.run(catch_up())
+    _passes_until_done(tailer)
     _assert_caught_up_once(tailer, path)
     assert not followed.no_child  # the child ended as one that did its work (exit status 0)
 

@@ -33,21 +33,6 @@ def _series(n: int, seed: int = 1, nan_every: int = 0, gaps: bool = False) -> Se
     return series
 
 
-def _oracle(steps: List[int], values: List[float], weight: float) -> List[float]:
-    """Debiased EMA; a gap of k strides (the smallest step difference among the first 16) decays like k points."""
-    deltas = [b - a for a, b in zip(steps[:17], steps[1:17]) if b > a]
-    stride = min(deltas) if deltas else 1
-    num = den = 0.0
-    last: Optional[int] = None
-    out = []
-    for x, v in zip(steps, values):
-        if math.isfinite(v):
-            d = weight ** (((x - last) if last is not None else stride) / stride)
-            num, den, last = d * num + (1 - d) * v, d * den + (1 - d), x
-        out.append(num / den if den else math.nan)
-    return out
-
-
 def test_buckets_from_block_summaries_equal_the_naive_min_max() -> None:
     series = _series(60_000, nan_every=997)
     for lo, hi, points in [(0, 60_000, 660), (1234, 59_923, 100), (5, 60_000, 2000), (0, 60_000, 7), (100, 900, 3)]:
@@ -66,7 +51,7 @@ def test_smoothing_is_the_full_series_ema_at_any_zoom_and_run_length() -> None:
     for gaps, nan_every in [(False, 0), (True, 500), (True, 3)]:
         series = _series(40_000, seed=2, nan_every=nan_every, gaps=gaps)
         for weight in (0.6, 0.9, 0.99):
-            oracle = _oracle(list(series.steps), list(series.values), weight)
+            oracle = [smoothed for smoothed, _, _ in _reference_ema(list(series.steps), list(series.values), weight)]
             views = [_bucket_ends(0, 40_000, 660), list(range(20_000, 20_200)), _bucket_ends(5_000, 30_000, 300), [0, 1, 2]]
             for ends in views:  # zoomed out (windowed or full pass), zoomed in (exact), the first points
                 fresh = Series(steps=series.steps, values=series.values, nonfinite=series.nonfinite, times=series.times)
