@@ -28,9 +28,8 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Deque, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
-import httpx
 import orjson
 
 from mstail.parsers import Item
@@ -38,6 +37,9 @@ from mstail.parsers.engine import ParserState
 from mstail.parsers.record import NON_FINITE, PART_KEY, RESERVED
 from mstail.tailer.inputs.checkpoint import FilePosition, FollowerCheckpoint
 from mstail.tailer.notices import Notices
+
+if TYPE_CHECKING:  # httpx is imported by the connection's thread: every mstail start (and `mstail parse`)
+    import httpx  # would otherwise pay its 50 ms of imports, with or without --peer
 
 log = logging.getLogger("mstail.peer")
 
@@ -200,6 +202,8 @@ class PeerFollower:
 
     # -- the connection's thread ----------------------------------------------------------------------------
     def _run(self) -> None:
+        import httpx
+
         backoff = BACKOFF_S
         while not self._stop.is_set():
             try:
@@ -217,6 +221,8 @@ class PeerFollower:
     def _session(self) -> bool:
         """One connection: the sources' entries, then the stream until it ends or fails (raises). True when it got
         somewhere (the stream opened)."""
+        import httpx
+
         headers = {"Authorization": f"Bearer {self._token}"} if self._token else {}
         timeout = httpx.Timeout(CONNECT_TIMEOUT_S, read=READ_TIMEOUT_S)
         with httpx.Client(timeout=timeout, headers=headers, trust_env=False) as client:
@@ -355,6 +361,8 @@ def _check_stream(response: httpx.Response) -> str:
 
 def _why(exc: BaseException) -> str:
     """A failure in one line."""
+    import httpx
+
     if isinstance(exc, PeerError):
         return str(exc)
     if isinstance(exc, httpx.TimeoutException):
@@ -556,5 +564,7 @@ PEER = PeerKind()
 
 def peer_name(url: str) -> str:
     """A node's default name: its host:port."""
+    import httpx
+
     parsed = httpx.URL(url)
     return f"{parsed.host}:{parsed.port or (443 if parsed.scheme == 'https' else 80)}"
