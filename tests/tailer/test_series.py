@@ -51,7 +51,7 @@ def test_smoothing_is_the_full_series_ema_at_any_zoom_and_run_length() -> None:
     for gaps, nan_every in [(False, 0), (True, 500), (True, 3)]:
         series = _series(40_000, seed=2, nan_every=nan_every, gaps=gaps)
         for weight in (0.6, 0.9, 0.99):
-            oracle = [smoothed for smoothed, _, _ in _reference_ema(list(series.steps), list(series.values), weight)]
+            oracle = _oracle(list(series.steps), list(series.values), weight)
             views = [_bucket_ends(0, 40_000, 660), list(range(20_000, 20_200)), _bucket_ends(5_000, 30_000, 300), [0, 1, 2]]
             for ends in views:  # zoomed out (windowed or full pass), zoomed in (exact), the first points
                 fresh = Series(steps=series.steps, values=series.values, nonfinite=series.nonfinite, times=series.times)
@@ -86,6 +86,11 @@ def test_the_ema_states_are_kept_every_superblock_and_a_value_from_one_is_the_va
     assert again_state == state and state["x"] == series.steps[-1]
     oracle = _reference_ema(list(series.steps), list(series.values), 0.99)
     assert all(math.isclose(v, oracle[e][0], rel_tol=1e-12) for e, v in zip(ends, whole))
+
+
+def _oracle(steps: List[int], values: List[float], weight: float) -> List[float]:
+    """The debiased EMA after each point (`_reference_ema`'s smoothed values; the API tests use it too)."""
+    return [smoothed for smoothed, _, _ in _reference_ema(steps, values, weight)]
 
 
 def _reference_ema(steps: List[int], values: List[float], weight: float) -> List[Tuple[float, float, Optional[int]]]:
