@@ -72,10 +72,11 @@ def test_numbers_that_fit_nowhere_are_kept_or_skipped_and_tailing_goes_on(tmp_pa
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 1 MB tmpfs for the state: a real full disk (the tests run as root in their own sandbox)."""
+    """A 512 KB tmpfs for the state: a real full disk (the tests run as root in their own sandbox); 6,000 steps fill
+    it even as the state file's compressed chunks."""
     folder = tmp_path / "small-disk"
     folder.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(folder)], check=True, timeout=10)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(folder)], check=True, timeout=10)
     try:
         yield folder
     finally:
